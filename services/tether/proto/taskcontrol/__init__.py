@@ -1,0 +1,1 @@
+"""Generated code for tether.taskcontrol; do not edit (scripts/gen-protos)."""

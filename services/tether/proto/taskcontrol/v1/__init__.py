@@ -1,0 +1,1 @@
+"""Generated code for tether.taskcontrol.v1; do not edit (scripts/gen-protos)."""

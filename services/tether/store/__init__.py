@@ -1,0 +1,81 @@
+"""The region's state: one async store protocol with an etcd and a SQL backend."""
+
+from __future__ import annotations
+
+from tether.config import StoreSettings
+from tether.store.base import (
+    CompactedError,
+    Compare,
+    CompareOp,
+    CompareTarget,
+    Delete,
+    DeleteResult,
+    EventType,
+    Get,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    OpResult,
+    Put,
+    PutResult,
+    RangeResult,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    TxnResult,
+    Watch,
+    WatchEvent,
+    key_missing,
+    mod_revision_is,
+    value_is,
+)
+
+__all__ = [
+    "CompactedError",
+    "Compare",
+    "CompareOp",
+    "CompareTarget",
+    "Delete",
+    "DeleteResult",
+    "EventType",
+    "Get",
+    "KeyValue",
+    "LeaseNotFound",
+    "Op",
+    "OpResult",
+    "Put",
+    "PutResult",
+    "RangeResult",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "TxnResult",
+    "Watch",
+    "WatchEvent",
+    "key_missing",
+    "mod_revision_is",
+    "open_store",
+    "value_is",
+]
+
+SQL_SCHEMES = ("sqlite", "postgresql")
+ETCD_SCHEMES = ("etcd", "etcds")
+
+
+def open_store(url: str | None = None, settings: StoreSettings | None = None) -> Store:
+    """The store behind `url` (default: TETHER_STORE), chosen by its scheme."""
+    settings = settings or StoreSettings()
+    url = url or settings.url
+    scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme in ETCD_SCHEMES:
+        from tether.store.etcd import EtcdStore
+
+        return EtcdStore(url, settings)
+    if scheme in SQL_SCHEMES:
+        from tether.store.sql import SqlStore
+
+        return SqlStore(url, settings)
+    raise StoreError(
+        f"unknown store URL {url!r}: use sqlite:///path/region.db, postgresql://..., "
+        "or etcd://host:port[,host:port...]"
+    )

@@ -1,0 +1,131 @@
+"""Every key prefix of the region's keyspace, in one place.
+
+Each prefix ends with "/" so that no prefix is the beginning of another, and ranges over one
+never return keys of the other. Key segments are model names ([a-z0-9-]) and never contain "/".
+"""
+
+from __future__ import annotations
+
+ROOT = "/tether/v1/"
+
+MACHINES = ROOT + "machines/"  # machine id -> Machine (inventory: topology, capacity, labels)
+MACHINE_STATE = ROOT + "machine-state/"  # machine id -> health and drain state
+HEARTBEATS = ROOT + "heartbeats/"  # machine id -> agent heartbeat, bound to the agent's lease
+ALLOCATIONS = ROOT + "allocations/"  # machine id -> tasks placed there (unit of OCC)
+ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
+HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
+JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
+IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
+TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placement)
+TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> observed status from agents
+OPERATIONS = ROOT + "operations/"  # <entitlement>/<job>/<operation id> -> TaskOperation
+CONTROLLERS = ROOT + "taskcontrollers/"  # registration id -> TaskController registration
+MAINTENANCE = ROOT + "maintenance/"  # notice id -> AdvanceNotice
+SHARD_MAP = ROOT + "shards/map/"  # entitlement name -> shard id
+SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> leader identity, bound to its lease
+PRINCIPALS = ROOT + "principals/"  # sha256(token) -> principal and roles
+
+ALL_PREFIXES: tuple[str, ...] = (
+    MACHINES,
+    MACHINE_STATE,
+    HEARTBEATS,
+    ALLOCATIONS,
+    ENTITLEMENTS,
+    HOST_PROFILES,
+    JOBS,
+    IDEMPOTENCY,
+    TASKS,
+    TASK_STATUS,
+    OPERATIONS,
+    CONTROLLERS,
+    MAINTENANCE,
+    SHARD_MAP,
+    SHARD_LEADERS,
+    PRINCIPALS,
+)
+
+
+def _join(prefix: str, *segments: str) -> str:
+    for segment in segments:
+        if not segment or "/" in segment:
+            raise ValueError(f"key segment {segment!r} must be non-empty and contain no '/'")
+    return prefix + "/".join(segments)
+
+
+def machine(machine_id: str) -> str:
+    return _join(MACHINES, machine_id)
+
+
+def machine_state(machine_id: str) -> str:
+    return _join(MACHINE_STATE, machine_id)
+
+
+def heartbeat(machine_id: str) -> str:
+    return _join(HEARTBEATS, machine_id)
+
+
+def allocation(machine_id: str) -> str:
+    return _join(ALLOCATIONS, machine_id)
+
+
+def entitlement(name: str) -> str:
+    return _join(ENTITLEMENTS, name)
+
+
+def host_profile(name: str) -> str:
+    return _join(HOST_PROFILES, name)
+
+
+def job(entitlement_name: str, job_name: str) -> str:
+    return _join(JOBS, entitlement_name, job_name)
+
+
+def jobs_of(entitlement_name: str) -> str:
+    """The prefix of every job of one entitlement."""
+    return _join(JOBS, entitlement_name) + "/"
+
+
+def idempotency(principal_digest: str, key: str) -> str:
+    return _join(IDEMPOTENCY, principal_digest, key)
+
+
+def task(entitlement_name: str, job_name: str, index: int) -> str:
+    return _join(TASKS, entitlement_name, job_name, str(index))
+
+
+def tasks_of(entitlement_name: str, job_name: str) -> str:
+    """The prefix of every task of one job."""
+    return _join(TASKS, entitlement_name, job_name) + "/"
+
+
+def task_status(entitlement_name: str, job_name: str, index: int) -> str:
+    return _join(TASK_STATUS, entitlement_name, job_name, str(index))
+
+
+def operation(entitlement_name: str, job_name: str, operation_id: str) -> str:
+    return _join(OPERATIONS, entitlement_name, job_name, operation_id)
+
+
+def controller(registration_id: str) -> str:
+    return _join(CONTROLLERS, registration_id)
+
+
+def maintenance(notice_id: str) -> str:
+    return _join(MAINTENANCE, notice_id)
+
+
+def shard_assignment(entitlement_name: str) -> str:
+    return _join(SHARD_MAP, entitlement_name)
+
+
+def shard_leader(shard_id: str) -> str:
+    return _join(SHARD_LEADERS, shard_id)
+
+
+def principal(token_digest: str) -> str:
+    return _join(PRINCIPALS, token_digest)
+
+
+def last_segment(key: str) -> str:
+    """The id at the end of a key, e.g. the machine id of a machine key."""
+    return key.rsplit("/", 1)[-1]

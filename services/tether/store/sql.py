@@ -1,0 +1,703 @@
+"""The embedded store: etcd's data model on SQLAlchemy (SQLite in WAL mode, or PostgreSQL).
+
+Four tables: `kv` (the current value of every key), `events` (every change, one row per key per
+revision: the watch log and the history behind reads at an older revision), `leases`, and `meta`
+(the global revision and the compaction point). A write transaction holds SQLite's write lock
+(BEGIN IMMEDIATE; on PostgreSQL a row lock on `meta`), so revisions are strictly sequential even
+with many processes on one file. Compaction keeps, like etcd, the newest version of every live key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from tether.config import StoreSettings
+from tether.store.base import (
+    CompactedError,
+    Compare,
+    Delete,
+    DeleteResult,
+    EventType,
+    Get,
+    KeyValue,
+    LeaseNotFound,
+    Op,
+    OpResult,
+    Put,
+    PutResult,
+    RangeResult,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    TxnResult,
+    Watch,
+    WatchEvent,
+    prefix_end,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_PUT, _DELETE = 0, 1
+_WATCH_BATCH = 1_000
+_REAPER_INTERVAL_S = 0.25
+# Lease ids are random 63-bit integers, like etcd's, so ids from many processes never collide.
+_LEASE_ID_BITS = 62
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "tether_meta",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("revision", sa.BigInteger, nullable=False),
+    sa.Column("compacted", sa.BigInteger, nullable=False),
+)
+kv_table = sa.Table(
+    "tether_kv",
+    metadata,
+    # Keys are bytes so that ordering is bytewise on every database, as in etcd.
+    sa.Column("key", sa.LargeBinary, primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("create_revision", sa.BigInteger, nullable=False),
+    sa.Column("mod_revision", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("lease", sa.BigInteger, nullable=False, index=True),
+)
+events_table = sa.Table(
+    "tether_events",
+    metadata,
+    sa.Column("revision", sa.BigInteger, primary_key=True),
+    sa.Column("sub", sa.Integer, primary_key=True),  # order of the change within its revision
+    sa.Column("key", sa.LargeBinary, nullable=False),
+    sa.Column("type", sa.SmallInteger, nullable=False),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("create_revision", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("lease", sa.BigInteger, nullable=False),
+    sa.Index("tether_events_key_revision", "key", "revision", unique=True),
+)
+leases_table = sa.Table(
+    "tether_leases",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("ttl", sa.Integer, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
+)
+
+
+def _key_range(prefix: str) -> sa.ColumnElement[bool]:
+    low = prefix.encode()
+    high = prefix_end(prefix)
+    column = kv_table.c.key
+    if high == b"\0":
+        return column >= low
+    return sa.and_(column >= low, column < high)
+
+
+def _event_key_range(prefix: str) -> sa.ColumnElement[bool]:
+    low = prefix.encode()
+    high = prefix_end(prefix)
+    column = events_table.c.key
+    if high == b"\0":
+        return column >= low
+    return sa.and_(column >= low, column < high)
+
+
+def _kv_from_row(row: Any) -> KeyValue:
+    return KeyValue(
+        key=row.key.decode(),
+        value=bytes(row.value),
+        create_revision=row.create_revision,
+        mod_revision=row.mod_revision,
+        version=row.version,
+        lease=row.lease,
+    )
+
+
+def _event_from_row(row: Any) -> WatchEvent:
+    if row.type == _DELETE:
+        return WatchEvent(EventType.DELETE, KeyValue(row.key.decode(), b"", 0, row.revision, 0, 0))
+    kv = KeyValue(
+        row.key.decode(),
+        bytes(row.value),
+        row.create_revision,
+        row.revision,
+        row.version,
+        row.lease,
+    )
+    return WatchEvent(EventType.PUT, kv)
+
+
+def _sqlite_path(url: str) -> Path | None:
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    if parsed.database == ":memory:":
+        raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
+    return Path(parsed.database)
+
+
+def _make_engine(url: str) -> Engine:
+    path = _sqlite_path(url)
+    if path is None:
+        return sa.create_engine(url, pool_size=8, pool_pre_ping=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 60}, pool_size=8
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the driver so that writes can BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode loses nothing when a process crashes (only on power loss).
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get("tether_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+class SqlStore(Store):
+    """The store on one SQL database, shared safely by every process that opens the same URL."""
+
+    def __init__(self, url: str, settings: StoreSettings | None = None) -> None:
+        self.url = url
+        self._settings = settings or StoreSettings(TETHER_STORE=url)
+        self._engine = _make_engine(url)
+        self._is_sqlite = self._engine.dialect.name == "sqlite"
+        # One writer per process at a time: SQLite's own busy wait sleeps far too long.
+        self._write_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tether-sql")
+        self._closed = False
+        self._background: asyncio.Task[None] | None = None
+        self._revision_changed = asyncio.Condition()
+        self._seen_revision = 0
+        self._run_sync(self._create_schema)
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        with self._engine.connect().execution_options(tether_write=True) as conn:
+            metadata.create_all(conn)
+            if conn.execute(sa.select(meta_table.c.id)).first() is None:
+                # etcd starts an empty store at revision 1; so do we.
+                conn.execute(meta_table.insert().values(id=1, revision=1, compacted=0))
+            conn.commit()
+
+    def _run_sync(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except sa.exc.OperationalError as exc:
+            raise StoreUnavailable(f"SQL store {self._safe_url()}: {exc.orig}") from exc
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        self._ensure_background()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._run_sync, fn)
+
+    def _safe_url(self) -> str:
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Connection]:
+        conn = self._engine.connect()
+        if not self._is_sqlite:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[tuple[Connection, int, int]]:
+        """A write transaction holding the database's write lock; yields (conn, rev, compacted)."""
+        with self._write_lock, self._engine.connect() as conn:
+            conn = conn.execution_options(tether_write=True)
+            with conn.begin():
+                row = conn.execute(
+                    sa.select(meta_table.c.revision, meta_table.c.compacted)
+                    .where(meta_table.c.id == 1)
+                    .with_for_update()
+                ).one()
+                yield conn, row.revision, row.compacted
+
+    def _ensure_background(self) -> None:
+        if self._background is None or self._background.done():
+            self._background = asyncio.get_running_loop().create_task(
+                self._maintain(), name=f"tether-sql-maintenance:{self._safe_url()}"
+            )
+
+    async def _maintain(self) -> None:
+        """Expires leases, compacts old history, and wakes watches when another process writes."""
+        loop = asyncio.get_running_loop()
+        next_reap = 0.0
+        while not self._closed:
+            try:
+                now = loop.time()
+                if now >= next_reap:
+                    next_reap = now + _REAPER_INTERVAL_S
+                    await loop.run_in_executor(self._executor, self._reap_and_compact_sync)
+                revision = await loop.run_in_executor(self._executor, self._current_revision_sync)
+                await self._observe_revision(revision)
+            except sa.exc.OperationalError as exc:
+                log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
+            except RuntimeError:
+                return  # the executor was shut down by close()
+            await asyncio.sleep(self._settings.sql_poll_interval_s)
+
+    async def _observe_revision(self, revision: int) -> None:
+        if revision > self._seen_revision:
+            async with self._revision_changed:
+                self._seen_revision = max(self._seen_revision, revision)
+                self._revision_changed.notify_all()
+
+    async def _wait_for_revision_after(self, revision: int, stop: Callable[[], bool]) -> None:
+        async with self._revision_changed:
+            await self._revision_changed.wait_for(
+                lambda: self._seen_revision > revision or self._closed or stop()
+            )
+
+    async def _wake_watches(self) -> None:
+        async with self._revision_changed:
+            self._revision_changed.notify_all()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _current_revision_sync(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(sa.select(meta_table.c.revision)).scalar_one())
+
+    async def revision(self) -> int:
+        return await self._run(self._current_revision_sync)
+
+    async def get(self, key: str) -> KeyValue | None:
+        def read() -> KeyValue | None:
+            with self._read() as conn:
+                row = conn.execute(
+                    sa.select(kv_table).where(kv_table.c.key == key.encode())
+                ).first()
+                return None if row is None else _kv_from_row(row)
+
+        return await self._run(read)
+
+    async def range(
+        self,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int = 0,
+        revision: int = 0,
+    ) -> RangeResult:
+        if limit < 0 or revision < 0:
+            raise StoreError("range limit and revision must not be negative")
+
+        def read() -> RangeResult:
+            with self._read() as conn:
+                current, compacted = conn.execute(
+                    sa.select(meta_table.c.revision, meta_table.c.compacted)
+                ).one()
+                if revision > current:
+                    raise StoreError(f"revision {revision} is in the future (now {current})")
+                if revision and revision < compacted:
+                    raise CompactedError(revision, compacted)
+                if revision in (0, current):
+                    kvs = self._range_current(conn, prefix, start_after, limit)
+                else:
+                    kvs = self._range_at(conn, prefix, start_after, limit, revision)
+                more = bool(limit) and len(kvs) > limit
+                return RangeResult(kvs[:limit] if more else kvs, revision or current, more)
+
+        return await self._run(read)
+
+    @staticmethod
+    def _range_current(
+        conn: Connection, prefix: str, start_after: str | None, limit: int
+    ) -> list[KeyValue]:
+        query = sa.select(kv_table).where(_key_range(prefix)).order_by(kv_table.c.key)
+        if start_after is not None:
+            query = query.where(kv_table.c.key > start_after.encode())
+        if limit:
+            query = query.limit(limit + 1)
+        return [_kv_from_row(row) for row in conn.execute(query)]
+
+    @staticmethod
+    def _range_at(
+        conn: Connection, prefix: str, start_after: str | None, limit: int, revision: int
+    ) -> list[KeyValue]:
+        e = events_table.c
+        latest = sa.select(e.key, sa.func.max(e.revision).label("revision")).where(
+            _event_key_range(prefix), e.revision <= revision
+        )
+        if start_after is not None:
+            latest = latest.where(e.key > start_after.encode())
+        latest_sq = latest.group_by(e.key).subquery()
+        query = (
+            sa.select(
+                e.key,
+                e.value,
+                e.create_revision,
+                e.revision.label("mod_revision"),
+                e.version,
+                e.lease,
+            )
+            .join(latest_sq, sa.and_(e.key == latest_sq.c.key, e.revision == latest_sq.c.revision))
+            .where(e.type == _PUT)
+            .order_by(e.key)
+        )
+        if limit:
+            query = query.limit(limit + 1)
+        return [_kv_from_row(row) for row in conn.execute(query)]
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        for branch in (success, failure):
+            _reject_duplicate_writes(branch)
+        result = await self._run(lambda: self._txn_sync(compares, success, failure))
+        await self._observe_revision(result.revision)
+        return result
+
+    def _txn_sync(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
+    ) -> TxnResult:
+        with self._write() as (conn, revision, _compacted):
+            current: dict[str, KeyValue | None] = {}
+            for compare in compares:
+                if compare.key not in current:
+                    current[compare.key] = self._get_for_update(conn, compare.key)
+            succeeded = all(compare.holds_for(current[compare.key]) for compare in compares)
+            writer = _RevisionWriter(conn, revision + 1)
+            results: list[OpResult] = []
+            for op in success if succeeded else failure:
+                results.append(self._apply(conn, writer, op, revision))
+            new_revision = writer.finish()
+            return TxnResult(succeeded, new_revision if writer.changed else revision, results)
+
+    @staticmethod
+    def _get_for_update(conn: Connection, key: str) -> KeyValue | None:
+        row = conn.execute(sa.select(kv_table).where(kv_table.c.key == key.encode())).first()
+        return None if row is None else _kv_from_row(row)
+
+    def _apply(self, conn: Connection, writer: _RevisionWriter, op: Op, revision: int) -> OpResult:
+        if isinstance(op, Get):
+            if op.prefix:
+                kvs = self._range_current(conn, op.key, None, 0)
+            else:
+                found = self._get_for_update(conn, op.key)
+                kvs = [] if found is None else [found]
+            return RangeResult(kvs, writer.revision if writer.changed else revision)
+        if isinstance(op, Put):
+            if (
+                op.lease
+                and conn.execute(
+                    sa.select(leases_table.c.id).where(
+                        leases_table.c.id == op.lease, leases_table.c.expires_at > time.time()
+                    )
+                ).first()
+                is None
+            ):
+                raise LeaseNotFound(op.lease)
+            writer.put(self._get_for_update(conn, op.key), op.key, op.value, op.lease)
+            return PutResult()
+        if op.prefix:
+            keys = [
+                row.key for row in conn.execute(sa.select(kv_table.c.key).where(_key_range(op.key)))
+            ]
+        else:
+            keys = [
+                row.key
+                for row in conn.execute(
+                    sa.select(kv_table.c.key).where(kv_table.c.key == op.key.encode())
+                )
+            ]
+        writer.delete(keys)
+        return DeleteResult(len(keys))
+
+    # --- leases ------------------------------------------------------------------------------
+
+    async def lease_grant(self, ttl_s: int) -> int:
+        if ttl_s < 1:
+            raise StoreError(f"lease TTL must be at least 1 s, not {ttl_s}")
+        lease = secrets.randbits(_LEASE_ID_BITS) + 1
+
+        def grant() -> int:
+            with self._write() as (conn, _revision, _compacted):
+                conn.execute(
+                    leases_table.insert().values(
+                        id=lease, ttl=ttl_s, expires_at=time.time() + ttl_s
+                    )
+                )
+            return lease
+
+        return await self._run(grant)
+
+    async def lease_keepalive(self, lease: int) -> int:
+        def keepalive() -> int:
+            with self._write() as (conn, _revision, _compacted):
+                row = conn.execute(
+                    sa.select(leases_table.c.ttl, leases_table.c.expires_at).where(
+                        leases_table.c.id == lease
+                    )
+                ).first()
+                now = time.time()
+                if row is None or row.expires_at <= now:
+                    raise LeaseNotFound(lease)
+                conn.execute(
+                    leases_table.update()
+                    .where(leases_table.c.id == lease)
+                    .values(expires_at=now + row.ttl)
+                )
+                return int(row.ttl)
+
+        return await self._run(keepalive)
+
+    async def lease_revoke(self, lease: int) -> None:
+        revision = await self._run(lambda: self._expire_sync([lease]))
+        await self._observe_revision(revision)
+
+    def _expire_sync(self, leases: list[int]) -> int:
+        """Deletes the leases and their keys in one revision; returns the store revision."""
+        with self._write() as (conn, revision, _compacted):
+            writer = _RevisionWriter(conn, revision + 1)
+            keys = [
+                row.key
+                for row in conn.execute(
+                    sa.select(kv_table.c.key)
+                    .where(kv_table.c.lease.in_(leases))
+                    .order_by(kv_table.c.key)
+                )
+            ]
+            writer.delete(keys)
+            conn.execute(leases_table.delete().where(leases_table.c.id.in_(leases)))
+            return writer.finish() if writer.changed else revision
+
+    def _reap_and_compact_sync(self) -> None:
+        now = time.time()
+        with self._read() as conn:
+            expired = [
+                row.id
+                for row in conn.execute(
+                    sa.select(leases_table.c.id).where(leases_table.c.expires_at <= now).limit(500)
+                )
+            ]
+            revision, compacted = conn.execute(
+                sa.select(meta_table.c.revision, meta_table.c.compacted)
+            ).one()
+        if expired:
+            self._expire_sync(expired)
+        retention = self._settings.sql_event_retention
+        # Compact in steps of a tenth of the retention, so the cost is paid rarely.
+        if revision - max(compacted, 1) > retention + retention // 10:
+            self._compact_sync(revision - retention)
+
+    # --- history -----------------------------------------------------------------------------
+
+    def watch(self, prefix: str, *, start_revision: int) -> Watch:
+        return _SqlWatch(self, prefix, start_revision)
+
+    async def compact(self, revision: int) -> None:
+        await self._run(lambda: self._compact_sync(revision))
+
+    def _compact_sync(self, revision: int) -> None:
+        with self._write() as (conn, current, compacted):
+            if revision > current:
+                raise StoreError(f"cannot compact to {revision}: the store is at {current}")
+            if revision <= compacted:
+                return
+            e = events_table.c
+            newer = events_table.alias("newer")
+            # Keep the newest version (below the compaction point) of every key that still
+            # exists then: reads at any retained revision need it.
+            superseded = sa.exists().where(
+                newer.c.key == e.key,
+                newer.c.revision > e.revision,
+                newer.c.revision < revision,
+            )
+            conn.execute(
+                events_table.delete().where(
+                    e.revision < revision, sa.or_(e.type == _DELETE, superseded)
+                )
+            )
+            conn.execute(meta_table.update().values(compacted=revision))
+
+    def _watch_fetch_sync(self, prefix: str, start: int) -> tuple[list[list[WatchEvent]], int]:
+        """Whole revisions of events under `prefix` from `start` on, and the store revision they
+        were read at."""
+        with self._read() as conn:
+            current, compacted = conn.execute(
+                sa.select(meta_table.c.revision, meta_table.c.compacted)
+            ).one()
+            if start < compacted:
+                raise CompactedError(start, compacted)
+            e = events_table.c
+            query = (
+                sa.select(events_table)
+                .where(e.revision >= start, _event_key_range(prefix))
+                .order_by(e.revision, e.sub)
+            )
+            rows = conn.execute(query.limit(_WATCH_BATCH)).all()
+            if len(rows) == _WATCH_BATCH:
+                last = rows[-1].revision
+                if rows[0].revision == last:
+                    # One revision larger than a batch: take all of it.
+                    rows = conn.execute(query.where(e.revision == last)).all()
+                else:
+                    # The last revision may be cut short; leave it for the next fetch.
+                    rows = [row for row in rows if row.revision != last]
+                current = rows[-1].revision
+            revisions: list[list[WatchEvent]] = []
+            for row in rows:
+                if not revisions or revisions[-1][0].revision != row.revision:
+                    revisions.append([])
+                revisions[-1].append(_event_from_row(row))
+            return revisions, int(current)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._wake_watches()
+        if self._background is not None:
+            self._background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._background
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
+        self._executor.shutdown(wait=True)
+
+
+class _RevisionWriter:
+    """Applies the changes of one transaction under one new revision, etcd-style."""
+
+    def __init__(self, conn: Connection, revision: int) -> None:
+        self._conn = conn
+        self.revision = revision
+        self._sub = 0
+        self.changed = False
+
+    def _event(
+        self, key: bytes, type_: int, value: bytes, create: int, version: int, lease: int
+    ) -> None:
+        self._conn.execute(
+            events_table.insert().values(
+                revision=self.revision,
+                sub=self._sub,
+                key=key,
+                type=type_,
+                value=value,
+                create_revision=create,
+                version=version,
+                lease=lease,
+            )
+        )
+        self._sub += 1
+        self.changed = True
+
+    def put(self, existing: KeyValue | None, key: str, value: bytes, lease: int) -> None:
+        raw = key.encode()
+        if existing is None:
+            create, version = self.revision, 1
+            self._conn.execute(
+                kv_table.insert().values(
+                    key=raw,
+                    value=value,
+                    create_revision=create,
+                    mod_revision=self.revision,
+                    version=version,
+                    lease=lease,
+                )
+            )
+        else:
+            create, version = existing.create_revision, existing.version + 1
+            self._conn.execute(
+                kv_table.update()
+                .where(kv_table.c.key == raw)
+                .values(value=value, mod_revision=self.revision, version=version, lease=lease)
+            )
+        self._event(raw, _PUT, value, create, version, lease)
+
+    def delete(self, keys: list[bytes]) -> None:
+        if not keys:
+            return
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            self._conn.execute(kv_table.delete().where(kv_table.c.key.in_(chunk)))
+            for key in chunk:
+                self._event(key, _DELETE, b"", 0, 0, 0)
+
+    def finish(self) -> int:
+        if self.changed:
+            self._conn.execute(meta_table.update().values(revision=self.revision))
+        return self.revision
+
+
+def _reject_duplicate_writes(ops: Sequence[Op]) -> None:
+    # etcd refuses a transaction that writes one key twice; refuse it the same way.
+    seen: set[str] = set()
+    for op in ops:
+        if isinstance(op, Put | Delete) and not (isinstance(op, Delete) and op.prefix):
+            if op.key in seen:
+                raise StoreError(f"duplicate key {op.key!r} in one transaction")
+            seen.add(op.key)
+
+
+class _SqlWatch(Watch):
+    def __init__(self, store: SqlStore, prefix: str, start_revision: int) -> None:
+        super().__init__(prefix, start_revision)
+        self._store = store
+        self._closed = False
+
+    async def _revisions(self) -> AsyncIterator[list[WatchEvent]]:
+        store = self._store
+        if self.next_revision <= 0:
+            self.next_revision = await store.revision() + 1
+        while not self._closed:
+            revisions, read_at = await store._run(
+                functools.partial(store._watch_fetch_sync, self.prefix, self.next_revision)
+            )
+            for events in revisions:
+                if self._closed:
+                    return
+                self.next_revision = events[0].revision + 1
+                yield events
+            # Every change under the prefix up to `read_at` has been delivered.
+            self.next_revision = max(self.next_revision, read_at + 1)
+            await store._observe_revision(read_at)
+            await store._wait_for_revision_after(read_at, lambda: self._closed)
+        if store._closed:
+            raise StoreError("the store was closed while watching")
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._store._wake_watches()

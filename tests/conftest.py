@@ -1,0 +1,44 @@
+"""Fixtures shared by every test: store backends on a real etcd server and a real SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.etcd_server import EtcdServer
+from tether.store import Store, open_store
+
+STORE_BACKENDS = ("sql", "etcd")
+
+
+@pytest.fixture
+def etcd_server() -> Iterator[EtcdServer]:
+    """A fresh single-member etcd server, stopped and removed after the test."""
+    server = EtcdServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty store of each backend: a SQLite file, or a fresh etcd server."""
+    if request.param == "sql":
+        yield f"sqlite:///{tmp_path / 'region.db'}"
+        return
+    server = EtcdServer()
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    async with open_store(store_url) as opened:
+        yield opened
