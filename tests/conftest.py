@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.etcd_server import EtcdServer
 from tether.store import Store, open_store
+from tether.store.etcd_server import EtcdServer
 
 STORE_BACKENDS = ("sql", "etcd")
 
@@ -16,7 +16,7 @@ STORE_BACKENDS = ("sql", "etcd")
 @pytest.fixture
 def etcd_server() -> Iterator[EtcdServer]:
     """A fresh single-member etcd server, stopped and removed after the test."""
-    server = EtcdServer()
+    server = EtcdServer(on_tmpfs=True)
     try:
         server.start()
         yield server
@@ -30,7 +30,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sql":
         yield f"sqlite:///{tmp_path / 'region.db'}"
         return
-    server = EtcdServer()
+    # Data on tmpfs: the tests exercise Tether, not the disk's fsync.
+    server = EtcdServer(on_tmpfs=True)
     try:
         server.start()
         yield server.url

