@@ -1,0 +1,152 @@
+"""The strict base model, the constrained types every model shares, and JSON helpers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+# The largest integer that JSON (an IEEE double in most readers), etcd values and numpy int64
+# columns all represent exactly.
+MAX_QUANTITY: Final = 2**53 - 1
+
+
+class TetherModel(BaseModel):
+    """Base of every Tether model: strict types, no unknown fields, immutable once built.
+
+    Strict python-mode validation rejects strings for enums and datetimes, so all external input
+    (REST bodies, YAML files converted to JSON) must go through `from_json`, whose JSON mode
+    accepts them.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True
+    )
+
+
+M = TypeVar("M", bound=TetherModel)
+H = TypeVar("H", bound=Hashable)
+
+
+def to_json(model: TetherModel) -> bytes:
+    """Serialise `model` to the JSON bytes the store keeps (every field, defaults included)."""
+    return model.__pydantic_serializer__.to_json(model)
+
+
+def from_json(cls: type[M], data: bytes | str) -> M:
+    """Validate JSON `data` as a `cls`; raises pydantic.ValidationError on invalid input."""
+    return cls.model_validate_json(data)
+
+
+@dataclass(frozen=True, slots=True)
+class TextRule:
+    """Annotation checking a string against `pattern`; `rule` is the error when it fails."""
+
+    pattern: str
+    rule: str
+    error_type: str
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        # The pattern runs inside pydantic-core rather than in a Python validator: loading a
+        # region's million machines from the store checks several names per machine.
+        return core_schema.chain_schema(
+            [
+                handler(source),
+                core_schema.custom_error_schema(
+                    core_schema.str_schema(pattern=self.pattern),
+                    custom_error_type=self.error_type,
+                    custom_error_message=self.rule,
+                ),
+            ]
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "string", "pattern": self.pattern, "description": self.rule}
+
+
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+
+NAME_RULE: Final = (
+    "must be 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit"
+)
+Name = Annotated[str, TextRule(rf"^{_LABEL}$", NAME_RULE, "invalid_name")]
+"""A DNS label: the name of anything a person addresses (job, entitlement, machine, DC...)."""
+
+JOB_HANDLE_RULE: Final = f"must be '<entitlement>/<job>', where both parts {NAME_RULE}"
+JobHandle = Annotated[str, TextRule(rf"^{_LABEL}/{_LABEL}$", JOB_HANDLE_RULE, "invalid_job_handle")]
+"""`<entitlement>/<job name>`: identifies a job in the region."""
+
+AttributeKey = Annotated[
+    str,
+    TextRule(
+        r"^[a-z0-9._/-]{1,63}$",
+        "must be 1-63 characters of a-z, 0-9, '.', '_', '/' and '-'",
+        "invalid_attribute_key",
+    ),
+]
+"""The key of a machine attribute (label), as constraints and preferences name it."""
+
+AttributeValue = Annotated[str, StringConstraints(max_length=256)]
+
+Version = Annotated[
+    str,
+    TextRule(
+        r"^[A-Za-z0-9._+-]{1,64}$",
+        "must be 1-64 characters of A-Z, a-z, 0-9, '.', '_', '+' and '-'",
+        "invalid_version",
+    ),
+]
+"""A package version."""
+
+Identifier = Annotated[
+    str,
+    TextRule(
+        r"^[A-Za-z0-9-]{1,64}$",
+        "must be 1-64 characters of A-Z, a-z, 0-9 and '-' (a UUID fits)",
+        "invalid_identifier",
+    ),
+]
+"""A generated identifier, such as the UUID of an operation or a maintenance notice."""
+
+Quantity = Annotated[int, Field(ge=0, le=MAX_QUANTITY)]
+"""A non-negative integer that JSON, etcd and int64 columns all hold exactly."""
+
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+Timestamp = AwareDatetime
+"""A point in time; naive datetimes are rejected because their meaning depends on the host."""
+
+
+def no_duplicates(items: list[H]) -> list[H]:
+    """Reject a list that names the same item twice (a validator for `Annotated` lists)."""
+    repeated = [item for item, seen in Counter(items).items() if seen > 1]
+    if repeated:
+        raise PydanticCustomError(
+            "duplicate_items",
+            "must not repeat items, but has {repeated} more than once",
+            {"repeated": ", ".join(map(repr, repeated))},
+        )
+    return items
+
+
+NameList = Annotated[list[Name], AfterValidator(no_duplicates)]
+"""Names in a meaningful order, each at most once."""

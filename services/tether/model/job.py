@@ -1,0 +1,289 @@
+"""Jobs: N identical tasks of one template, where they may run, and the stored job record."""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Annotated, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from tether.config import limit_settings
+from tether.model.base import (
+    JOB_HANDLE_RULE,
+    AttributeKey,
+    AttributeValue,
+    JobHandle,
+    Name,
+    NameList,
+    NonEmptyStr,
+    PositiveSeconds,
+    Quantity,
+    TetherModel,
+    TextRule,
+    Timestamp,
+    Version,
+)
+from tether.model.resources import Resources
+from tether.model.topology import FaultDomain
+
+RESERVED_ENV_PREFIX = "TETHER_"
+
+
+def _not_reserved(name: str) -> str:
+    if name.startswith(RESERVED_ENV_PREFIX):
+        raise PydanticCustomError(
+            "reserved_env_var",
+            "names starting with {prefix} are reserved for the variables Tether sets",
+            {"prefix": RESERVED_ENV_PREFIX},
+        )
+    return name
+
+
+EnvName = Annotated[
+    str,
+    TextRule(
+        r"^[A-Za-z_][A-Za-z0-9_]*$",
+        "must be letters, digits and '_', not starting with a digit",
+        "invalid_env_name",
+    ),
+    AfterValidator(_not_reserved),
+]
+
+
+class RestartMode(enum.StrEnum):
+    """When the agent restarts a task whose process ended."""
+
+    ALWAYS = "always"
+    ON_FAILURE = "on-failure"
+    NEVER = "never"
+
+
+class RestartPolicy(TetherModel):
+    """How often and how fast a task's process is restarted."""
+
+    mode: RestartMode = RestartMode.ALWAYS
+    max_restarts: Quantity = 10
+    backoff_initial_s: PositiveSeconds = 1.0
+    backoff_max_s: PositiveSeconds = Field(default=60.0, validate_default=True)
+
+    @field_validator("backoff_max_s")
+    @classmethod
+    def _max_not_below_initial(cls, backoff_max: float, info: ValidationInfo) -> float:
+        initial = info.data.get("backoff_initial_s")
+        if initial is not None and backoff_max < initial:
+            raise PydanticCustomError(
+                "backoff_order",
+                "must be at least backoff_initial_s ({initial})",
+                {"initial": initial},
+            )
+        return backoff_max
+
+
+class TaskTemplate(TetherModel):
+    """What every task of a job runs."""
+
+    package: Name
+    version: Version
+    command: NonEmptyStr
+    args: list[str] = Field(default_factory=list)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    resources: Resources
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+
+
+class ConstraintOp(enum.StrEnum):
+    """How a machine attribute is compared; `>=` and `<=` compare numerically."""
+
+    EQ = "=="
+    NE = "!="
+    IN = "in"
+    NOT_IN = "not_in"
+    EXISTS = "exists"
+    GE = ">="
+    LE = "<="
+
+
+class AttributePredicate(TetherModel):
+    """A test on one machine attribute; the shared shape of constraints and preferences."""
+
+    attribute: AttributeKey
+    op: ConstraintOp
+    value: AttributeValue | None = None
+    values: list[AttributeValue] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _operands_match_op(self) -> Self:
+        op = self.op
+        if op in (ConstraintOp.IN, ConstraintOp.NOT_IN):
+            if not self.values or self.value is not None:
+                raise PydanticCustomError(
+                    "constraint_operands",
+                    "operator '{op}' needs a non-empty 'values' list and no 'value'",
+                    {"op": op.value},
+                )
+        elif op is ConstraintOp.EXISTS:
+            if self.value is not None or self.values:
+                raise PydanticCustomError(
+                    "constraint_operands",
+                    "operator 'exists' takes neither 'value' nor 'values'",
+                )
+        elif self.value is None or self.values:
+            raise PydanticCustomError(
+                "constraint_operands",
+                "operator '{op}' needs a 'value' and no 'values'",
+                {"op": op.value},
+            )
+        elif op in (ConstraintOp.GE, ConstraintOp.LE) and not _is_number(self.value):
+            raise PydanticCustomError(
+                "constraint_operands",
+                "operator '{op}' compares numbers, but 'value' '{value}' is not a finite number",
+                {"op": op.value, "value": self.value},
+            )
+        return self
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+class Constraint(AttributePredicate):
+    """A hard requirement: machines whose attributes fail it are never chosen."""
+
+
+class Preference(AttributePredicate):
+    """A soft requirement: machines that satisfy it score `weight` more."""
+
+    weight: int = Field(default=1, ge=1)
+
+
+class Spread(TetherModel):
+    """Keep task counts across the domains of `level` within `max_skew` of each other."""
+
+    level: FaultDomain = FaultDomain.MSB
+    max_skew: int = Field(default=1, ge=1)
+
+
+class Affinity(TetherModel):
+    """Place tasks on the same machine/rack as another job's tasks, or (anti) never there."""
+
+    job: JobHandle
+    level: Literal["machine", "rack"] = "machine"
+    anti: bool = False
+
+
+class Placement(TetherModel):
+    """Where a job's tasks may run (hard) and where they had better run (soft)."""
+
+    constraints: list[Constraint] = Field(default_factory=list)
+    hardware_types: NameList = Field(default_factory=list)
+    """Empty means any hardware type."""
+    datacenters: NameList = Field(default_factory=list)
+    """Empty means any datacenter the entitlement allows."""
+    preferences: list[Preference] = Field(default_factory=list)
+    """In decreasing order of importance."""
+    spread: Spread = Field(default_factory=Spread)
+    affinities: list[Affinity] = Field(default_factory=list)
+    gang: bool = False
+    """Place all tasks or none."""
+
+
+class JobKind(enum.StrEnum):
+    """Services run until stopped; batch jobs run to completion."""
+
+    SERVICE = "service"
+    BATCH = "batch"
+
+
+class UpdatePolicy(TetherModel):
+    """How a rolling update proceeds."""
+
+    max_unavailable_percent: int = Field(default=10, ge=1, le=100)
+
+
+class JobSpec(TetherModel):
+    """A job as its owner submits it."""
+
+    name: Name
+    entitlement: Name
+    count: int = Field(ge=1)
+    task: TaskTemplate
+    placement: Placement = Field(default_factory=Placement)
+    priority: int = Field(default=100, ge=0, le=1000)
+    kind: JobKind = JobKind.SERVICE
+    update: UpdatePolicy = Field(default_factory=UpdatePolicy)
+    deadline: Timestamp | None = None
+    """Only for batch jobs."""
+
+    @field_validator("count")
+    @classmethod
+    def _within_region_limit(cls, count: int) -> int:
+        limit = limit_settings().max_tasks_per_job
+        if count > limit:
+            raise PydanticCustomError(
+                "too_many_tasks",
+                "must be at most {limit}, the region's max_tasks_per_job; operators can raise "
+                "it with the TETHER_LIMITS_MAX_TASKS_PER_JOB environment variable",
+                {"limit": limit},
+            )
+        return count
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_only_for_batch(
+        cls, deadline: Timestamp | None, info: ValidationInfo
+    ) -> Timestamp | None:
+        kind = info.data.get("kind")
+        if deadline is not None and kind is not None and kind is not JobKind.BATCH:
+            raise PydanticCustomError(
+                "deadline_not_batch",
+                "only batch jobs may have a deadline, and this job's kind is '{kind}'",
+                {"kind": kind.value},
+            )
+        return deadline
+
+    @property
+    def handle(self) -> str:
+        """`<entitlement>/<name>`."""
+        return f"{self.entitlement}/{self.name}"
+
+
+class Job(TetherModel):
+    """A job as the store keeps it."""
+
+    spec: JobSpec
+    generation: Quantity
+    """Bumped on every change of `spec`; tasks record the generation they run."""
+    created_at: Timestamp
+    updated_at: Timestamp
+    deleting: bool = False
+
+    @property
+    def handle(self) -> str:
+        """`<entitlement>/<name>`."""
+        return self.spec.handle
+
+
+_JOB_HANDLE: TypeAdapter[str] = TypeAdapter(JobHandle)
+
+
+def parse_job_handle(handle: str) -> tuple[str, str]:
+    """Split `<entitlement>/<job>` into its parts; ValueError says what is wrong."""
+    try:
+        _JOB_HANDLE.validate_python(handle)
+    except ValidationError:
+        raise ValueError(f"invalid job handle {handle!r}: {JOB_HANDLE_RULE}") from None
+    entitlement, name = handle.split("/")
+    return entitlement, name

@@ -1,0 +1,37 @@
+"""Machines: one host of the region, its capacity, labels and lifecycle state."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from tether.model.base import AttributeKey, AttributeValue, Name, TetherModel
+from tether.model.resources import Resources
+from tether.model.topology import Topology
+
+
+class MachineState(enum.StrEnum):
+    """Whether a machine takes new tasks (only when up) and runs existing ones."""
+
+    UP = "up"
+    DRAINING = "draining"
+    MAINTENANCE = "maintenance"
+    DOWN = "down"
+
+
+class Machine(TetherModel):
+    """A machine as the resource broker records it."""
+
+    id: Name
+    hostname: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    topology: Topology
+    hardware_type: Name
+    capacity: Resources
+    attributes: dict[AttributeKey, AttributeValue] = Field(default_factory=dict)
+    host_profile_current: Name | None = None
+    host_profile_target: Name | None = None
+    state: MachineState = MachineState.UP
+    entitlement: Name | None = None
+    """The entitlement the machine is assigned to; None is the free pool."""

@@ -1,0 +1,122 @@
+"""Resources: what a task needs and what a machine offers, with exact integer arithmetic."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import Field, field_validator
+
+from tether.model.base import MAX_QUANTITY, Name, Quantity, TetherModel
+
+# Units of the fixed dimensions in messages. Extra resources are labelled "extra/<name>", which
+# cannot collide with these labels since names have no '/'.
+_UNITS: Final = {"cpu": " millicores", "memory": " MiB", "disk": " GiB", "gpus": ""}
+_EXTRA_PREFIX: Final = "extra/"
+
+
+class ResourceOverflow(ValueError):
+    """A sum of resources would exceed MAX_QUANTITY in some dimension."""
+
+    def __init__(self, dimensions: list[str]) -> None:
+        super().__init__(
+            f"resource sum exceeds the maximum quantity {MAX_QUANTITY} in: {', '.join(dimensions)}"
+        )
+        self.dimensions = dimensions
+
+
+class InsufficientResources(ValueError):
+    """Subtracting would leave some dimension negative; `shortfall` says by how much."""
+
+    def __init__(self, dimensions: list[str], shortfall: list[str]) -> None:
+        super().__init__(f"insufficient resources: {'; '.join(shortfall)}")
+        self.dimensions = dimensions
+        self.shortfall = shortfall
+
+
+class Resources(TetherModel):
+    """An amount of every resource dimension; missing extra resources count as 0."""
+
+    cpu: Quantity = 0
+    """Millicores."""
+    memory_mib: Quantity = 0
+    disk_gib: Quantity = 0
+    gpus: Quantity = 0
+    extra: dict[Name, Quantity] = Field(default_factory=dict)
+    """Custom and ephemeral resources (ESCHER), matched by name."""
+
+    @field_validator("extra")
+    @classmethod
+    def _canonical_extra(cls, extra: dict[str, int]) -> dict[str, int]:
+        # An absent key and a zero mean the same; dropping zeros (and sorting) makes equal
+        # amounts compare and serialise equal.
+        return {key: extra[key] for key in sorted(extra) if extra[key]}
+
+    def is_zero(self) -> bool:
+        """Whether every dimension is 0."""
+        return not any(self._amounts().values())
+
+    def fits_in(self, capacity: Resources) -> bool:
+        """Whether `capacity` holds at least this much in every dimension."""
+        return not self._deficits(capacity)
+
+    def shortfall(self, capacity: Resources) -> list[str]:
+        """One line per dimension where this does not fit in `capacity`, e.g.
+        "memory: need 2048 MiB, 1024 free"; empty exactly when `fits_in(capacity)`."""
+        return [
+            f"{label}: need {need}{_UNITS.get(label, '')}, {free} free"
+            for label, need, free in self._deficits(capacity)
+        ]
+
+    def __add__(self, other: Resources) -> Resources:
+        mine, theirs = self._amounts(), other._amounts()
+        total = {label: mine.get(label, 0) + theirs.get(label, 0) for label in mine | theirs}
+        overflowing = [label for label, amount in total.items() if amount > MAX_QUANTITY]
+        if overflowing:
+            raise ResourceOverflow(overflowing)
+        return _from_amounts(total)
+
+    def __sub__(self, other: Resources) -> Resources:
+        deficits = other._deficits(self)
+        if deficits:
+            raise InsufficientResources([label for label, _, _ in deficits], other.shortfall(self))
+        # Every dimension `other` has is also in self, or it would have been a deficit.
+        theirs = other._amounts()
+        return _from_amounts(
+            {label: amount - theirs.get(label, 0) for label, amount in self._amounts().items()}
+        )
+
+    def _amounts(self) -> dict[str, int]:
+        amounts = {
+            "cpu": self.cpu,
+            "memory": self.memory_mib,
+            "disk": self.disk_gib,
+            "gpus": self.gpus,
+        }
+        amounts.update({_EXTRA_PREFIX + key: amount for key, amount in self.extra.items()})
+        return amounts
+
+    def _deficits(self, capacity: Resources) -> list[tuple[str, int, int]]:
+        free = capacity._amounts()
+        return [
+            (label, need, free.get(label, 0))
+            for label, need in self._amounts().items()
+            if need > free.get(label, 0)
+        ]
+
+
+def _from_amounts(amounts: dict[str, int]) -> Resources:
+    return Resources(
+        cpu=amounts["cpu"],
+        memory_mib=amounts["memory"],
+        disk_gib=amounts["disk"],
+        gpus=amounts["gpus"],
+        extra={
+            label.removeprefix(_EXTRA_PREFIX): amount
+            for label, amount in amounts.items()
+            if label.startswith(_EXTRA_PREFIX)
+        },
+    )
+
+
+ZERO: Final = Resources()
+"""No resources at all."""

@@ -1,0 +1,115 @@
+"""Tasks: one instance of a job, its desired and observed state, and the legal state changes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final, Self
+
+from pydantic import model_validator
+from pydantic_core import PydanticCustomError
+
+from tether.model.base import JobHandle, Name, Quantity, TetherModel, Timestamp, Version
+
+
+class TaskState(enum.StrEnum):
+    """The observed state of a task."""
+
+    PENDING = "pending"
+    PLACED = "placed"
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    FAILED = "failed"
+    LOST = "lost"
+    KILLED = "killed"
+
+
+TERMINAL_STATES: Final = frozenset(
+    {TaskState.EXITED, TaskState.FAILED, TaskState.LOST, TaskState.KILLED}
+)
+"""States in which the task's process no longer runs."""
+
+ON_MACHINE_STATES: Final = frozenset({TaskState.PLACED, TaskState.STARTING, TaskState.RUNNING})
+"""States in which the task holds resources on its machine."""
+
+_RESTARTABLE: Final = frozenset({TaskState.PENDING, TaskState.STARTING})
+
+ALLOWED_TRANSITIONS: Final[Mapping[TaskState, frozenset[TaskState]]] = MappingProxyType(
+    {
+        TaskState.PENDING: frozenset({TaskState.PLACED, TaskState.KILLED}),
+        # Back to PENDING when the placement is withdrawn before the agent starts the task.
+        TaskState.PLACED: frozenset(
+            {
+                TaskState.STARTING,
+                TaskState.PENDING,
+                TaskState.FAILED,
+                TaskState.LOST,
+                TaskState.KILLED,
+            }
+        ),
+        TaskState.STARTING: frozenset(
+            {
+                TaskState.RUNNING,
+                TaskState.EXITED,
+                TaskState.FAILED,
+                TaskState.LOST,
+                TaskState.KILLED,
+            }
+        ),
+        TaskState.RUNNING: frozenset(
+            {TaskState.EXITED, TaskState.FAILED, TaskState.LOST, TaskState.KILLED}
+        ),
+        # A finished task is restarted in place (STARTING) or placed anew (PENDING); a lost one
+        # has no machine to restart on.
+        TaskState.EXITED: _RESTARTABLE,
+        TaskState.FAILED: _RESTARTABLE,
+        TaskState.KILLED: _RESTARTABLE,
+        TaskState.LOST: frozenset({TaskState.PENDING}),
+    }
+)
+"""For each state, the states a task may move to next; staying in a state is not a transition."""
+
+
+def can_transition(current: TaskState, new: TaskState) -> bool:
+    """Whether a task in `current` may move to `new`."""
+    return new in ALLOWED_TRANSITIONS[current]
+
+
+class DesiredState(enum.StrEnum):
+    """What the scheduler wants the task to be doing."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class Task(TetherModel):
+    """One task of a job as the store keeps it."""
+
+    job: JobHandle
+    index: Quantity
+    generation: Quantity
+    """The job generation whose spec this task runs."""
+    machine: Name | None = None
+    desired: DesiredState = DesiredState.RUNNING
+    state: TaskState = TaskState.PENDING
+    restarts: Quantity = 0
+    version: Version
+    message: str = ""
+    updated_at: Timestamp
+
+    @model_validator(mode="after")
+    def _on_machine_has_machine(self) -> Self:
+        if self.machine is None and self.state in ON_MACHINE_STATES:
+            raise PydanticCustomError(
+                "task_without_machine",
+                "a task in state '{state}' must name its machine",
+                {"state": self.state.value},
+            )
+        return self
+
+    @property
+    def task_id(self) -> str:
+        """`<entitlement>/<job>/<index>`."""
+        return f"{self.job}/{self.index}"
