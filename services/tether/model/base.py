@@ -47,9 +47,17 @@ def to_json(model: TetherModel) -> bytes:
     return model.__pydantic_serializer__.to_json(model)
 
 
-def from_json(cls: type[M], data: bytes | str) -> M:
-    """Validate JSON `data` as a `cls`; raises pydantic.ValidationError on invalid input."""
-    return cls.model_validate_json(data)
+STORED_CONTEXT = "stored"
+
+
+def from_json(cls: type[M], data: bytes | str, *, stored: bool = False) -> M:
+    """Validate JSON `data` as a `cls`; raises pydantic.ValidationError on invalid input.
+
+    `stored=True` is for records read back from the store: admission rules that an operator may
+    tighten later (the region's task limit) were checked when the record was accepted and are
+    not re-applied, so that existing jobs keep loading.
+    """
+    return cls.model_validate_json(data, context={STORED_CONTEXT: True} if stored else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from tether.config import limit_settings
 from tether.model.base import (
     JOB_HANDLE_RULE,
+    STORED_CONTEXT,
     AttributeKey,
     AttributeValue,
     JobHandle,
@@ -229,7 +230,9 @@ class JobSpec(TetherModel):
 
     @field_validator("count")
     @classmethod
-    def _within_region_limit(cls, count: int) -> int:
+    def _within_region_limit(cls, count: int, info: ValidationInfo) -> int:
+        if info.context and info.context.get(STORED_CONTEXT):
+            return count
         limit = limit_settings().max_tasks_per_job
         if count > limit:
             raise PydanticCustomError(
