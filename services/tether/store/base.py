@@ -191,7 +191,25 @@ class WatchEvent:
         return self.kv.mod_revision
 
 
-class Watch(abc.ABC):
+class _Closable(abc.ABC):
+    """Something to `close()`, usable as `async with`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class Watch(_Closable):
     """A stream of changes under a prefix: one list per revision, in order, each exactly once.
 
     Use as `async with store.watch(prefix, start_revision=r) as watch: async for events in
@@ -219,22 +237,8 @@ class Watch(abc.ABC):
             self._revisions_iterator = self._revisions()
         return await anext(self._revisions_iterator)
 
-    @abc.abstractmethod
-    async def close(self) -> None: ...
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
-class Store(abc.ABC):
+class Store(_Closable):
     """The one async interface to the region's state. Backends: etcd and SQL (SQLite/PostgreSQL)."""
 
     url: str
@@ -312,22 +316,6 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def compact(self, revision: int) -> None:
         """Forgets history before `revision`; watches and reads before it raise CompactedError."""
-
-    # --- lifecycle ---------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 def prefix_end(prefix: str) -> bytes:

@@ -99,19 +99,9 @@ leases_table = sa.Table(
 )
 
 
-def _key_range(prefix: str) -> sa.ColumnElement[bool]:
-    low = prefix.encode()
-    high = prefix_end(prefix)
-    column = kv_table.c.key
-    if high == b"\0":
-        return column >= low
-    return sa.and_(column >= low, column < high)
-
-
-def _event_key_range(prefix: str) -> sa.ColumnElement[bool]:
-    low = prefix.encode()
-    high = prefix_end(prefix)
-    column = events_table.c.key
+def _under(column: sa.ColumnElement[bytes], prefix: str) -> sa.ColumnElement[bool]:
+    """`column` holds a key under `prefix`."""
+    low, high = prefix.encode(), prefix_end(prefix)
     if high == b"\0":
         return column >= low
     return sa.and_(column >= low, column < high)
@@ -338,7 +328,7 @@ class SqlStore(Store):
     def _range_current(
         conn: Connection, prefix: str, start_after: str | None, limit: int
     ) -> list[KeyValue]:
-        query = sa.select(kv_table).where(_key_range(prefix)).order_by(kv_table.c.key)
+        query = sa.select(kv_table).where(_under(kv_table.c.key, prefix)).order_by(kv_table.c.key)
         if start_after is not None:
             query = query.where(kv_table.c.key > start_after.encode())
         if limit:
@@ -351,7 +341,7 @@ class SqlStore(Store):
     ) -> list[KeyValue]:
         e = events_table.c
         latest = sa.select(e.key, sa.func.max(e.revision).label("revision")).where(
-            _event_key_range(prefix), e.revision <= revision
+            _under(events_table.c.key, prefix), e.revision <= revision
         )
         if start_after is not None:
             latest = latest.where(e.key > start_after.encode())
@@ -432,7 +422,10 @@ class SqlStore(Store):
             return PutResult()
         if op.prefix:
             keys = [
-                row.key for row in conn.execute(sa.select(kv_table.c.key).where(_key_range(op.key)))
+                row.key
+                for row in conn.execute(
+                    sa.select(kv_table.c.key).where(_under(kv_table.c.key, op.key))
+                )
             ]
         else:
             keys = [
@@ -563,7 +556,7 @@ class SqlStore(Store):
             e = events_table.c
             query = (
                 sa.select(events_table)
-                .where(e.revision >= start, _event_key_range(prefix))
+                .where(e.revision >= start, _under(events_table.c.key, prefix))
                 .order_by(e.revision, e.sub)
             )
             rows = conn.execute(query.limit(_WATCH_BATCH)).all()
