@@ -184,6 +184,7 @@ class SqlStore(Store):
         self._background: asyncio.Task[None] | None = None
         self._revision_changed = asyncio.Condition()
         self._seen_revision = 0
+        self._active_watches = 0
         self._run_sync(self._create_schema)
 
     # --- plumbing ----------------------------------------------------------------------------
@@ -243,22 +244,26 @@ class SqlStore(Store):
             )
 
     async def _maintain(self) -> None:
-        """Expires leases, compacts old history, and wakes watches when another process writes."""
+        """Expires leases, compacts old history, and, while a watch is open, notices other
+        processes' writes."""
         loop = asyncio.get_running_loop()
         next_reap = 0.0
         while not self._closed:
             try:
-                now = loop.time()
-                if now >= next_reap:
-                    next_reap = now + _REAPER_INTERVAL_S
+                if loop.time() >= next_reap:
+                    next_reap = loop.time() + _REAPER_INTERVAL_S
                     await loop.run_in_executor(self._executor, self._reap_and_compact_sync)
-                revision = await loop.run_in_executor(self._executor, self._current_revision_sync)
-                await self._observe_revision(revision)
+                if self._active_watches:
+                    revision = await loop.run_in_executor(
+                        self._executor, self._current_revision_sync
+                    )
+                    await self._observe_revision(revision)
             except sa.exc.OperationalError as exc:
                 log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
             except RuntimeError:
                 return  # the executor was shut down by close()
-            await asyncio.sleep(self._settings.sql_poll_interval_s)
+            idle = _REAPER_INTERVAL_S if not self._active_watches else 0
+            await asyncio.sleep(idle or self._settings.sql_poll_interval_s)
 
     async def _observe_revision(self, revision: int) -> None:
         if revision > self._seen_revision:
@@ -696,6 +701,15 @@ class _SqlWatch(Watch):
         store = self._store
         if self.next_revision <= 0:
             self.next_revision = await store.revision() + 1
+        store._active_watches += 1
+        try:
+            async for events in self._poll():
+                yield events
+        finally:
+            store._active_watches -= 1
+
+    async def _poll(self) -> AsyncIterator[list[WatchEvent]]:
+        store = self._store
         while not self._closed:
             revisions, read_at = await store._run(
                 functools.partial(store._watch_fetch_sync, self.prefix, self.next_revision)

@@ -407,3 +407,23 @@ async def test_eight_processes_compare_and_swap_without_a_lost_update(store_url:
     assert counter is not None
     assert int(counter.value) == 1600
     assert counter.version == 1600
+
+
+async def test_a_watch_sees_writes_made_by_another_process(store: Store, store_url: str) -> None:
+    start = await store.revision() + 1
+    async with store.watch("/counter", start_revision=start) as watch:
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.support.cas_worker",
+            store_url,
+            "/counter",
+            "25",
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        events = await collect(watch, 25, timeout_s=60)
+        _out, err = await writer.communicate()
+        assert writer.returncode == 0, err.decode()
+    assert [event.kv.value for event in events] == [str(i).encode() for i in range(1, 26)]
