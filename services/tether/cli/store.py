@@ -45,7 +45,7 @@ def status(url: str | None = StoreUrl) -> None:
     """The store's revision and how many keys each part of the keyspace holds."""
 
     async def read(store: Store) -> tuple[int, list[tuple[str, int]]]:
-        counts = [(prefix, len((await store.range(prefix)).kvs)) for prefix in keys.ALL_PREFIXES]
+        counts = [(prefix, await store.count(prefix)) for prefix in keys.ALL_PREFIXES]
         return await store.revision(), counts
 
     revision, counts = _run(url, read)

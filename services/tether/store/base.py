@@ -264,6 +264,10 @@ class Store(_Closable):
         `revision` of the first page, so that every page reads the same snapshot.
         """
 
+    @abc.abstractmethod
+    async def count(self, prefix: str) -> int:
+        """How many keys are under `prefix` now, counted by the store without reading values."""
+
     # --- writes ------------------------------------------------------------------------------
 
     @abc.abstractmethod

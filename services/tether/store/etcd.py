@@ -12,7 +12,8 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -113,6 +114,25 @@ def _translate(exc: grpc.aio.AioRpcError, what: str) -> StoreError:
     return StoreError(f"etcd refused {what}: {details or code.name}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Stubs:
+    """etcd's services on one channel, made once: building stubs per request costs CPU."""
+
+    kv: Any
+    lease: Any
+    watch: Any
+    auth: Any
+
+    @classmethod
+    def on(cls, channel: grpc.aio.Channel) -> _Stubs:
+        return cls(
+            rpc.KVStub(channel),
+            rpc.LeaseStub(channel),
+            rpc.WatchStub(channel),
+            rpc.AuthStub(channel),
+        )
+
+
 class EtcdStore(Store):
     """The store on an etcd v3 cluster."""
 
@@ -122,6 +142,7 @@ class EtcdStore(Store):
         self._endpoints, self._tls = parse_endpoints(url)
         self._tls = self._tls or self._settings.ca_file is not None
         self._channel: grpc.aio.Channel | None = None
+        self._stubs: _Stubs | None = None
         self._metadata: tuple[tuple[str, str], ...] = ()
         self._connect_lock: asyncio.Lock | None = None
         self._watches: set[_EtcdWatch] = set()
@@ -139,13 +160,13 @@ class EtcdStore(Store):
             certificate_chain=read(s.cert_file),
         )
 
-    async def _connect(self) -> grpc.aio.Channel:
-        if self._channel is not None:
-            return self._channel
+    async def _connect(self) -> _Stubs:
+        if self._stubs is not None:
+            return self._stubs
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
-            if self._channel is None:
+            if self._stubs is None:
                 target = await asyncio.to_thread(_grpc_target, self._endpoints)
                 options: list[tuple[str, Any]] = [
                     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
@@ -165,19 +186,19 @@ class EtcdStore(Store):
                 else:
                     channel = grpc.aio.insecure_channel(target, options)
                 self._channel = channel
+                stubs = _Stubs.on(channel)
                 if self._settings.username:
-                    await self._authenticate()
-        assert self._channel is not None
-        return self._channel
+                    await self._authenticate(stubs)
+                self._stubs = stubs
+        assert self._stubs is not None
+        return self._stubs
 
-    async def _authenticate(self) -> None:
+    async def _authenticate(self, stubs: _Stubs) -> None:
         s = self._settings
         if s.password is None:
             raise StoreError("TETHER_STORE_USERNAME is set but TETHER_STORE_PASSWORD is not")
-        assert self._channel is not None
-        stub = rpc.AuthStub(self._channel)
         try:
-            response = await stub.Authenticate(
+            response = await stubs.auth.Authenticate(
                 rpc.AuthenticateRequest(name=s.username, password=s.password.get_secret_value()),
                 timeout=s.timeout_s,
                 wait_for_ready=True,
@@ -186,9 +207,10 @@ class EtcdStore(Store):
             raise _translate(exc, "authentication") from exc
         self._metadata = (("token", response.token),)
 
-    async def _unary(self, stub_class: Callable[[Any], Any], method: str, request: Any) -> Any:
-        channel = await self._connect()
-        call = getattr(stub_class(channel), method)
+    async def _unary(self, service: str, method: str, request: Any) -> Any:
+        """Calls `method` of etcd's `service` ("kv" or "lease"), renewing an expired token once."""
+        stubs = await self._connect()
+        call = getattr(getattr(stubs, service), method)
         for attempt in (1, 2):
             try:
                 return await call(
@@ -202,7 +224,7 @@ class EtcdStore(Store):
                     "invalid auth token" in (exc.details() or "")
                 )
                 if token_expired and attempt == 1 and self._settings.username:
-                    await self._authenticate()
+                    await self._authenticate(stubs)
                     continue
                 raise _translate(exc, f"{method} at {self.url}") from exc
         raise AssertionError("unreachable")
@@ -210,13 +232,11 @@ class EtcdStore(Store):
     # --- reads -------------------------------------------------------------------------------
 
     async def revision(self) -> int:
-        response = await self._unary(
-            rpc.KVStub, "Range", rpc.RangeRequest(key=b"\0", count_only=True)
-        )
+        response = await self._unary("kv", "Range", rpc.RangeRequest(key=b"\0", count_only=True))
         return int(response.header.revision)
 
     async def get(self, key: str) -> KeyValue | None:
-        response = await self._unary(rpc.KVStub, "Range", rpc.RangeRequest(key=key.encode()))
+        response = await self._unary("kv", "Range", rpc.RangeRequest(key=key.encode()))
         return _kv(response.kvs[0]) if response.kvs else None
 
     async def range(
@@ -234,7 +254,7 @@ class EtcdStore(Store):
             key=start, range_end=prefix_end(prefix), limit=limit, revision=revision
         )
         try:
-            response = await self._unary(rpc.KVStub, "Range", request)
+            response = await self._unary("kv", "Range", request)
         except CompactedError as exc:
             raise CompactedError(revision, None) from exc
         return RangeResult(
@@ -242,6 +262,12 @@ class EtcdStore(Store):
             revision or int(response.header.revision),
             bool(response.more),
         )
+
+    async def count(self, prefix: str) -> int:
+        request = rpc.RangeRequest(
+            key=prefix.encode(), range_end=prefix_end(prefix), count_only=True
+        )
+        return int((await self._unary("kv", "Range", request)).count)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -257,7 +283,7 @@ class EtcdStore(Store):
             failure=[_request_op(op) for op in failure],
         )
         try:
-            response = await self._unary(rpc.KVStub, "Txn", request)
+            response = await self._unary("kv", "Txn", request)
         except LeaseNotFound as exc:
             leases = [op.lease for op in (*success, *failure) if isinstance(op, Put) and op.lease]
             raise LeaseNotFound(leases[0] if leases else 0) from exc
@@ -278,14 +304,14 @@ class EtcdStore(Store):
     async def lease_grant(self, ttl_s: int) -> int:
         if ttl_s < 1:
             raise StoreError(f"lease TTL must be at least 1 s, not {ttl_s}")
-        response = await self._unary(rpc.LeaseStub, "LeaseGrant", rpc.LeaseGrantRequest(TTL=ttl_s))
+        response = await self._unary("lease", "LeaseGrant", rpc.LeaseGrantRequest(TTL=ttl_s))
         if response.error:
             raise StoreError(f"etcd refused a lease: {response.error}")
         return int(response.ID)
 
     async def lease_keepalive(self, lease: int) -> int:
-        channel = await self._connect()
-        call = rpc.LeaseStub(channel).LeaseKeepAlive(
+        stubs = await self._connect()
+        call = stubs.lease.LeaseKeepAlive(
             iter([rpc.LeaseKeepAliveRequest(ID=lease)]),
             timeout=self._settings.timeout_s,
             metadata=self._metadata,
@@ -302,7 +328,7 @@ class EtcdStore(Store):
 
     async def lease_revoke(self, lease: int) -> None:
         with contextlib.suppress(LeaseNotFound):
-            await self._unary(rpc.LeaseStub, "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease))
+            await self._unary("lease", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease))
 
     # --- history -----------------------------------------------------------------------------
 
@@ -313,7 +339,7 @@ class EtcdStore(Store):
         # Compacting at or before the current compaction point is a no-op, as in the SQL store.
         with contextlib.suppress(CompactedError):
             await self._unary(
-                rpc.KVStub, "Compact", rpc.CompactionRequest(revision=revision, physical=True)
+                "kv", "Compact", rpc.CompactionRequest(revision=revision, physical=True)
             )
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -324,6 +350,7 @@ class EtcdStore(Store):
         if self._channel is not None:
             await self._channel.close(grace=None)
             self._channel = None
+            self._stubs = None
 
 
 def _kv(kv: Any) -> KeyValue:
@@ -400,8 +427,8 @@ class _EtcdWatch(Watch):
             store._watches.discard(self)
 
     async def _stream(self) -> AsyncIterator[list[WatchEvent]]:
-        channel = await self._store._connect()
-        call = rpc.WatchStub(channel).Watch(metadata=self._store._metadata, wait_for_ready=True)
+        stubs = await self._store._connect()
+        call = stubs.watch.Watch(metadata=self._store._metadata, wait_for_ready=True)
         self._call = call
         try:
             await call.write(

@@ -368,6 +368,14 @@ class SqlStore(Store):
             query = query.limit(limit + 1)
         return [_kv_from_row(row) for row in conn.execute(query)]
 
+    async def count(self, prefix: str) -> int:
+        def read() -> int:
+            with self._read() as conn:
+                query = sa.select(sa.func.count()).where(_under(kv_table.c.key, prefix))
+                return int(conn.execute(query).scalar_one())
+
+        return await self._run(read)
+
     # --- writes ------------------------------------------------------------------------------
 
     async def txn(

@@ -78,6 +78,9 @@ async def test_range_is_ordered_and_bounded_by_the_prefix(store: Store) -> None:
     assert [kv.key for kv in result.kvs] == ["/jobs/a", "/jobs/a/1", "/jobs/b"]
     assert result.revision == await store.revision()
     assert not result.more
+    assert await store.count("/jobs/") == 3
+    assert await store.count("/jobs") == 5
+    assert await store.count("/none/") == 0
 
 
 async def test_range_pages_through_one_snapshot(store: Store) -> None:
