@@ -1,5 +1,6 @@
 """Tether's domain model: the strict, immutable pydantic types every service shares."""
 
+from tether.model.allocation import Allocation, AllocationEntry
 from tether.model.base import (
     JOB_HANDLE_RULE,
     MAX_QUANTITY,
@@ -46,15 +47,26 @@ from tether.model.job import (
 from tether.model.machine import Machine, MachineState
 from tether.model.maintenance import MAX_MAINTENANCE_S, AdvanceNotice, MaintenanceKind
 from tether.model.operation import OperationKind, OperationState, TaskOperation
+from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
+from tether.model.region import (
+    AgentHeartbeat,
+    AllocatorEndpoint,
+    RegionConfig,
+    ShardLeader,
+    shard_for,
+)
 from tether.model.resources import ZERO, InsufficientResources, ResourceOverflow, Resources
 from tether.model.task import (
     ALLOWED_TRANSITIONS,
     ON_MACHINE_STATES,
     TERMINAL_STATES,
+    Assignment,
     DesiredState,
     Task,
     TaskState,
+    TaskStatus,
     can_transition,
+    effective_state,
 )
 from tether.model.topology import FaultDomain, Topology
 
@@ -70,6 +82,11 @@ __all__ = [
     "ZERO",
     "AdvanceNotice",
     "Affinity",
+    "AgentHeartbeat",
+    "Allocation",
+    "AllocationEntry",
+    "AllocatorEndpoint",
+    "Assignment",
     "AttributeKey",
     "AttributePredicate",
     "AttributeValue",
@@ -98,17 +115,22 @@ __all__ = [
     "PositiveSeconds",
     "Preference",
     "Principal",
+    "PrincipalRecord",
     "Quantity",
     "Quota",
+    "RegionConfig",
     "ResourceOverflow",
     "Resources",
     "RestartMode",
     "RestartPolicy",
+    "Role",
     "Seconds",
+    "ShardLeader",
     "Spread",
     "Task",
     "TaskOperation",
     "TaskState",
+    "TaskStatus",
     "TaskTemplate",
     "TetherModel",
     "TextRule",
@@ -117,8 +139,12 @@ __all__ = [
     "UpdatePolicy",
     "Version",
     "can_transition",
+    "effective_state",
     "from_json",
+    "new_token",
     "no_duplicates",
     "parse_job_handle",
+    "shard_for",
     "to_json",
+    "token_digest",
 ]

@@ -11,6 +11,7 @@ from pydantic import model_validator
 from pydantic_core import PydanticCustomError
 
 from tether.model.base import JobHandle, Name, Quantity, TetherModel, Timestamp, Version
+from tether.model.job import TaskTemplate
 
 
 class TaskState(enum.StrEnum):
@@ -91,6 +92,10 @@ class Task(TetherModel):
     index: Quantity
     generation: Quantity
     """The job generation whose spec this task runs."""
+    attempt: Quantity = 0
+    """Bumped by the scheduler every time it starts a new incarnation of the task (a placement or
+    a restart). Agents report status per attempt and kill processes of any older attempt: this is
+    the fencing token between the scheduler and the agents."""
     machine: Name | None = None
     desired: DesiredState = DesiredState.RUNNING
     state: TaskState = TaskState.PENDING
@@ -108,6 +113,66 @@ class Task(TetherModel):
                 {"state": self.state.value},
             )
         return self
+
+    @property
+    def task_id(self) -> str:
+        """`<entitlement>/<job>/<index>`."""
+        return f"{self.job}/{self.index}"
+
+
+class TaskStatus(TetherModel):
+    """What the agent on the task's machine observed, for one attempt of the task.
+
+    Agents are the only writers of status records; the scheduler owns `Task`. A status whose
+    `attempt` is older than the task's describes a previous incarnation and is ignored.
+    """
+
+    job: JobHandle
+    index: Quantity
+    machine: Name
+    attempt: Quantity
+    state: TaskState
+    pid: int | None = None
+    exit_code: int | None = None
+    """The process's exit code; negative when a signal killed it (-9 for SIGKILL)."""
+    message: str = ""
+    limits: str = ""
+    """How the agent enforces the task's resource limits, e.g. "cgroup-v2", "rlimit"."""
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+    updated_at: Timestamp
+
+    @property
+    def task_id(self) -> str:
+        """`<entitlement>/<job>/<index>`."""
+        return f"{self.job}/{self.index}"
+
+
+def effective_state(task: Task, status: TaskStatus | None) -> TaskState:
+    """The state to show and act on: the agent's report when it is about the current attempt
+    on the current machine, else the scheduler's own record."""
+    if (
+        status is not None
+        and status.attempt == task.attempt
+        and status.machine == task.machine
+        and task.state is not TaskState.LOST
+    ):
+        return status.state
+    return task.state
+
+
+class Assignment(TetherModel):
+    """A task incarnation the scheduler gave to one machine: everything its agent needs to run it.
+
+    Kept under the machine's own prefix, so that an agent watches only its own work.
+    """
+
+    job: JobHandle
+    index: Quantity
+    attempt: Quantity
+    generation: Quantity
+    desired: DesiredState = DesiredState.RUNNING
+    template: TaskTemplate
 
     @property
     def task_id(self) -> str:

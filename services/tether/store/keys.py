@@ -9,27 +9,29 @@ from __future__ import annotations
 ROOT = "/tether/v1/"
 
 MACHINES = ROOT + "machines/"  # machine id -> Machine (inventory: topology, capacity, labels)
-MACHINE_STATE = ROOT + "machine-state/"  # machine id -> health and drain state
-HEARTBEATS = ROOT + "heartbeats/"  # machine id -> agent heartbeat, bound to the agent's lease
-ALLOCATIONS = ROOT + "allocations/"  # machine id -> tasks placed there (unit of OCC)
+HEARTBEATS = ROOT + "heartbeats/"  # machine id -> AgentHeartbeat, bound to the agent's lease
+ALLOCATIONS = ROOT + "allocations/"  # machine id -> Allocation (unit of OCC)
+ASSIGNMENTS = ROOT + "assignments/"  # <machine>/<entitlement>/<job>/<index> -> Assignment
 ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
 IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
 TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placement)
-TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> observed status from agents
+TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
 OPERATIONS = ROOT + "operations/"  # <entitlement>/<job>/<operation id> -> TaskOperation
 CONTROLLERS = ROOT + "taskcontrollers/"  # registration id -> TaskController registration
 MAINTENANCE = ROOT + "maintenance/"  # notice id -> AdvanceNotice
 SHARD_MAP = ROOT + "shards/map/"  # entitlement name -> shard id
-SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> leader identity, bound to its lease
-PRINCIPALS = ROOT + "principals/"  # sha256(token) -> principal and roles
+SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> ShardLeader, bound to its lease
+ALLOCATORS = ROOT + "allocators/"  # replica id -> AllocatorEndpoint, bound to its lease
+REGION = ROOT + "region/"  # "config" -> RegionConfig
+PRINCIPALS = ROOT + "principals/"  # sha256(token) -> PrincipalRecord
 
 ALL_PREFIXES: tuple[str, ...] = (
     MACHINES,
-    MACHINE_STATE,
     HEARTBEATS,
     ALLOCATIONS,
+    ASSIGNMENTS,
     ENTITLEMENTS,
     HOST_PROFILES,
     JOBS,
@@ -41,6 +43,8 @@ ALL_PREFIXES: tuple[str, ...] = (
     MAINTENANCE,
     SHARD_MAP,
     SHARD_LEADERS,
+    ALLOCATORS,
+    REGION,
     PRINCIPALS,
 )
 
@@ -56,16 +60,21 @@ def machine(machine_id: str) -> str:
     return _join(MACHINES, machine_id)
 
 
-def machine_state(machine_id: str) -> str:
-    return _join(MACHINE_STATE, machine_id)
-
-
 def heartbeat(machine_id: str) -> str:
     return _join(HEARTBEATS, machine_id)
 
 
 def allocation(machine_id: str) -> str:
     return _join(ALLOCATIONS, machine_id)
+
+
+def assignment(machine_id: str, entitlement_name: str, job_name: str, index: int) -> str:
+    return _join(ASSIGNMENTS, machine_id, entitlement_name, job_name, str(index))
+
+
+def assignments_of(machine_id: str) -> str:
+    """The prefix of every task assignment of one machine."""
+    return _join(ASSIGNMENTS, machine_id) + "/"
 
 
 def entitlement(name: str) -> str:
@@ -102,6 +111,17 @@ def task_status(entitlement_name: str, job_name: str, index: int) -> str:
     return _join(TASK_STATUS, entitlement_name, job_name, str(index))
 
 
+def statuses_of(entitlement_name: str, job_name: str) -> str:
+    """The prefix of every task status of one job."""
+    return _join(TASK_STATUS, entitlement_name, job_name) + "/"
+
+
+def task_of_key(key: str) -> tuple[str, str, int]:
+    """(entitlement, job, index) from a task, task-status or assignment key."""
+    entitlement_name, job_name, index = key.rsplit("/", 3)[-3:]
+    return entitlement_name, job_name, int(index)
+
+
 def operation(entitlement_name: str, job_name: str, operation_id: str) -> str:
     return _join(OPERATIONS, entitlement_name, job_name, operation_id)
 
@@ -120,6 +140,14 @@ def shard_assignment(entitlement_name: str) -> str:
 
 def shard_leader(shard_id: str) -> str:
     return _join(SHARD_LEADERS, shard_id)
+
+
+def allocator(replica_id: str) -> str:
+    return _join(ALLOCATORS, replica_id)
+
+
+def region_config() -> str:
+    return REGION + "config"
 
 
 def principal(token_digest: str) -> str:

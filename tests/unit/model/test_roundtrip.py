@@ -18,6 +18,11 @@ from tether.model import (
     ON_MACHINE_STATES,
     AdvanceNotice,
     Affinity,
+    AgentHeartbeat,
+    Allocation,
+    AllocationEntry,
+    AllocatorEndpoint,
+    Assignment,
     AttributePredicate,
     Constraint,
     ConstraintOp,
@@ -35,14 +40,19 @@ from tether.model import (
     OperationState,
     Placement,
     Preference,
+    PrincipalRecord,
     Quota,
+    RegionConfig,
     Resources,
     RestartMode,
     RestartPolicy,
+    Role,
+    ShardLeader,
     Spread,
     Task,
     TaskOperation,
     TaskState,
+    TaskStatus,
     TaskTemplate,
     TetherModel,
     Topology,
@@ -227,6 +237,7 @@ def tasks(draw: st.DrawFn) -> Task:
         machine=draw(names if on_machine else st.none() | names),
         desired=draw(st.sampled_from(DesiredState)),
         state=state,
+        attempt=draw(quantities),
         restarts=draw(quantities),
         version=draw(versions),
         message=draw(st.text(max_size=40)),
@@ -262,6 +273,68 @@ advance_notices = st.builds(
     reason=st.text(max_size=40),
 )
 
+task_statuses = st.builds(
+    TaskStatus,
+    job=handles,
+    index=quantities,
+    machine=names,
+    attempt=quantities,
+    state=st.sampled_from(TaskState),
+    pid=st.none() | st.integers(1, 2**22),
+    exit_code=st.none() | st.integers(-64, 255),
+    message=st.text(max_size=40),
+    limits=st.sampled_from(["", "cgroup-v2", "rlimit"]),
+    started_at=st.none() | timestamps,
+    finished_at=st.none() | timestamps,
+    updated_at=timestamps,
+)
+
+assignments = st.builds(
+    Assignment,
+    job=handles,
+    index=quantities,
+    attempt=quantities,
+    generation=quantities,
+    desired=st.sampled_from(DesiredState),
+    template=task_templates,
+)
+
+allocation_entries = st.builds(AllocationEntry, job=handles, index=quantities, resources=resources)
+allocations = st.builds(
+    Allocation,
+    machine=names,
+    tasks=st.lists(allocation_entries, max_size=3).map(
+        lambda entries: {entry.task_id: entry for entry in entries}
+    ),
+)
+principal_records = st.builds(
+    PrincipalRecord, name=principals, roles=unique_lists(st.sampled_from(Role))
+)
+region_configs = st.builds(
+    RegionConfig, name=names, shards=unique_lists(names, min_size=1), created_at=timestamps
+)
+shard_leaders = st.builds(
+    ShardLeader,
+    shard=names,
+    identity=st.text(min_size=1, max_size=40),
+    pid=st.integers(1, 2**22),
+    since=timestamps,
+)
+allocator_endpoints = st.builds(
+    AllocatorEndpoint,
+    id=st.text(min_size=1, max_size=20),
+    address=st.text(min_size=1, max_size=40),
+    pid=st.integers(1, 2**22),
+    since=timestamps,
+)
+agent_heartbeats = st.builds(
+    AgentHeartbeat,
+    machine=machines,
+    address=st.text(min_size=1, max_size=40),
+    pid=st.integers(1, 2**22),
+    started_at=timestamps,
+)
+
 STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     Resources: resources,
     Topology: topologies,
@@ -283,6 +356,15 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     Task: tasks(),
     TaskOperation: task_operations(),
     AdvanceNotice: advance_notices,
+    TaskStatus: task_statuses,
+    Assignment: assignments,
+    AllocationEntry: allocation_entries,
+    Allocation: allocations,
+    PrincipalRecord: principal_records,
+    RegionConfig: region_configs,
+    ShardLeader: shard_leaders,
+    AllocatorEndpoint: allocator_endpoints,
+    AgentHeartbeat: agent_heartbeats,
 }
 
 

@@ -1,0 +1,41 @@
+"""Principals: who a bearer token belongs to, and what the region lets them do."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from tether.model.base import TetherModel, no_duplicates
+from tether.model.entitlement import Principal
+
+
+class Role(enum.StrEnum):
+    """Region-wide roles. Entitlement membership is kept on the entitlement, not here."""
+
+    ADMIN = "admin"
+
+
+class PrincipalRecord(TetherModel):
+    """The identity behind one token; the store keeps it under the token's SHA-256 digest."""
+
+    name: Principal
+    roles: Annotated[list[Role], AfterValidator(no_duplicates)] = Field(default_factory=list)
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether the principal may use admin endpoints and see every entitlement."""
+        return Role.ADMIN in self.roles
+
+
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """The hex SHA-256 of a token: tokens themselves are never stored."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,60 @@
+"""Region-wide records: the region's shards, and who is alive (scheduler leaders, allocators,
+agents)."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from tether.model.base import Name, NonEmptyStr, TetherModel, Timestamp, no_duplicates
+from tether.model.machine import Machine
+
+
+class RegionConfig(TetherModel):
+    """Written once when a region is created (`tether up` does it)."""
+
+    name: Name
+    shards: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(min_length=1)
+    """Scheduler shard ids; every entitlement belongs to exactly one."""
+    created_at: Timestamp
+
+
+def shard_for(entitlement: str, shards: list[str]) -> str:
+    """The shard a new entitlement starts on: a stable hash, so every frontend agrees."""
+    return shards[zlib.crc32(entitlement.encode()) % len(shards)]
+
+
+class ShardLeader(TetherModel):
+    """The scheduler replica leading a shard; the key lives on that replica's lease."""
+
+    shard: Name
+    identity: NonEmptyStr
+    """`<hostname>:<pid>:<random>`, unique per process lifetime."""
+    pid: int
+    since: Timestamp
+
+
+class AllocatorEndpoint(TetherModel):
+    """A live allocator replica and where its gRPC server listens; on the replica's lease."""
+
+    id: NonEmptyStr
+    address: NonEmptyStr
+    """`host:port` for a gRPC channel."""
+    pid: int
+    since: Timestamp
+
+
+class AgentHeartbeat(TetherModel):
+    """An agent's announcement of its machine; the key lives on the agent's lease.
+
+    The resource broker of the machine's datacenter copies `machine` into the inventory; the
+    health checker marks the machine down when the key has been gone for the grace period.
+    """
+
+    machine: Machine
+    address: NonEmptyStr
+    """Base URL of the agent's read-only HTTP endpoint (task logs), e.g. http://127.0.0.1:7001."""
+    pid: int
+    started_at: Timestamp
