@@ -34,14 +34,20 @@ class EtcdServer:
     """One etcd member on 127.0.0.1. `restart()` keeps its ports and data."""
 
     def __init__(
-        self, data_dir: Path | None = None, name: str = "tether", *, on_tmpfs: bool = False
+        self,
+        data_dir: Path | None = None,
+        name: str = "tether",
+        *,
+        on_tmpfs: bool = False,
+        client_port: int | None = None,
+        peer_port: int | None = None,
     ) -> None:
         shm = Path("/dev/shm")
         parent = shm if on_tmpfs and shm.is_dir() else None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="tether-etcd-", dir=parent))
         self.name = name
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.client_port = client_port or free_port()
+        self.peer_port = peer_port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
 

@@ -1,0 +1,228 @@
+"""`tether up` and `tether down`: run a whole region on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tether.model import Resources
+from tether.region.bootstrap import BootstrapResult, bootstrap_region
+from tether.region.plan import SHARDS, RegionOptions, default_entitlement, region_processes
+from tether.region.supervisor import (
+    RegionError,
+    Supervisor,
+    port_is_free,
+    process_alive,
+    read_state,
+    tail,
+    wait_until_ready,
+    write_state,
+)
+from tether.service import connect_store
+from tether.store.etcd_server import EtcdServer
+
+console = Console(stderr=True)
+
+STATE_FILE = "region.json"
+
+
+class _Stop(Exception):
+    """SIGTERM arrived: stop the region like Ctrl-C does."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def up(
+    state_dir: Annotated[
+        Path, typer.Option("--dir", help="Where the region keeps its store, logs and token.")
+    ] = Path(".tether"),
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Use this store instead of the embedded SQLite file, e.g. etcd://127.0.0.1:2379.",
+        ),
+    ] = None,
+    etcd: Annotated[
+        bool, typer.Option("--etcd", help="Start a local etcd server (data in DIR/etcd).")
+    ] = False,
+    agents: Annotated[int, typer.Option(min=1, max=64, help="Local agents (machines).")] = 4,
+    agent_cpu: Annotated[int, typer.Option(min=1, help="Millicores each agent offers.")] = 4000,
+    agent_memory_mib: Annotated[int, typer.Option(min=1, help="MiB each agent offers.")] = 4096,
+    host: Annotated[str, typer.Option(help="Address of the REST API.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the REST API.")] = 8080,
+    ready_timeout_s: Annotated[
+        float, typer.Option(min=1, help="Give up if the region is not ready in this time.")
+    ] = 120.0,
+    log_level: Annotated[str, typer.Option(help="Log level of every service.")] = "INFO",
+) -> None:
+    """Start a whole region on this machine and run it until Ctrl-C.
+
+    Starts each service as its own process (2 allocators, a broker per datacenter, the health
+    checker, 2 scheduler shards with a leader and a standby each, the agents, the frontend),
+    each logging to DIR/logs/. Running it again with the same DIR resumes the region: jobs come
+    back and running tasks are re-adopted. Ctrl-C stops every service; task processes keep
+    running until the next `tether up` adopts them (`tether down --tasks` stops them too).
+    """
+    if store and etcd:
+        _fail("--store and --etcd exclude each other: use an existing etcd, or start one")
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    state_path = state_dir / STATE_FILE
+    previous = read_state(state_path)
+    if previous and isinstance(pid := previous.get("pid"), int) and process_alive(pid):
+        _fail(f"a region is already running from {state_dir} (pid {pid}); stop it: tether down")
+    if not port_is_free(host, port):
+        _fail(f"port {port} on {host} is in use; choose another with --port")
+
+    etcd_server = _start_etcd(state_dir) if etcd else None
+    store_url = etcd_server.url if etcd_server else store or f"sqlite:///{state_dir / 'store.db'}"
+    options = RegionOptions(
+        state_dir=state_dir,
+        store_url=store_url,
+        agents=agents,
+        agent_capacity=Resources(cpu=agent_cpu, memory_mib=agent_memory_mib, disk_gib=20),
+        host=host,
+        port=port,
+        log_level=log_level,
+    )
+    supervisor = Supervisor(options, env={**os.environ, "TETHER_STORE": store_url})
+    signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        result = asyncio.run(_bootstrap(options))
+        console.print(
+            f"{'Created' if result.created else 'Resuming'} region [bold]{result.config.name}"
+            f"[/] in {state_dir} (store {store_url})"
+        )
+        supervisor.start(region_processes(options))
+        write_state(
+            state_path,
+            {
+                "pid": os.getpid(),
+                "url": options.url,
+                "docs_url": options.url + "/docs",
+                "admin_token_file": str(options.admin_token_file),
+                "store": store_url,
+                "logs": str(options.log_dir),
+                "started_at": datetime.now(UTC).isoformat(),
+                "processes": {r.spec.name: r.process.pid for r in supervisor.processes},
+            },
+        )
+        token = options.admin_token_file.read_text().strip()
+        with console.status("starting the region") as status:
+            wait_until_ready(
+                options,
+                token,
+                timeout_s=ready_timeout_s,
+                progress=lambda text: status.update(text),
+                alive=lambda: _check_alive(supervisor),
+            )
+        _print_ready(options, supervisor)
+        while True:
+            for ended in supervisor.exited():
+                console.print(
+                    f"[red]{ended.spec.name} exited with code {ended.process.returncode}[/]"
+                    f" (not restarted; log: {ended.log_path})"
+                )
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _Stop):
+        console.print("stopping the region…")
+    except RegionError as error:
+        console.print(f"[red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        supervisor.stop()
+        if etcd_server:
+            etcd_server.stop()
+        state_path.unlink(missing_ok=True)
+    console.print(
+        "Stopped every service. Task processes keep running; the next `tether up` re-adopts "
+        "them, `tether down --tasks` stops them."
+    )
+
+
+async def _bootstrap(options: RegionOptions) -> BootstrapResult:
+    async with connect_store(options.store_url) as store:
+        return await bootstrap_region(
+            store,
+            name=options.region_name,
+            shards=list(SHARDS),
+            admin_token_file=options.admin_token_file,
+            default_entitlement=default_entitlement(options),
+        )
+
+
+def _start_etcd(state_dir: Path) -> EtcdServer:
+    # The same ports each time, so that a resumed region's etcd keeps its advertised URLs.
+    ports_file = state_dir / "etcd.json"
+    saved = read_state(ports_file) or {}
+    client_port, peer_port = saved.get("client_port"), saved.get("peer_port")
+    server = EtcdServer(
+        data_dir=state_dir / "etcd",
+        client_port=client_port if isinstance(client_port, int) else None,
+        peer_port=peer_port if isinstance(peer_port, int) else None,
+    )
+    server.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        server.start()
+    except RuntimeError as error:
+        _fail(f"could not start etcd: {error}")
+    write_state(ports_file, {"client_port": server.client_port, "peer_port": server.peer_port})
+    return server
+
+
+def _check_alive(supervisor: Supervisor) -> None:
+    for ended in supervisor.exited():
+        raise RegionError(
+            f"{ended.spec.name} exited with code {ended.process.returncode} while starting; "
+            f"its log ({ended.log_path}) ends with:\n{tail(ended.log_path)}"
+        )
+
+
+def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
+    console.print(
+        f"[green]Region ready[/]: {len(supervisor.processes)} processes, logs in {options.log_dir}"
+    )
+    console.print(f"  REST API     {options.url}")
+    console.print(f"  API docs     {options.url}/docs")
+    console.print(f"  admin token  {options.admin_token_file}")
+    console.print("  try          tether job submit examples/hello.yaml --wait")
+    console.print("Press Ctrl-C to stop.")
+
+
+def down(
+    state_dir: Annotated[
+        Path, typer.Option("--dir", help="The region's directory, as given to tether up.")
+    ] = Path(".tether"),
+    tasks: Annotated[
+        bool, typer.Option("--tasks", help="Also stop every task process of the region.")
+    ] = False,
+) -> None:
+    """Stop a region started with `tether up` (from another terminal)."""
+    state = read_state(state_dir.resolve() / STATE_FILE)
+    pid = state.get("pid") if state else None
+    if isinstance(pid, int) and process_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        with console.status(f"stopping the region (pid {pid})"):
+            while process_alive(pid):
+                time.sleep(0.2)
+        console.print("Stopped the region's services.")
+    else:
+        console.print(f"No region is running from {state_dir}.")
+    if tasks:
+        _fail("--tasks is not available yet")
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/] {message}")
+    raise typer.Exit(2)

@@ -1,0 +1,157 @@
+"""What a local region consists of: the processes to start and the machines the agents play."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.model import Entitlement, Quota, Resources
+
+DATACENTERS = ("dc1", "dc2")
+MSBS_PER_DC = 2
+RACKS_PER_MSB = 2
+SHARDS = ("shard-0", "shard-1")
+REPLICAS_PER_SHARD = 2
+ALLOCATORS = 2
+HARDWARE_TYPE = "local"
+DEFAULT_ENTITLEMENT = "default"
+
+
+@dataclass(frozen=True)
+class RegionOptions:
+    """Everything `tether up` was asked for."""
+
+    state_dir: Path
+    store_url: str
+    agents: int = 4
+    agent_capacity: Resources = field(
+        default_factory=lambda: Resources(cpu=4000, memory_mib=4096, disk_gib=20)
+    )
+    host: str = "127.0.0.1"
+    port: int = 8080
+    region_name: str = "local"
+    log_level: str = "INFO"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.state_dir / "admin.token"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class AgentPlacement:
+    """Where one local agent's machine sits in the simulated topology."""
+
+    machine_id: str
+    dc: str
+    msb: str
+    rack: str
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One service process of the region."""
+
+    name: str
+    """Unique within the region; also the log file's name."""
+    role: str
+    args: list[str]
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "tether.cli.main", *self.args]
+
+
+def agent_placements(count: int) -> list[AgentPlacement]:
+    """Spreads `count` machines round-robin over DCs, then MSBs, then racks.
+
+    Consecutive machines land in different DCs and MSBs, so even four agents cover every MSB
+    and a small job's tasks can be spread over fault domains.
+    """
+    placements = []
+    for i in range(count):
+        dc = DATACENTERS[i % len(DATACENTERS)]
+        msb = (i // len(DATACENTERS)) % MSBS_PER_DC + 1
+        rack = (i // (len(DATACENTERS) * MSBS_PER_DC)) % RACKS_PER_MSB + 1
+        placements.append(AgentPlacement(f"m{i + 1:02d}", dc, f"msb{msb}", f"r{rack}"))
+    return placements
+
+
+def default_entitlement(options: RegionOptions) -> Entitlement:
+    """The entitlement the README's tour uses: the admin's, as big as the local agents."""
+    capacity = options.agent_capacity
+    total = Resources(
+        cpu=capacity.cpu * options.agents,
+        memory_mib=capacity.memory_mib * options.agents,
+        disk_gib=capacity.disk_gib * options.agents,
+        gpus=capacity.gpus * options.agents,
+    )
+    return Entitlement(name=DEFAULT_ENTITLEMENT, quota=Quota(resources=total), members=["admin"])
+
+
+def region_processes(options: RegionOptions) -> list[ProcessSpec]:
+    """Every service process, in start order: allocators and schedulers before the agents
+    need them, the frontend last (it answers /readyz once the region is usable)."""
+    common = ["--log-level", options.log_level]
+    specs = [
+        ProcessSpec(f"allocator-{i}", "allocator", ["allocator", "--id", f"allocator-{i}", *common])
+        for i in range(ALLOCATORS)
+    ]
+    specs += [
+        ProcessSpec(f"broker-{dc}", "broker", ["broker", "--dc", dc, *common]) for dc in DATACENTERS
+    ]
+    specs.append(ProcessSpec("health", "health", ["health", *common]))
+    specs += [
+        ProcessSpec(
+            f"scheduler-{shard}-{replica}", "scheduler", ["scheduler", "--shard", shard, *common]
+        )
+        for shard in SHARDS
+        for replica in "ab"[:REPLICAS_PER_SHARD]
+    ]
+    capacity = options.agent_capacity
+    for placement in agent_placements(options.agents):
+        specs.append(
+            ProcessSpec(
+                f"agent-{placement.machine_id}",
+                "agent",
+                [
+                    "agent",
+                    "--machine-id",
+                    placement.machine_id,
+                    "--region",
+                    options.region_name,
+                    "--dc",
+                    placement.dc,
+                    "--msb",
+                    placement.msb,
+                    "--rack",
+                    placement.rack,
+                    "--hardware-type",
+                    HARDWARE_TYPE,
+                    "--cpu",
+                    str(capacity.cpu),
+                    "--memory-mib",
+                    str(capacity.memory_mib),
+                    "--disk-gib",
+                    str(capacity.disk_gib),
+                    "--work-dir",
+                    str(options.state_dir / "agents" / placement.machine_id),
+                    *common,
+                ],
+            )
+        )
+    specs.append(
+        ProcessSpec(
+            "frontend",
+            "frontend",
+            ["frontend", "--host", options.host, "--port", str(options.port), *common],
+        )
+    )
+    return specs

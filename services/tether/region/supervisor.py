@@ -1,0 +1,187 @@
+"""Starts, watches and stops the processes of a local region."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tether.region.plan import SHARDS, ProcessSpec, RegionOptions
+
+_log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 15.0
+
+# Stop order: nothing may judge machines while their agents shut down (health first), and
+# agents go last so that tasks are watched for as long as possible.
+_STOP_ORDER = ("frontend", "health", "scheduler", "allocator", "broker", "agent")
+
+
+class RegionError(Exception):
+    """The region cannot start or stop; the message says why and what to do."""
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the supervisor dies without stopping its
+    # children (SIGKILL), the kernel sends them SIGTERM, so no service outlives the region.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+@dataclass
+class RunningProcess:
+    spec: ProcessSpec
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    reported_exit: bool = False
+
+
+class Supervisor:
+    """Owns the region's service processes: one per `ProcessSpec`, each logging to its file."""
+
+    def __init__(self, options: RegionOptions, env: dict[str, str]) -> None:
+        self.options = options
+        self._env = env
+        self.processes: list[RunningProcess] = []
+
+    def start(self, specs: list[ProcessSpec]) -> None:
+        self.options.log_dir.mkdir(parents=True, exist_ok=True)
+        for spec in specs:
+            log_path = self.options.log_dir / f"{spec.name}.log"
+            with log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    spec.argv(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self._env,
+                    # Own session: Ctrl-C reaches only the supervisor, which stops the
+                    # services in order instead of all at once.
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            self.processes.append(RunningProcess(spec, process, log_path))
+
+    def exited(self) -> list[RunningProcess]:
+        """Processes that ended since the last call (each reported once)."""
+        ended = []
+        for running in self.processes:
+            if not running.reported_exit and running.process.poll() is not None:
+                running.reported_exit = True
+                ended.append(running)
+        return ended
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM by role in `_STOP_ORDER`, waiting for each role; SIGKILL what lingers."""
+        for role in _STOP_ORDER:
+            group = [r for r in self.processes if r.spec.role == role and r.process.poll() is None]
+            for running in group:
+                running.process.terminate()
+            deadline = time.monotonic() + timeout_s
+            for running in group:
+                try:
+                    running.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _log.warning("%s did not stop in %ss; killing it", running.spec.name, timeout_s)
+                    running.process.kill()
+                    running.process.wait()
+
+
+def wait_until_ready(
+    options: RegionOptions,
+    token: str,
+    *,
+    timeout_s: float,
+    progress: Callable[[str], None],
+    alive: Callable[[], None],
+) -> None:
+    """Returns once the frontend answers, every agent's machine is up and every shard has a
+    leader. `alive` raises when a service died meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {token}"}
+    waiting_for = "the frontend"
+    with httpx.Client(base_url=options.url, headers=headers, timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            alive()
+            try:
+                waiting_for = _not_ready_yet(client, options.agents)
+            except httpx.HTTPError:
+                waiting_for = "the frontend"
+            if not waiting_for:
+                return
+            progress(f"waiting for {waiting_for}")
+            time.sleep(0.25)
+    raise RegionError(
+        f"the region was not ready after {timeout_s:.0f} s (still waiting for {waiting_for}); "
+        f"see the logs in {options.log_dir}"
+    )
+
+
+def _not_ready_yet(client: httpx.Client, agents: int) -> str:
+    if client.get("/readyz").status_code != 200:
+        return "the frontend"
+    machines = client.get("/v1/machines").json()["machines"]
+    up = sum(1 for m in machines if m["state"] == "up" and m["heartbeat"])
+    if up < agents:
+        return f"machines: {up} of {agents} up"
+    region = client.get("/v1/region").json()
+    leaders = sum(1 for shard in region["shards"] if shard["leader"])
+    if leaders < len(SHARDS):
+        return f"scheduler leaders: {leaders} of {len(SHARDS)} shards"
+    if not region["allocators"]:
+        return "an allocator"
+    return ""
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_state(path: Path, state: dict[str, object]) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2) + "\n")
+    temporary.replace(path)
+
+
+def read_state(path: Path) -> dict[str, object] | None:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - 8192))
+            return "\n".join(file.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
