@@ -53,7 +53,7 @@ class Resources(TetherModel):
 
     def is_zero(self) -> bool:
         """Whether every dimension is 0."""
-        return not any(self._amounts().values())
+        return not any(self.amounts().values())
 
     def fits_in(self, capacity: Resources) -> bool:
         """Whether `capacity` holds at least this much in every dimension."""
@@ -63,12 +63,12 @@ class Resources(TetherModel):
         """One line per dimension where this does not fit in `capacity`, e.g.
         "memory: need 2048 MiB, 1024 free"; empty exactly when `fits_in(capacity)`."""
         return [
-            f"{label}: need {need}{_UNITS.get(label, '')}, {free} free"
+            f"{label}: need {quantity_text(label, need)}, {free} free"
             for label, need, free in self._deficits(capacity)
         ]
 
     def __add__(self, other: Resources) -> Resources:
-        mine, theirs = self._amounts(), other._amounts()
+        mine, theirs = self.amounts(), other.amounts()
         total = {label: mine.get(label, 0) + theirs.get(label, 0) for label in mine | theirs}
         overflowing = [label for label, amount in total.items() if amount > MAX_QUANTITY]
         if overflowing:
@@ -80,12 +80,13 @@ class Resources(TetherModel):
         if deficits:
             raise InsufficientResources([label for label, _, _ in deficits], other.shortfall(self))
         # Every dimension `other` has is also in self, or it would have been a deficit.
-        theirs = other._amounts()
+        theirs = other.amounts()
         return _from_amounts(
-            {label: amount - theirs.get(label, 0) for label, amount in self._amounts().items()}
+            {label: amount - theirs.get(label, 0) for label, amount in self.amounts().items()}
         )
 
-    def _amounts(self) -> dict[str, int]:
+    def amounts(self) -> dict[str, int]:
+        """Every dimension by label: "cpu", "memory", "disk", "gpus" and "extra/<name>"."""
         amounts = {
             "cpu": self.cpu,
             "memory": self.memory_mib,
@@ -96,12 +97,17 @@ class Resources(TetherModel):
         return amounts
 
     def _deficits(self, capacity: Resources) -> list[tuple[str, int, int]]:
-        free = capacity._amounts()
+        free = capacity.amounts()
         return [
             (label, need, free.get(label, 0))
-            for label, need in self._amounts().items()
+            for label, need in self.amounts().items()
             if need > free.get(label, 0)
         ]
+
+
+def quantity_text(label: str, amount: int) -> str:
+    """An amount of the dimension `label` with its unit, e.g. "2048 MiB" for memory."""
+    return f"{amount}{_UNITS.get(label, '')}"
 
 
 def _from_amounts(amounts: dict[str, int]) -> Resources:
