@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from tether import __version__
+from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
 
 app = typer.Typer(
@@ -14,6 +15,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(store_commands.app, name="store")
+app.add_typer(jobs.app, name="job")
+app.add_typer(tasks.app, name="task")
+app.add_typer(machines.app, name="machine")
+app.command("status")(status.status)
 
 
 @app.command()

@@ -1,0 +1,108 @@
+"""What the user verbs share: the client options, error reporting, argument checks, polling."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from tether.model import parse_job_handle
+from tether.sdk import ClientSettings, TetherAPIError, TetherClient, TetherError
+
+UrlOption = typer.Option(
+    None,
+    "--url",
+    envvar="TETHER_URL",
+    help="Base URL of a Tether frontend.",
+    show_default="the url in .tether/region.json, else http://127.0.0.1:8080",
+)
+TokenOption = typer.Option(
+    None,
+    "--token",
+    envvar="TETHER_TOKEN",
+    help="Bearer token to act with.",
+    show_default="the local region's admin token (.tether/admin.token)",
+)
+
+
+def _no_transport() -> httpx.BaseTransport | None:
+    return None
+
+
+make_transport = _no_transport
+"""Builds the HTTP transport of every client the verbs create; None is httpx's own. Tests
+replace it with one returning an httpx.MockTransport."""
+
+
+def out() -> Console:
+    """A console on stdout, made per use so it follows the current stdout and COLUMNS."""
+    return Console(highlight=False)
+
+
+def err() -> Console:
+    """A console on stderr for errors and progress, keeping stdout for results."""
+    return Console(stderr=True, highlight=False)
+
+
+def fail(message: str, details: Iterable[str] = ()) -> NoReturn:
+    """Print a red one-line error (and indented details) on stderr and exit with status 1."""
+    console = err()
+    # soft_wrap: one line per message, however narrow the terminal, so it greps well.
+    console.print(Text(f"error: {message}", style="red"), soft_wrap=True)
+    for detail in details:
+        console.print(Text(f"  {detail}"), soft_wrap=True)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def client(url: str | None, token: str | None) -> Iterator[TetherClient]:
+    """A client from --url/--token (else TETHER_URL/TETHER_TOKEN, else the local region); any
+    API or connection error inside the block ends the command through `fail`."""
+    overrides: dict[str, Any] = {
+        name: value for name, value in (("url", url), ("token", token)) if value
+    }
+    settings = ClientSettings(**overrides)
+    try:
+        with TetherClient.from_settings(settings, transport=make_transport()) as tether:
+            yield tether
+    except TetherAPIError as exc:
+        fail(str(exc), (f"{error.loc}: {error.msg}" for error in exc.errors))
+    except TetherError as exc:
+        fail(str(exc))
+
+
+def check_handle(handle: str) -> str:
+    """Typer callback: refuse a malformed job handle before any request."""
+    try:
+        parse_job_handle(handle)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return handle
+
+
+HandleArgument = typer.Argument(
+    ..., callback=check_handle, help="The job's handle: <entitlement>/<job>.", show_default=False
+)
+
+
+def poll(interval_s: float, timeout_s: float) -> Iterator[float]:
+    """Yield the seconds left now and then every `interval_s` until `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        yield left
+        if left <= 0:
+            return
+        time.sleep(min(interval_s, max(left, 0.0)))
+
+
+def counts(by_state: dict[str, int]) -> str:
+    """`running=3 pending=1`: a state -> count map, biggest first."""
+    ordered = sorted(by_state.items(), key=lambda item: (-item[1], item[0]))
+    return " ".join(f"{state}={count}" for state, count in ordered if count) or "-"

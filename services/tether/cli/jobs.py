@@ -1,0 +1,208 @@
+"""`tether job ...`: submit, list, show, scale and delete jobs through the REST API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tether.cli.common import (
+    HandleArgument,
+    TokenOption,
+    UrlOption,
+    client,
+    counts,
+    err,
+    fail,
+    out,
+    poll,
+)
+from tether.sdk import JSON, RUNNING, YAML, JobView, TaskView, TetherAPIError, TetherClient
+
+app = typer.Typer(help="Submit, inspect, scale and delete jobs.", no_args_is_help=True)
+
+WAIT_POLL_S = 0.5
+"""How often `--wait` asks the frontend again."""
+CONTENT_TYPES = {".yaml": YAML, ".yml": YAML, ".json": JSON}
+
+TimeoutOption = typer.Option(
+    120.0, "--timeout", min=0, help="With --wait: give up (exit 1) after this many seconds."
+)
+
+
+@app.command()
+def submit(
+    file: Path = typer.Argument(
+        ...,
+        exists=True,
+        dir_okay=False,
+        readable=True,
+        help="The JobSpec: YAML (.yaml, .yml) or JSON (.json).",
+        show_default=False,
+    ),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="Submitting again with the same key and spec returns the same job, not a new one.",
+    ),
+    wait: bool = typer.Option(False, "--wait", help="Wait until every task is running."),
+    timeout: float = TimeoutOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Submit a job and print its handle (<entitlement>/<job>)."""
+    content_type = CONTENT_TYPES.get(file.suffix.lower())
+    if content_type is None:
+        fail(f"cannot tell the format of {file}: name it *.yaml, *.yml or *.json")
+    try:
+        spec = file.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}")
+    with client(url, token) as tether:
+        job = tether.submit_job(spec, content_type, idempotency_key)
+        out().print(job.handle)
+        if wait:
+            _wait_running(tether, job, timeout)
+
+
+def _wait_running(tether: TetherClient, job: JobView, timeout_s: float) -> None:
+    tasks: list[TaskView] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TextColumn("running"), TimeElapsedColumn(), console=err()) as bar:
+        progress = bar.add_task(job.handle, total=job.count)
+        for _ in poll(WAIT_POLL_S, timeout_s):
+            tasks = [task for task in tether.list_tasks(job.handle) if task.index < job.count]
+            running = sum(task.state == RUNNING for task in tasks)
+            bar.update(progress, completed=running)
+            if running >= job.count:
+                return
+    by_index = {task.index: task for task in tasks}
+    waiting = [
+        _describe(by_index[index]) if index in by_index else f"task {index}: not created yet"
+        for index in range(job.count)
+        if index not in by_index or by_index[index].state != RUNNING
+    ]
+    fail(
+        f"{job.handle}: {job.count - len(waiting)} of {job.count} tasks running after "
+        f"{timeout_s:g} s",
+        waiting,
+    )
+
+
+def _describe(task: TaskView) -> str:
+    where = f" on {task.machine}" if task.machine else ""
+    why = f": {task.message}" if task.message else ""
+    return f"task {task.index}: {task.state}{where}{why}"
+
+
+@app.command("ls")
+def list_jobs(
+    entitlement: str | None = typer.Option(
+        None, "--entitlement", "-e", help="Only jobs of this entitlement."
+    ),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """List the jobs you can see."""
+    with client(url, token) as tether:
+        jobs = tether.list_jobs(entitlement)
+    if not jobs:
+        out().print("no jobs")
+        return
+    table = Table("handle", "count", "running", "generation", "tasks", "deleting")
+    for job in jobs:
+        table.add_row(
+            job.handle,
+            str(job.count),
+            str(job.running),
+            str(job.generation),
+            counts(job.tasks),
+            "yes" if job.deleting else "",
+        )
+    out().print(table)
+
+
+@app.command()
+def show(
+    handle: str = HandleArgument, url: str | None = UrlOption, token: str | None = TokenOption
+) -> None:
+    """Show one job and its tasks."""
+    with client(url, token) as tether:
+        job = tether.get_job(handle)
+        tasks = tether.list_tasks(handle)
+    template = job.spec.get("task", {})
+    fields = Table.grid(padding=(0, 2))
+    for name, value in (
+        ("handle", job.handle),
+        ("package", f"{template.get('package', '?')} {template.get('version', '')}".strip()),
+        ("command", " ".join([template.get("command", "?"), *template.get("args", [])])),
+        ("kind", job.spec.get("kind", "service")),
+        ("count", f"{job.count} ({job.running} running)"),
+        ("tasks", counts(job.tasks)),
+        ("generation", str(job.generation)),
+        ("deleting", "yes" if job.deleting else "no"),
+        ("created", f"{job.created_at:%Y-%m-%d %H:%M:%S}" if job.created_at else "-"),
+        ("updated", f"{job.updated_at:%Y-%m-%d %H:%M:%S}" if job.updated_at else "-"),
+    ):
+        fields.add_row(f"[bold]{name}[/bold]", str(value))
+    table = Table("index", "state", "machine", "pid", "restarts", "attempt", "message")
+    for task in sorted(tasks, key=lambda task: task.index):
+        table.add_row(
+            str(task.index),
+            task.state,
+            task.machine or "-",
+            str(task.pid) if task.pid is not None else "-",
+            str(task.restarts),
+            str(task.attempt),
+            task.message or "",
+        )
+    console = out()
+    console.print(fields)
+    console.print(table)
+
+
+@app.command()
+def scale(
+    handle: str = HandleArgument,
+    count: int = typer.Argument(..., min=1, help="The new number of tasks.", show_default=False),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Change a job's task count."""
+    with client(url, token) as tether:
+        job = tether.scale_job(handle, count)
+    out().print(f"{job.handle}: count {job.count}, generation {job.generation}")
+
+
+@app.command("rm")
+def remove(
+    handle: str = HandleArgument,
+    wait: bool = typer.Option(False, "--wait", help="Wait until the job is gone."),
+    timeout: float = TimeoutOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Delete a job: its tasks are stopped, then the job disappears."""
+    with client(url, token) as tether:
+        tether.delete_job(handle)
+        if not wait:
+            out().print(f"deleting {handle}")
+            return
+        with err().status(f"deleting {handle}: stopping its tasks"):
+            for _ in poll(WAIT_POLL_S, timeout):
+                if _gone(tether, handle):
+                    out().print(f"deleted {handle}")
+                    return
+    fail(f"{handle} still exists after {timeout:g} s; its tasks may still be stopping")
+
+
+def _gone(tether: TetherClient, handle: str) -> bool:
+    try:
+        tether.get_job(handle)
+    except TetherAPIError as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False

@@ -1,0 +1,39 @@
+"""Tether's Python SDK: a typed client of the frontend's REST API."""
+
+from tether.sdk.client import JSON, YAML, LogStream, TetherClient
+from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError, TetherError
+from tether.sdk.settings import ClientSettings
+from tether.sdk.views import (
+    RUNNING,
+    AllocatorView,
+    JobView,
+    MachineView,
+    PrincipalToken,
+    RegionView,
+    ResourcesView,
+    ShardView,
+    TaskView,
+    TopologyView,
+)
+
+__all__ = [
+    "JSON",
+    "RUNNING",
+    "YAML",
+    "AllocatorView",
+    "ClientSettings",
+    "FieldError",
+    "JobView",
+    "LogStream",
+    "MachineView",
+    "PrincipalToken",
+    "RegionView",
+    "ResourcesView",
+    "ShardView",
+    "TaskView",
+    "TetherAPIError",
+    "TetherClient",
+    "TetherConnectionError",
+    "TetherError",
+    "TopologyView",
+]

@@ -1,0 +1,242 @@
+"""A synchronous client of the frontend's REST API (docs/protocol.md, "The frontend's REST API")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+import httpx
+from pydantic import ValidationError
+
+from tether import __version__
+from tether.model import parse_job_handle
+from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError
+from tether.sdk.settings import ClientSettings
+from tether.sdk.views import (
+    JobView,
+    MachineView,
+    PrincipalToken,
+    RegionView,
+    TaskView,
+    View,
+)
+
+JSON = "application/json"
+YAML = "application/yaml"
+PROBLEM = "application/problem+json"
+
+LogStream = Literal["stdout", "stderr"]
+V = TypeVar("V", bound=View)
+
+
+class TetherClient:
+    """Calls one frontend; every method raises TetherAPIError or TetherConnectionError.
+
+    Job handles are `<entitlement>/<job>` and are checked (ValueError) before any request.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        headers = {"User-Agent": f"tether-sdk/{__version__}", "Accept": f"{JSON}, {PROBLEM}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: ClientSettings | None = None, *, transport: httpx.BaseTransport | None = None
+    ) -> Self:
+        """A client for the configured region (TETHER_URL, TETHER_TOKEN, `.tether/region.json`)."""
+        settings = settings or ClientSettings()
+        token = settings.token.get_secret_value() if settings.token else None
+        return cls(settings.url, token, timeout_s=settings.timeout_s, transport=transport)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Jobs
+
+    def submit_job(
+        self,
+        spec: str | bytes | Mapping[str, Any],
+        content_type: str = JSON,
+        idempotency_key: str | None = None,
+    ) -> JobView:
+        """Submit a JobSpec: a mapping (sent as JSON) or its JSON/YAML text in `content_type`."""
+        body: str | bytes
+        if isinstance(spec, Mapping):
+            body, content_type = json.dumps(spec), JSON
+        else:
+            body = spec
+        headers = {"Content-Type": content_type}
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        return _view(JobView, self._request("POST", "/v1/jobs", content=body, headers=headers))
+
+    def list_jobs(self, entitlement: str | None = None) -> list[JobView]:
+        """Jobs the principal can see, optionally of one entitlement."""
+        params = {"entitlement": entitlement} if entitlement else None
+        return _views(JobView, self._request("GET", "/v1/jobs", params=params), "jobs")
+
+    def get_job(self, handle: str) -> JobView:
+        """One job with its task counts by state."""
+        return _view(JobView, self._request("GET", _job_path(handle)))
+
+    def scale_job(self, handle: str, count: int) -> JobView:
+        """Change the job's task count; the frontend bumps its generation."""
+        response = self._request("POST", f"{_job_path(handle)}/scale", json={"count": count})
+        return _view(JobView, response)
+
+    def delete_job(self, handle: str) -> None:
+        """Start deleting the job; it disappears once the scheduler has stopped every task."""
+        self._request("DELETE", _job_path(handle))
+
+    def list_tasks(self, handle: str) -> list[TaskView]:
+        """Every task of the job with its effective state."""
+        return _views(TaskView, self._request("GET", f"{_job_path(handle)}/tasks"), "tasks")
+
+    def task_logs(
+        self, handle: str, index: int, stream: LogStream = "stdout", tail_bytes: int = 65536
+    ) -> bytes:
+        """The last `tail_bytes` bytes of a task's stdout or stderr, as its agent has them."""
+        response = self._request(
+            "GET",
+            f"{_job_path(handle)}/tasks/{index}/logs",
+            params={"stream": stream, "tail_bytes": tail_bytes},
+        )
+        return response.content
+
+    # Region
+
+    def list_machines(self) -> list[MachineView]:
+        """Machines with their state, capacity, allocated and free resources."""
+        return _views(MachineView, self._request("GET", "/v1/machines"), "machines")
+
+    def region(self) -> RegionView:
+        """Shard leaders, allocators, machines, jobs and tasks by state."""
+        return _view(RegionView, self._request("GET", "/v1/region"))
+
+    # Entitlements and principals
+
+    def list_entitlements(self) -> list[dict[str, Any]]:
+        """Entitlements the principal belongs to (all of them for admins)."""
+        response = self._request("GET", "/v1/entitlements")
+        entitlements = _json(response)
+        if isinstance(entitlements, dict):
+            entitlements = entitlements.get("entitlements")
+        if not isinstance(entitlements, list):
+            raise _unexpected(response.status_code, "a list of entitlements")
+        return entitlements
+
+    def create_entitlement(self, entitlement: Mapping[str, Any]) -> dict[str, Any]:
+        """Admin: create an entitlement (an `Entitlement` body); the frontend assigns a shard."""
+        response = self._request("POST", "/v1/entitlements", json=dict(entitlement))
+        created = _json(response)
+        if not isinstance(created, dict):
+            raise _unexpected(response.status_code, "an entitlement object")
+        return created
+
+    def create_principal(self, name: str, roles: list[str]) -> PrincipalToken:
+        """Admin: create a principal; the answer holds its token, shown only this once."""
+        response = self._request("POST", "/admin/principals", json={"name": name, "roles": roles})
+        return _view(PrincipalToken, response)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise TetherConnectionError(self.url, str(exc) or type(exc).__name__) from exc
+        if response.is_error:
+            raise problem_error(response)
+        return response
+
+
+def _job_path(handle: str) -> str:
+    entitlement, name = parse_job_handle(handle)
+    return f"/v1/jobs/{entitlement}/{name}"
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise _unexpected(response.status_code, "JSON", response.text) from None
+
+
+def _view(view: type[V], response: httpx.Response) -> V:
+    try:
+        return view.model_validate(_json(response))
+    except ValidationError as exc:
+        raise _unexpected(response.status_code, f"a {view.__name__}", str(exc)) from None
+
+
+def _views(view: type[V], response: httpx.Response, key: str) -> list[V]:
+    body = _json(response)
+    items = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise _unexpected(response.status_code, f'an object with a "{key}" list')
+    try:
+        return [view.model_validate(item) for item in items]
+    except ValidationError as exc:
+        raise _unexpected(response.status_code, f"a list of {view.__name__}", str(exc)) from None
+
+
+def _unexpected(status: int, wanted: str, got: str = "") -> TetherAPIError:
+    detail = f"expected {wanted} from the frontend" + (f": {got[:300]}" if got else "")
+    return TetherAPIError(status, "Unexpected response", detail)
+
+
+def problem_error(response: httpx.Response) -> TetherAPIError:
+    """The TetherAPIError an error response describes, read from its problem+json body when it
+    has one; other bodies (a proxy's HTML page, FastAPI's `{"detail": ...}`) still give a
+    readable message."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return TetherAPIError(response.status_code, response.reason_phrase, response.text[:300])
+    title = body.get("title")
+    detail = body.get("detail")
+    return TetherAPIError(
+        response.status_code,
+        title if isinstance(title, str) and title else response.reason_phrase,
+        detail if isinstance(detail, str) else json.dumps(detail) if detail else "",
+        _field_errors(body.get("errors")),
+    )
+
+
+def _field_errors(errors: Any) -> list[FieldError]:
+    if not isinstance(errors, list):
+        return []
+    fields = []
+    for error in errors:
+        if not isinstance(error, dict):
+            continue
+        loc = error.get("loc", "")
+        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else str(loc)
+        fields.append(FieldError(where, str(error.get("msg", ""))))
+    return fields

@@ -1,0 +1,126 @@
+"""What the REST API returns, as typed read-only views that ignore fields they do not know."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RUNNING = "running"
+"""The task state a started process reports; `tether job submit --wait` waits for it."""
+
+
+class View(BaseModel):
+    """A response object: unknown fields are ignored so newer frontends stay readable."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ResourcesView(View):
+    """An amount of resources: cpu in millicores, memory in MiB, disk in GiB."""
+
+    cpu: int = 0
+    memory_mib: int = 0
+    disk_gib: int = 0
+    gpus: int = 0
+    extra: dict[str, int] = Field(default_factory=dict)
+
+
+class JobView(View):
+    """A job: its spec, generation, and how many of its tasks are in each state."""
+
+    handle: str
+    entitlement: str = ""
+    name: str = ""
+    count: int = 0
+    generation: int = 0
+    deleting: bool = False
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    spec: dict[str, Any] = Field(default_factory=dict)
+    tasks: dict[str, int] = Field(default_factory=dict)
+    """Task count by effective state."""
+    running: int = 0
+
+
+class TaskView(View):
+    """One task with its effective state."""
+
+    task_id: str = ""
+    index: int
+    state: str
+    desired: str = ""
+    machine: str | None = None
+    attempt: int = 0
+    restarts: int = 0
+    generation: int = 0
+    pid: int | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    started_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class TopologyView(View):
+    """Where a machine sits."""
+
+    region: str = ""
+    dc: str = ""
+    msb: str = ""
+    rack: str = ""
+
+
+class MachineView(View):
+    """A machine with its capacity, what its tasks hold, and whether its agent is alive."""
+
+    id: str
+    hostname: str = ""
+    topology: TopologyView = Field(default_factory=TopologyView)
+    hardware_type: str = ""
+    state: str = ""
+    entitlement: str | None = None
+    capacity: ResourcesView = Field(default_factory=ResourcesView)
+    allocated: ResourcesView = Field(default_factory=ResourcesView)
+    free: ResourcesView = Field(default_factory=ResourcesView)
+    tasks: int = 0
+    heartbeat: bool = False
+
+
+class ShardView(View):
+    """A scheduler shard, its current leader (if any) and its entitlements."""
+
+    shard: str
+    leader: str | None = None
+    leader_since: datetime | None = None
+    entitlements: list[str] = Field(default_factory=list)
+
+
+class AllocatorView(View):
+    """A live allocator replica."""
+
+    id: str
+    address: str = ""
+    pid: int | None = None
+    since: datetime | None = None
+
+
+class RegionView(View):
+    """The region at a glance."""
+
+    name: str = ""
+    shards: list[ShardView] = Field(default_factory=list)
+    allocators: list[AllocatorView] = Field(default_factory=list)
+    machines: dict[str, int] = Field(default_factory=dict)
+    """Machine count: `total`, `up`, `down`, ..."""
+    jobs: int = 0
+    tasks: dict[str, int] = Field(default_factory=dict)
+    """Task count by effective state."""
+
+
+class PrincipalToken(View):
+    """A new principal and its token, which the API shows only once."""
+
+    name: str
+    roles: list[str] = Field(default_factory=list)
+    token: str

@@ -1,0 +1,105 @@
+"""The verbs' shared behaviour: where the client points, and how errors are shown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.unit.cli.conftest import FakeAPI, problem, run
+
+
+def test_settings_come_from_the_local_region_file(api: FakeAPI, tmp_path: Path) -> None:
+    token_file = tmp_path / "secrets" / "admin.token"
+    token_file.parent.mkdir()
+    token_file.write_text("region-admin\n")
+    (tmp_path / ".tether").mkdir()
+    (tmp_path / ".tether" / "region.json").write_text(
+        json.dumps({"url": "http://127.0.0.1:18080", "admin_token_file": str(token_file)})
+    )
+    api.on("GET", "/v1/jobs", httpx.Response(200, json={"jobs": []}))
+    result = run("job", "ls", env={"TETHER_URL": None, "TETHER_TOKEN": None})
+    assert result.exit_code == 0, result.output
+    [request] = api.requests
+    assert str(request.url) == "http://127.0.0.1:18080/v1/jobs"
+    assert request.headers["Authorization"] == "Bearer region-admin"
+
+
+def test_options_beat_the_environment(api: FakeAPI) -> None:
+    api.on("GET", "/v1/jobs", httpx.Response(200, json={"jobs": []}))
+    result = run("job", "ls", "--url", "http://flag.test:1234", "--token", "flag-token")
+    assert result.exit_code == 0, result.output
+    [request] = api.requests
+    assert request.url.host == "flag.test"
+    assert request.headers["Authorization"] == "Bearer flag-token"
+
+
+def test_a_problem_is_one_red_line_plus_field_errors(api: FakeAPI, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: web\n")
+    errors = [{"loc": ["body", "count"], "msg": "field required"}]
+    api.on(
+        "POST", "/v1/jobs", problem(422, "Invalid job spec", "1 validation error", errors=errors)
+    )
+    result = run("job", "submit", str(spec))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: 422 Invalid job spec: 1 validation error",
+        "  body.count: field required",
+    ]
+    assert "Traceback" not in result.output
+
+
+def test_an_unreachable_frontend_names_the_url(
+    monkeypatch: pytest.MonkeyPatch, api: FakeAPI
+) -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("Connection refused")
+
+    api.on("GET", "/v1/machines", refuse)
+    result = run("machine", "ls", "--url", "http://down.test:8080")
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: cannot reach the Tether frontend at http://down.test:8080")
+    assert "scripts/up" in line
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("job", "show", "no-slash"),
+        ("job", "scale", "Team/Web", "3"),
+        ("job", "rm", "a/b/c"),
+        ("task", "logs", "team-a/web"),
+        ("task", "logs", "team-a/web/-1"),
+        ("task", "logs", "bad_ent/web/0"),
+    ],
+)
+def test_malformed_handles_are_refused_before_any_request(
+    api: FakeAPI, args: tuple[str, ...]
+) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "invalid" in result.stderr
+    assert api.requests == []
+
+
+def test_every_verb_has_url_and_token_options() -> None:
+    for verb in (
+        ("job", "submit"),
+        ("job", "ls"),
+        ("job", "show"),
+        ("job", "scale"),
+        ("job", "rm"),
+        ("task", "logs"),
+        ("machine", "ls"),
+        ("status",),
+    ):
+        result = run(*verb, "--help")
+        assert result.exit_code == 0, verb
+        for text in ("--url", "--token", "TETHER_URL", "TETHER_TOKEN"):
+            assert text in result.stdout, verb

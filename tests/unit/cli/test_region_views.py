@@ -1,0 +1,97 @@
+"""`tether machine ls` and `tether status` against a fake REST API."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.unit.cli.conftest import FakeAPI, run, table_rows
+
+
+def machine(id_: str, state: str, heartbeat: bool, cpu: int, memory: int) -> dict[str, object]:
+    return {
+        "id": id_,
+        "hostname": id_,
+        "topology": {"region": "local", "dc": "dc1", "msb": "msb2", "rack": "r3"},
+        "hardware_type": "std",
+        "state": state,
+        "entitlement": None,
+        "capacity": {"cpu": 4000, "memory_mib": 4096, "disk_gib": 20, "gpus": 0, "extra": {}},
+        "allocated": {"cpu": cpu, "memory_mib": memory, "disk_gib": 0, "gpus": 0, "extra": {}},
+        "free": {"cpu": 4000 - cpu, "memory_mib": 4096 - memory, "disk_gib": 20},
+        "tasks": cpu // 500,
+        "heartbeat": heartbeat,
+    }
+
+
+def test_machine_ls(api: FakeAPI) -> None:
+    machines = [machine("m-2", "down", False, 0, 0), machine("m-1", "up", True, 1500, 1024)]
+    api.on("GET", "/v1/machines", httpx.Response(200, json={"machines": machines}))
+    result = run("machine", "ls")
+    assert result.exit_code == 0, result.output
+    assert table_rows(result.stdout) == [
+        [
+            "id",
+            "dc/msb/rack",
+            "state",
+            "tasks",
+            "cpu used/total",
+            "memory MiB used/total",
+            "heartbeat",
+        ],
+        ["m-1", "dc1/msb2/r3", "up", "3", "1.5/4", "1024/4096", "yes"],
+        ["m-2", "dc1/msb2/r3", "down", "0", "0/4", "0/4096", "no"],
+    ]
+
+
+def test_machine_ls_without_machines(api: FakeAPI) -> None:
+    api.on("GET", "/v1/machines", httpx.Response(200, json={"machines": []}))
+    result = run("machine", "ls")
+    assert (result.exit_code, result.stdout) == (0, "no machines\n")
+
+
+def test_status(api: FakeAPI) -> None:
+    region = {
+        "name": "local",
+        "shards": [
+            {
+                "shard": "shard-0",
+                "leader": "host:11:aa",
+                "leader_since": "2025-01-02T03:04:05Z",
+                "entitlements": ["default", "team-a"],
+            },
+            {"shard": "shard-1", "leader": None, "leader_since": None, "entitlements": []},
+        ],
+        "allocators": [
+            {
+                "id": "allocator-0",
+                "address": "127.0.0.1:7100",
+                "pid": 12,
+                "since": "2025-01-02T03:04:00Z",
+            }
+        ],
+        "machines": {"total": 4, "up": 3, "down": 1},
+        "jobs": 2,
+        "tasks": {"running": 5, "pending": 1},
+    }
+    api.on("GET", "/v1/region", httpx.Response(200, json=region))
+    result = run("status")
+    assert result.exit_code == 0, result.output
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert ["region", "local"] in lines
+    assert ["machines", "4", "(up=3", "down=1)"] in lines
+    assert ["jobs", "2"] in lines
+    assert ["tasks", "running=5", "pending=1"] in lines
+    rows = table_rows(result.stdout)
+    assert ["shard-0", "host:11:aa", "2025-01-02 03:04:05", "default, team-a"] in rows
+    assert ["shard-1", "none", "-", "-"] in rows
+    assert ["allocator-0", "127.0.0.1:7100", "12", "2025-01-02 03:04:00"] in rows
+
+
+def test_status_without_allocators(api: FakeAPI) -> None:
+    api.on(
+        "GET", "/v1/region", httpx.Response(200, json={"name": "local", "machines": {"total": 0}})
+    )
+    result = run("status")
+    assert result.exit_code == 0, result.output
+    assert "no allocator is running" in result.stdout
+    assert ["machines", "0", "(-)"] in [line.split() for line in result.stdout.splitlines()]

@@ -1,0 +1,70 @@
+"""Client settings: TETHER_URL/TETHER_TOKEN, else the local region's `.tether/region.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tether.sdk import ClientSettings
+from tether.sdk.settings import DEFAULT_URL
+
+
+@pytest.fixture(autouse=True)
+def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in ("TETHER_URL", "TETHER_TOKEN", "TETHER_CLIENT_URL", "TETHER_CLIENT_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def write_region(root: Path, **info: object) -> None:
+    (root / ".tether").mkdir(exist_ok=True)
+    (root / ".tether" / "region.json").write_text(json.dumps(info))
+
+
+def test_without_a_local_region_the_defaults_apply() -> None:
+    settings = ClientSettings()
+    assert settings.url == DEFAULT_URL == "http://127.0.0.1:8080"
+    assert settings.token is None
+
+
+def test_the_region_file_names_the_url_and_the_token_file(empty_dir: Path) -> None:
+    token_file = empty_dir / "elsewhere" / "admin.token"
+    token_file.parent.mkdir()
+    token_file.write_text("from-region-file\n")
+    write_region(empty_dir, url="http://127.0.0.1:18080", admin_token_file=str(token_file))
+    settings = ClientSettings()
+    assert settings.url == "http://127.0.0.1:18080"
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == "from-region-file"
+
+
+def test_the_admin_token_file_is_the_fallback(empty_dir: Path) -> None:
+    write_region(empty_dir, url="http://127.0.0.1:18080")
+    (empty_dir / ".tether" / "admin.token").write_text("  fallback \n")
+    settings = ClientSettings()
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == "fallback"
+
+
+def test_environment_beats_the_region_file(
+    empty_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_region(empty_dir, url="http://127.0.0.1:18080")
+    (empty_dir / ".tether" / "admin.token").write_text("file-token")
+    monkeypatch.setenv("TETHER_URL", "http://env.test")
+    monkeypatch.setenv("TETHER_TOKEN", "env-token")
+    settings = ClientSettings()
+    assert settings.url == "http://env.test"
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == "env-token"
+
+
+def test_an_unreadable_region_file_is_ignored(empty_dir: Path) -> None:
+    (empty_dir / ".tether").mkdir()
+    (empty_dir / ".tether" / "region.json").write_text("{not json")
+    assert ClientSettings().url == DEFAULT_URL
+    (empty_dir / ".tether" / "region.json").write_text('["a list"]')
+    assert ClientSettings().url == DEFAULT_URL
