@@ -1,0 +1,162 @@
+"""A typed client of the allocator replicas registered under `allocators/`, with failover."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import grpc
+from pydantic import ValidationError
+
+from tether.model import AllocatorEndpoint, from_json
+from tether.proto.allocator.v1 import allocator_pb2, allocator_pb2_grpc
+from tether.store import Store, keys
+from tether.store.mirror import PrefixMirror
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Codes after which another replica may well succeed; anything else is the request's fault.
+_FAILOVER_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class AllocatorError(Exception):
+    """An allocator refused a request; the message says why."""
+
+
+class AllocatorUnavailable(AllocatorError):
+    """No live allocator replica answered; retry later."""
+
+
+class StaleGeneration(AllocatorError):
+    """FAILED_PRECONDITION: the store holds another generation of the job than the request."""
+
+
+class JobNotFound(AllocatorError):
+    """NOT_FOUND: the allocator does not know the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceResult:
+    """Where tasks were placed (index -> machine) and why the others were not (index -> reason)."""
+
+    placements: dict[int, str]
+    unplaced: dict[int, str]
+
+
+class Allocator(Protocol):
+    """What the scheduler needs from the allocator; tests substitute their own."""
+
+    async def place(
+        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+    ) -> PlaceResult: ...
+
+    async def release(self, job_handle: str, indexes: Sequence[int]) -> int: ...
+
+
+class AllocatorClient:
+    """Calls any live allocator replica, trying the next one on UNAVAILABLE or a timeout."""
+
+    def __init__(self, store: Store, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._mirror = PrefixMirror(store, keys.ALLOCATORS, self._endpoints_changed)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        # Spreads calls over the replicas instead of sending everything to the first one.
+        self._turn = itertools.count()
+
+    async def start(self) -> None:
+        await self._mirror.start()
+
+    async def stop(self) -> None:
+        await self._mirror.stop()
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+
+    async def place(
+        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+    ) -> PlaceResult:
+        request = allocator_pb2.PlaceRequest(
+            job_handle=job_handle,
+            task_indexes=list(indexes),
+            job_generation=generation,
+            request_id=request_id,
+        )
+        response = await self._call(
+            lambda stub: stub.Place(request, timeout=self._timeout_s), "Place", job_handle
+        )
+        return PlaceResult(
+            placements={p.task_index: p.machine_id for p in response.placements},
+            unplaced={u.task_index: u.reason for u in response.unplaced},
+        )
+
+    async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
+        request = allocator_pb2.ReleaseRequest(job_handle=job_handle, task_indexes=list(indexes))
+        response = await self._call(
+            lambda stub: stub.Release(request, timeout=self._timeout_s), "Release", job_handle
+        )
+        return response.released
+
+    async def _call(
+        self,
+        call: Callable[[allocator_pb2_grpc.AllocatorAsyncStub], Awaitable[T]],
+        method: str,
+        job_handle: str,
+    ) -> T:
+        endpoints = self._live_endpoints()
+        if not endpoints:
+            raise AllocatorUnavailable(
+                f"no allocator replica is registered under {keys.ALLOCATORS}"
+            )
+        start = next(self._turn) % len(endpoints)
+        failures: list[str] = []
+        for endpoint in endpoints[start:] + endpoints[:start]:
+            stub = allocator_pb2_grpc.AllocatorStub(self._channel(endpoint))
+            try:
+                return await call(stub)
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+                if code in _FAILOVER_CODES:
+                    _log.info("allocator %s: %s failed: %s", endpoint.id, method, error.details())
+                    failures.append(f"{endpoint.id}: {code.name} {error.details()}")
+                    continue
+                raise _domain_error(method, job_handle, error) from None
+        raise AllocatorUnavailable(f"{method} {job_handle}: every allocator failed: {failures}")
+
+    def _live_endpoints(self) -> list[AllocatorEndpoint]:
+        endpoints = []
+        for kv in self._mirror.items.values():
+            try:
+                endpoints.append(from_json(AllocatorEndpoint, kv.value, stored=True))
+            except ValidationError as error:
+                _log.warning("ignoring invalid allocator record %s: %s", kv.key, error)
+        return sorted(endpoints, key=lambda endpoint: endpoint.id)
+
+    def _channel(self, endpoint: AllocatorEndpoint) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint.id)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(endpoint.address)
+            self._channels[endpoint.id] = channel
+        return channel
+
+    async def _endpoints_changed(self, changed: set[str]) -> None:
+        # A replica that left or re-registered (perhaps on another port) gets a fresh channel.
+        for key in changed:
+            channel = self._channels.pop(keys.last_segment(key), None)
+            if channel is not None:
+                await channel.close(None)
+
+
+def _domain_error(method: str, job_handle: str, error: grpc.aio.AioRpcError) -> AllocatorError:
+    message = f"{method} {job_handle}: {error.details()}"
+    match error.code():
+        case grpc.StatusCode.FAILED_PRECONDITION:
+            return StaleGeneration(message)
+        case grpc.StatusCode.NOT_FOUND:
+            return JobNotFound(message)
+        case code:
+            return AllocatorError(f"{message} ({code.name})")

@@ -1,0 +1,193 @@
+"""Leader election of one shard: the leader key lives on the leader's lease."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tether.model import ShardLeader, to_json
+from tether.store import (
+    CompactedError,
+    Compare,
+    EventType,
+    Get,
+    Put,
+    RangeResult,
+    Store,
+    StoreError,
+    key_missing,
+    keys,
+    value_is,
+)
+from tether.store.lease import LeaseKeeper
+
+_log = logging.getLogger(__name__)
+
+_RETRY_S = 0.5
+
+
+def new_identity() -> str:
+    """`<hostname>:<pid>:<random>`: unique per process lifetime, readable in the leader key."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The leader key and this replica's exact value in it: every write compares the two."""
+
+    key: str
+    value: bytes
+
+    def compare(self) -> Compare:
+        return value_is(self.key, self.value)
+
+    def holds_in(self, result: RangeResult) -> bool:
+        """Whether a read of the leader key (a failed transaction's `Get`) still shows us."""
+        return any(kv.key == self.key and kv.value == self.value for kv in result.kvs)
+
+
+@dataclass(slots=True)
+class Leadership:
+    """One term as leader. `lost` is set when the lease is gone or the key no longer holds us."""
+
+    fence: Fence
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Election:
+    """Campaigns for `shards/leaders/<shard>` until this replica holds it.
+
+    The standby keeps a lease of its own and watches the key: when the key is deleted (the
+    leader's lease lapsed or was revoked) it tries to create it again at once.
+    """
+
+    def __init__(self, store: Store, shard: str, ttl_s: int, identity: str | None = None) -> None:
+        self._store = store
+        self.shard = shard
+        self.key = keys.shard_leader(shard)
+        self.identity = identity or new_identity()
+        self._ttl_s = ttl_s
+        self._keeper: LeaseKeeper | None = None
+        self._guard: asyncio.Task[None] | None = None
+
+    async def campaign(self) -> Leadership:
+        """Returns once this replica leads the shard."""
+        while True:
+            keeper = LeaseKeeper(self._store, self._ttl_s)
+            try:
+                await keeper.start()
+                leadership = await self._contend(keeper)
+            except StoreError as error:
+                _log.warning("shard %s: campaign failed, retrying: %s", self.shard, error)
+                await keeper.stop()
+                await asyncio.sleep(_RETRY_S)
+                continue
+            except BaseException:
+                await keeper.stop()
+                raise
+            if leadership is not None:
+                self._keeper = keeper
+                self._guard = asyncio.create_task(
+                    self._guard_term(keeper, leadership), name=f"leader guard {self.shard}"
+                )
+                return leadership
+            # The standby's own lease lapsed while it waited: take a fresh one.
+            await keeper.stop(revoke=False)
+
+    async def resign(self) -> None:
+        """Ends the current term, if any; revoking the lease lets a standby take over at once."""
+        if self._guard is not None:
+            self._guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._guard
+            self._guard = None
+        if self._keeper is not None:
+            await self._keeper.stop()
+            self._keeper = None
+
+    async def _contend(self, keeper: LeaseKeeper) -> Leadership | None:
+        """Creates the key when it is missing, else waits for its deletion; None if the lease
+        was lost meanwhile."""
+        while not keeper.lost.is_set():
+            leader = ShardLeader(
+                shard=self.shard, identity=self.identity, pid=os.getpid(), since=datetime.now(UTC)
+            )
+            value = to_json(leader)
+            result = await self._store.txn(
+                (key_missing(self.key),),
+                (Put(self.key, value, keeper.lease),),
+                (Get(self.key),),
+            )
+            if result.succeeded:
+                _log.info("shard %s: leading as %s", self.shard, self.identity)
+                return Leadership(Fence(self.key, value))
+            _log.debug("shard %s: standing by", self.shard)
+            await _first_of(self._deleted(result.revision + 1), keeper.lost.wait())
+        return None
+
+    async def _deleted(self, start_revision: int) -> None:
+        """Returns once the leader key is deleted at or after `start_revision`."""
+        with contextlib.suppress(CompactedError):
+            async with self._store.watch(self.key, start_revision=start_revision) as watch:
+                async for events in watch:
+                    # The watch is on a prefix: shard-0 also matches shard-01.
+                    if any(
+                        event.kv.key == self.key and event.type is EventType.DELETE
+                        for event in events
+                    ):
+                        return
+
+    async def _changed(self, fence: Fence) -> None:
+        """Returns once the leader key stops holding `fence.value`."""
+        while True:
+            kv = await self._store.get(self.key)
+            if kv is None or kv.value != fence.value:
+                return
+            with contextlib.suppress(CompactedError):
+                async with self._store.watch(self.key, start_revision=kv.mod_revision + 1) as w:
+                    async for events in w:
+                        for event in events:
+                            if event.kv.key == self.key and (
+                                event.type is EventType.DELETE or event.kv.value != fence.value
+                            ):
+                                return
+
+    async def _guard_term(self, keeper: LeaseKeeper, leadership: Leadership) -> None:
+        """Sets `leadership.lost` when the lease is lost or someone else's value is in the key
+        (an operator deleted it to force a failover)."""
+        try:
+            await _first_of(keeper.lost.wait(), self._changed_retrying(leadership.fence))
+        finally:
+            leadership.lost.set()
+
+    async def _changed_retrying(self, fence: Fence) -> None:
+        while True:
+            try:
+                await self._changed(fence)
+                _log.warning("shard %s: the leader key no longer names us", self.shard)
+                return
+            except StoreError as error:
+                # The lease keeper decides whether the store's absence costs us the lease.
+                _log.info("shard %s: watching the leader key failed: %s", self.shard, error)
+                await asyncio.sleep(_RETRY_S)
+
+
+async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:
+    """Runs the coroutines until the first one finishes, cancels the rest, re-raises its error."""
+    tasks = [asyncio.create_task(wait) for wait in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

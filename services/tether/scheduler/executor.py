@@ -1,0 +1,166 @@
+"""Carries out a job's `Plan`: allocator calls, then fenced store transactions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tether.model import parse_job_handle, to_json
+from tether.scheduler.allocator_client import Allocator, AllocatorError
+from tether.scheduler.election import Fence
+from tether.scheduler.reconciler import (
+    JobView,
+    Plan,
+    TaskWrite,
+    placement_writes,
+    request_id,
+    unplaced_writes,
+)
+from tether.store import (
+    Compare,
+    Delete,
+    Get,
+    Op,
+    Put,
+    RangeResult,
+    Store,
+    keys,
+    mod_revision_is,
+)
+
+_log = logging.getLogger(__name__)
+
+# Tasks per transaction: each task takes up to three operations (task, assignment, status), and
+# etcd refuses transactions of more than 128 operations by default.
+_CHUNK = 40
+
+
+class NotLeader(Exception):
+    """A write found someone else's value in the leader key: this replica was deposed."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What executing a plan did: the store revisions written (for mirrors to catch up with)
+    and whether some task is still waiting for a machine."""
+
+    tasks_revision: int = 0
+    job_revision: int = 0
+    unplaced: bool = False
+
+
+class Executor:
+    """Executes plans as the shard's leader: every transaction compares the leader key."""
+
+    def __init__(self, store: Store, fence: Fence, allocator: Allocator) -> None:
+        self._store = store
+        self._fence = fence
+        self._allocator = allocator
+
+    async def execute(self, view: JobView, plan: Plan, *, may_place: bool = True) -> Outcome:
+        """Runs the plan; `may_place=False` leaves pending tasks for a later retry.
+
+        Raises NotLeader when deposed, AllocatorError when a Release failed (nothing that
+        depends on it has been written then).
+        """
+        job = view.job.value
+        outcome = Outcome()
+        if plan.release:
+            await self._allocator.release(job.handle, [write.index for write in plan.release])
+            outcome.tasks_revision = await self.commit(job.handle, plan.release)
+        if plan.writes:
+            outcome.tasks_revision = max(
+                outcome.tasks_revision, await self.commit(job.handle, plan.writes)
+            )
+        if plan.place:
+            if may_place:
+                revision, outcome.unplaced = await self._place(view, plan.place)
+                outcome.tasks_revision = max(outcome.tasks_revision, revision)
+            else:
+                outcome.unplaced = True
+        if plan.delete_job:
+            outcome.job_revision = await self._delete_job(view)
+        return outcome
+
+    async def _place(self, view: JobView, indexes: list[int]) -> tuple[int, bool]:
+        job = view.job.value
+        try:
+            result = await self._allocator.place(
+                job.handle, indexes, job.generation, request_id(view, indexes)
+            )
+        except AllocatorError as error:
+            # A stale generation or an unknown job is resolved by the job's next change; an
+            # unreachable allocator by a retry. Either way the tasks stay pending.
+            _log.warning("%s: placing %d tasks failed: %s", job.handle, len(indexes), error)
+            return 0, True
+        now = datetime.now(UTC)
+        writes = placement_writes(view, result.placements, now)
+        writes += unplaced_writes(view, result.unplaced, now)
+        if result.unplaced:
+            _log.info(
+                "%s: %d of %d tasks not placed, e.g. %s",
+                job.handle,
+                len(result.unplaced),
+                len(indexes),
+                next(iter(result.unplaced.values())),
+            )
+        return await self.commit(job.handle, writes), bool(result.unplaced)
+
+    async def commit(self, job_handle: str, writes: Sequence[TaskWrite]) -> int:
+        """Writes the tasks in chunks, each one transaction; a chunk whose compares fail is
+        retried task by task, and a task whose record changed meanwhile is skipped (the next
+        reconcile sees the change). Returns the last revision written (0: none)."""
+        revision = 0
+        for start in range(0, len(writes), _CHUNK):
+            chunk = writes[start : start + _CHUNK]
+            written = await self._txn(*_task_ops(job_handle, chunk))
+            if written:
+                revision = written
+                continue
+            for write in chunk if len(chunk) > 1 else ():
+                written = await self._txn(*_task_ops(job_handle, [write]))
+                revision = max(revision, written)
+        return revision
+
+    async def _delete_job(self, view: JobView) -> int:
+        entitlement, name = parse_job_handle(view.job.value.handle)
+        job_key = keys.job(entitlement, name)
+        # Statuses an agent wrote after their task was deleted would otherwise outlive the job.
+        ops: list[Op] = [Delete(job_key), Delete(keys.statuses_of(entitlement, name), prefix=True)]
+        return await self._txn([mod_revision_is(job_key, view.job.revision)], ops)
+
+    async def _txn(self, compares: list[Compare], ops: list[Op]) -> int:
+        """Runs `ops` if `compares` and the fence hold; the revision written, or 0."""
+        result = await self._store.txn(
+            [self._fence.compare(), *compares], ops, [Get(self._fence.key)]
+        )
+        if result.succeeded:
+            return result.revision
+        leader = result.results[0]
+        assert isinstance(leader, RangeResult)
+        if not self._fence.holds_in(leader):
+            raise NotLeader(f"{self._fence.key} no longer holds this replica")
+        return 0
+
+
+def _task_ops(job_handle: str, writes: Sequence[TaskWrite]) -> tuple[list[Compare], list[Op]]:
+    entitlement, name = parse_job_handle(job_handle)
+    compares: list[Compare] = []
+    ops: list[Op] = []
+    for write in writes:
+        task_key = keys.task(entitlement, name, write.index)
+        compares.append(mod_revision_is(task_key, write.revision))
+        if write.task is None:
+            ops += [Delete(task_key), Delete(keys.task_status(entitlement, name, write.index))]
+        else:
+            ops.append(Put(task_key, to_json(write.task)))
+        if write.unassign is not None:
+            ops.append(Delete(keys.assignment(write.unassign, entitlement, name, write.index)))
+        if write.assignment is not None:
+            machine, assignment = write.assignment
+            ops.append(
+                Put(keys.assignment(machine, entitlement, name, write.index), to_json(assignment))
+            )
+    return compares, ops

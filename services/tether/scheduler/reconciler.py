@@ -1,0 +1,275 @@
+"""What the leader does to one job, decided from its records alone (no I/O, so it is testable)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final, Generic, TypeVar
+
+from tether.model import (
+    Assignment,
+    DesiredState,
+    Job,
+    JobKind,
+    Machine,
+    MachineState,
+    RestartMode,
+    RestartPolicy,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+
+T = TypeVar("T")
+
+FINISHED: Final = frozenset({TaskState.EXITED, TaskState.FAILED, TaskState.KILLED})
+"""Statuses after which the agent runs nothing for that attempt any more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored(Generic[T]):
+    """A record and the mod revision of its key, which writes compare against."""
+
+    value: T
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """Everything the leader knows about one job: its record, tasks, statuses (by index) and
+    the region's machines (by id)."""
+
+    job: Stored[Job]
+    tasks: Mapping[int, Stored[Task]]
+    statuses: Mapping[int, TaskStatus]
+    machines: Mapping[str, Machine]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskWrite:
+    """One task's new record (None: delete the task and its status) with its assignment changes,
+    written only if the task key is still at `revision` (0: the task must not exist yet)."""
+
+    index: int
+    revision: int
+    task: Task | None
+    assignment: tuple[str, Assignment] | None = None
+    """(machine, assignment) to put."""
+    unassign: str | None = None
+    """The machine whose assignment of this task is deleted."""
+
+
+@dataclass(slots=True)
+class Plan:
+    """The actions for one job, executed in this order."""
+
+    release: list[TaskWrite] = field(default_factory=list)
+    """Written after `Allocator.Release` has freed these tasks' machines."""
+    writes: list[TaskWrite] = field(default_factory=list)
+    place: list[int] = field(default_factory=list)
+    """Indexes of tasks without a machine to ask `Allocator.Place` for."""
+    delete_job: bool = False
+    """The job is deleting and has no task left: delete its key."""
+    wake_at: datetime | None = None
+    """When a restart backoff ends: reconcile the job again then."""
+
+    def wake(self, at: datetime) -> None:
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+
+
+def plan_job(view: JobView, now: datetime) -> Plan:
+    """Decides what to do about one job, per docs/protocol.md ("The scheduler leader's loop")."""
+    job = view.job.value
+    plan = Plan()
+    if not job.deleting:
+        for index in range(job.spec.count):
+            if index not in view.tasks:
+                plan.writes.append(TaskWrite(index, 0, _new_task(job, index, now)))
+    for index, stored in sorted(view.tasks.items()):
+        _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
+    plan.delete_job = job.deleting and not view.tasks
+    return plan
+
+
+def current_status(task: Task, status: TaskStatus | None) -> TaskStatus | None:
+    """The status when it reports the task's current attempt on its current machine, else None:
+    a status of an older attempt describes a previous incarnation and is ignored."""
+    if (
+        status is None
+        or task.state is TaskState.LOST
+        or status.attempt != task.attempt
+        or status.machine != task.machine
+    ):
+        return None
+    return status
+
+
+def _plan_task(
+    view: JobView, stored: Stored[Task], status: TaskStatus | None, now: datetime, plan: Plan
+) -> None:
+    job, task = view.job.value, stored.value
+    machine_down = task.machine is not None and _is_down(view.machines.get(task.machine))
+    if job.deleting or task.index >= job.spec.count:
+        if task.machine is None or machine_down or (status and status.state in FINISHED):
+            plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
+        elif task.desired is not DesiredState.STOPPED:
+            stopped = _changed(task, desired=DesiredState.STOPPED, updated_at=now)
+            plan.writes.append(
+                TaskWrite(task.index, stored.revision, stopped, _assignment(job, stopped))
+            )
+        return
+    if machine_down:
+        lost = _changed(
+            task,
+            state=TaskState.LOST,
+            machine=None,
+            message=f"machine {task.machine} is down",
+            updated_at=now,
+        )
+        plan.release.append(TaskWrite(task.index, stored.revision, lost, unassign=task.machine))
+    elif task.machine is None:
+        plan.place.append(task.index)
+    elif task.desired is DesiredState.STOPPED:
+        # Scaled down and back up before it was removed: run it again, as a new attempt so that
+        # the agent never confuses it with the stopping one.
+        plan.writes.append(_incarnation(job, stored, task.restarts, "resumed", now))
+    elif status is not None and status.state in FINISHED:
+        _plan_restart(job, stored, status, now, plan)
+
+
+def _plan_restart(
+    job: Job, stored: Stored[Task], status: TaskStatus, now: datetime, plan: Plan
+) -> None:
+    task, policy = stored.value, job.spec.task.restart
+    if not wants_restart(job, status.state):
+        return
+    if task.restarts >= policy.max_restarts:
+        message = f"gave up after {task.restarts} restarts"
+        if task.message != message:
+            plan.writes.append(
+                TaskWrite(
+                    task.index, stored.revision, _changed(task, message=message, updated_at=now)
+                )
+            )
+        return
+    finished_at = status.finished_at or status.updated_at
+    due = finished_at + timedelta(seconds=backoff_s(policy, task.restarts))
+    if now < due:
+        plan.wake(due)
+        return
+    outcome = status.state.value
+    if status.exit_code is not None:
+        outcome += f" with exit code {status.exit_code}"
+    plan.writes.append(_incarnation(job, stored, task.restarts + 1, f"restarted: {outcome}", now))
+
+
+def wants_restart(job: Job, finished: TaskState) -> bool:
+    """Whether the job's restart policy restarts a task that ended in `finished`.
+
+    A task killed while it should run (not by the scheduler, which stops tasks with
+    `desired=stopped` first) counts as failed.
+    """
+    if job.spec.kind is JobKind.BATCH and finished is TaskState.EXITED:
+        return False
+    match job.spec.task.restart.mode:
+        case RestartMode.ALWAYS:
+            return True
+        case RestartMode.ON_FAILURE:
+            return finished is not TaskState.EXITED
+        case RestartMode.NEVER:
+            return False
+
+
+def backoff_s(policy: RestartPolicy, restarts: int) -> float:
+    """`min(backoff_initial_s * 2**restarts, backoff_max_s)`."""
+    # The exponent is capped so that a huge restart count cannot overflow a float.
+    return min(policy.backoff_initial_s * 2.0 ** min(restarts, 64), policy.backoff_max_s)
+
+
+def placement_writes(
+    view: JobView, placements: Mapping[int, str], now: datetime
+) -> list[TaskWrite]:
+    """Each placed task becomes `placed` on its machine as a new attempt, with its assignment."""
+    job = view.job.value
+    writes = []
+    for index, machine in sorted(placements.items()):
+        stored = view.tasks.get(index)
+        if stored is None or stored.value.machine is not None:
+            continue
+        placed = _changed(stored.value, machine=machine)
+        writes.append(_incarnation(job, Stored(placed, stored.revision), placed.restarts, "", now))
+    return writes
+
+
+def unplaced_writes(view: JobView, unplaced: Mapping[int, str], now: datetime) -> list[TaskWrite]:
+    """Tasks the allocator could not place stay pending with its reason as their message."""
+    writes = []
+    for index, reason in sorted(unplaced.items()):
+        stored = view.tasks.get(index)
+        if stored is None or stored.value.machine is not None or stored.value.message == reason:
+            continue
+        pending = _changed(stored.value, state=TaskState.PENDING, message=reason, updated_at=now)
+        writes.append(TaskWrite(index, stored.revision, pending))
+    return writes
+
+
+def request_id(view: JobView, indexes: Sequence[int]) -> str:
+    """The same id for the same decision (job generation, tasks and their attempts), so that a
+    retried Place is answered from the allocator's memory instead of placing again."""
+    job = view.job.value
+    attempts = ",".join(f"{i}@{view.tasks[i].value.attempt}" for i in sorted(indexes))
+    digest = hashlib.sha256(attempts.encode()).hexdigest()[:32]
+    return f"{job.handle}:{job.generation}:{digest}"
+
+
+def _is_down(machine: Machine | None) -> bool:
+    # A machine removed from the inventory is as gone as one marked down.
+    return machine is None or machine.state is MachineState.DOWN
+
+
+def _new_task(job: Job, index: int, now: datetime) -> Task:
+    return Task(
+        job=job.handle,
+        index=index,
+        generation=job.generation,
+        version=job.spec.task.version,
+        updated_at=now,
+    )
+
+
+def _incarnation(
+    job: Job, stored: Stored[Task], restarts: int, message: str, now: datetime
+) -> TaskWrite:
+    """A new attempt of the task on its machine, running the job's current spec."""
+    task = stored.value
+    started = _changed(
+        task,
+        attempt=task.attempt + 1,
+        restarts=restarts,
+        state=TaskState.PLACED,
+        desired=DesiredState.RUNNING,
+        generation=job.generation,
+        version=job.spec.task.version,
+        message=message,
+        updated_at=now,
+    )
+    return TaskWrite(task.index, stored.revision, started, _assignment(job, started))
+
+
+def _assignment(job: Job, task: Task) -> tuple[str, Assignment]:
+    assert task.machine is not None, "only a task with a machine is assigned"
+    return task.machine, Assignment(
+        job=task.job,
+        index=task.index,
+        attempt=task.attempt,
+        generation=task.generation,
+        desired=task.desired,
+        template=job.spec.task,
+    )
+
+
+def _changed(task: Task, **changes: Any) -> Task:
+    # Validated, unlike model_copy(update=...): a task on a machine must name it, and so on.
+    return Task.model_validate({**task.model_dump(), **changes})

@@ -1,0 +1,211 @@
+"""The scheduler service: one replica of a shard, standing by or leading and reconciling jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime
+
+from tether.scheduler.allocator_client import AllocatorClient
+from tether.scheduler.election import Election, Leadership
+from tether.scheduler.executor import Executor, NotLeader
+from tether.scheduler.reconciler import plan_job
+from tether.scheduler.settings import SchedulerSettings
+from tether.scheduler.state import ShardState
+from tether.service import Service
+from tether.store import Store
+
+_log = logging.getLogger(__name__)
+
+_RETRY_S = 1.0
+# How long a reconcile waits for the mirrors to show its own writes, so that the next reconcile
+# of the job does not act on what it has just changed.
+_CATCH_UP_S = 5.0
+
+
+class Scheduler(Service):
+    """A replica of one shard's scheduler. It owns `store` and closes it on `stop()`."""
+
+    def __init__(
+        self,
+        store: Store,
+        shard: str,
+        settings: SchedulerSettings | None = None,
+        *,
+        identity: str | None = None,
+    ) -> None:
+        self.name = f"scheduler {shard}"
+        self.shard = shard
+        self._store = store
+        self._settings = settings or SchedulerSettings()
+        self.election = Election(store, shard, self._settings.lease_ttl_s, identity)
+        self.leading = asyncio.Event()
+        """Set while this replica leads and its mirrors are loaded."""
+        self._main: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._main = asyncio.create_task(self._serve(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._main is not None:
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+            self._main = None
+        await self._store.close()
+
+    async def _serve(self) -> None:
+        while True:
+            leadership = await self.election.campaign()
+            try:
+                await Term(self._store, self.shard, self._settings, leadership, self.leading).run()
+            except Exception:
+                _log.exception("shard %s: leading failed; standing by again", self.shard)
+                await asyncio.sleep(_RETRY_S)
+            finally:
+                self.leading.clear()
+                await self.election.resign()
+            _log.warning("shard %s: no longer leading", self.shard)
+
+
+class Term:
+    """One term as the shard's leader: mirrors, a queue of jobs to reconcile, timers."""
+
+    def __init__(
+        self,
+        store: Store,
+        shard: str,
+        settings: SchedulerSettings,
+        leadership: Leadership,
+        leading: asyncio.Event,
+    ) -> None:
+        self._settings = settings
+        self._leadership = leadership
+        self._leading = leading
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._state = ShardState(store, shard, self._mark)
+        self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
+        self._executor = Executor(store, leadership.fence, self._allocator)
+        # Job handle -> monotonic time before which its unplaced tasks are not offered again.
+        self._place_after: dict[str, float] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    async def run(self) -> None:
+        """Reconciles the shard's jobs until leadership is lost."""
+        tasks: list[asyncio.Task[object]] = []
+        try:
+            await self._allocator.start()
+            await self._state.start()
+            for handle in self._state.handles():
+                self._mark(handle)
+            self._leading.set()
+            tasks = [
+                asyncio.create_task(self._leadership.lost.wait()),
+                asyncio.create_task(self._work()),
+                asyncio.create_task(self._resync()),
+            ]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            self._leading.clear()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for timer in self._timers.values():
+                timer.cancel()
+            await self._state.stop()
+            await self._allocator.stop()
+
+    def _mark(self, handle: str) -> None:
+        self._dirty.add(handle)
+        self._wake.set()
+
+    def _later(self, handle: str, delay_s: float) -> None:
+        """Reconciles the job again in `delay_s` (or earlier, if already due earlier)."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(delay_s, 0.0)
+        timer = self._timers.get(handle)
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timers[handle] = loop.call_at(when, self._fire, handle)
+
+    def _fire(self, handle: str) -> None:
+        del self._timers[handle]
+        self._mark(handle)
+
+    async def _resync(self) -> None:
+        """Reconciles every job periodically: a safety net for missed changes."""
+        while True:
+            await asyncio.sleep(self._settings.resync_s)
+            for handle in self._state.handles():
+                self._mark(handle)
+
+    async def _work(self) -> None:
+        """Reconciles dirty jobs, a few at a time and each job by one worker at a time."""
+        running: set[str] = set()
+        async with asyncio.TaskGroup() as group:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                for handle in list(self._dirty):
+                    if len(running) >= self._settings.concurrency:
+                        break
+                    if handle in running:
+                        continue
+                    self._dirty.discard(handle)
+                    running.add(handle)
+                    group.create_task(self._reconcile_guarded(handle, running))
+
+    async def _reconcile_guarded(self, handle: str, running: set[str]) -> None:
+        try:
+            await self._reconcile(handle)
+        except NotLeader as error:
+            _log.warning("%s: deposed: %s", handle, error)
+            self._leadership.lost.set()
+        except Exception:
+            # One job's trouble (a store hiccup, an allocator outage) must not stop the others.
+            _log.exception("%s: reconcile failed; retrying later", handle)
+            self._later(handle, self._settings.place_retry_s)
+        finally:
+            running.discard(handle)
+            self._wake.set()
+
+    async def _reconcile(self, handle: str) -> None:
+        view = self._state.view(handle)
+        if view is None:
+            self._place_after.pop(handle, None)
+            return
+        now = datetime.now(UTC)
+        plan = plan_job(view, now)
+        place_after = self._place_after.get(handle, 0.0)
+        may_place = time.monotonic() >= place_after
+        outcome = await self._executor.execute(view, plan, may_place=may_place)
+        if outcome.unplaced:
+            if may_place:
+                place_after = time.monotonic() + self._settings.place_retry_s
+                self._place_after[handle] = place_after
+            self._later(handle, place_after - time.monotonic())
+        else:
+            self._place_after.pop(handle, None)
+        if plan.wake_at is not None:
+            self._later(handle, (plan.wake_at - now).total_seconds())
+        await self._catch_up(outcome.tasks_revision, outcome.job_revision)
+
+    async def _catch_up(self, tasks_revision: int, job_revision: int) -> None:
+        waits = []
+        if tasks_revision:
+            waits.append(self._state.tasks.mirror.wait_for(tasks_revision))
+        if job_revision:
+            waits.append(self._state.jobs.mirror.wait_for(job_revision))
+        if not waits:
+            return
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), _CATCH_UP_S)
+        except TimeoutError:
+            _log.warning("mirrors did not catch up with our writes in %ss", _CATCH_UP_S)

@@ -1,0 +1,30 @@
+"""Scheduler settings, read from TETHER_SCHEDULER_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SchedulerSettings(BaseSettings):
+    """How a scheduler replica elects its shard's leader and how often the leader reconciles."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_SCHEDULER_", extra="ignore")
+
+    lease_ttl_s: int = Field(
+        default=5,
+        ge=1,
+        description="TTL of the leader's lease: a dead leader is replaced within it.",
+    )
+    resync_s: float = Field(
+        default=5.0, gt=0, description="Every job of the shard is reconciled at least this often."
+    )
+    place_retry_s: float = Field(
+        default=2.0, gt=0, description="Tasks the allocator could not place are retried after it."
+    )
+    allocator_timeout_s: float = Field(
+        default=10.0, gt=0, description="Deadline of one Place or Release call to an allocator."
+    )
+    concurrency: int = Field(
+        default=8, ge=1, description="How many jobs the leader reconciles at the same time."
+    )

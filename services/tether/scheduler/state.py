@@ -1,0 +1,203 @@
+"""The leader's in-memory view of the store: mirrors of its prefixes, parsed and indexed by job."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from tether.model import (
+    Job,
+    Machine,
+    MachineState,
+    Task,
+    TaskStatus,
+    TetherModel,
+    from_json,
+    parse_job_handle,
+)
+from tether.scheduler.reconciler import JobView, Stored
+from tether.store import Store, keys
+from tether.store.mirror import PrefixMirror
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+M = TypeVar("M", bound=TetherModel)
+
+Changed = Callable[[str, Stored[T] | None, Stored[T] | None], None]
+"""Called with a key and its old and new record (None: absent or invalid)."""
+
+
+class Records(Generic[T]):
+    """Every key under a prefix, each value parsed once when it changes."""
+
+    def __init__(
+        self, store: Store, prefix: str, parse: Callable[[bytes], T], changed: Changed[T]
+    ) -> None:
+        self._parse = parse
+        self._changed = changed
+        self.mirror = PrefixMirror(store, prefix, self._keys_changed)
+        self.items: dict[str, Stored[T]] = {}
+
+    async def start(self) -> None:
+        await self.mirror.start()
+        for key in list(self.mirror.items):
+            self._apply(key)
+
+    async def stop(self) -> None:
+        await self.mirror.stop()
+
+    async def _keys_changed(self, changed: set[str]) -> None:
+        for key in changed:
+            self._apply(key)
+
+    def _apply(self, key: str) -> None:
+        kv = self.mirror.items.get(key)
+        new = None
+        if kv is not None:
+            try:
+                new = Stored(self._parse(kv.value), kv.mod_revision)
+            except (ValidationError, ValueError) as error:
+                # Someone wrote a record that is not ours to fix: act as if it were absent.
+                _log.warning("ignoring invalid record %s: %s", key, error)
+        old = self.items.pop(key, None)
+        if new is not None:
+            self.items[key] = new
+        self._changed(key, old, new)
+
+
+def _shard_id(value: bytes) -> str:
+    return value.decode().strip()
+
+
+def _parser(model: type[M]) -> Callable[[bytes], M]:
+    return lambda value: from_json(model, value, stored=True)
+
+
+class ShardState:
+    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/` and `machines/`; calls
+    `mark(job handle)` for every job a change may concern."""
+
+    def __init__(self, store: Store, shard: str, mark: Callable[[str], None]) -> None:
+        self.shard = shard
+        self._mark = mark
+        self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
+        self.jobs = Records(store, keys.JOBS, _parser(Job), self._job_changed)
+        self.tasks = Records(store, keys.TASKS, _parser(Task), self._task_changed)
+        self.statuses = Records(store, keys.TASK_STATUS, _parser(TaskStatus), self._status_changed)
+        self.machines_records = Records(
+            store, keys.MACHINES, _parser(Machine), self._machine_changed
+        )
+        self.machines: dict[str, Machine] = {}
+        self._tasks: defaultdict[str, dict[int, Stored[Task]]] = defaultdict(dict)
+        self._statuses: defaultdict[str, dict[int, TaskStatus]] = defaultdict(dict)
+        # machine id -> job handle -> how many of the job's tasks are on it.
+        self._on_machine: defaultdict[str, defaultdict[str, int]] = defaultdict(
+            lambda: defaultdict(int)
+        )
+
+    def _all(self) -> list[Records[Any]]:
+        return [self.shard_map, self.jobs, self.tasks, self.statuses, self.machines_records]
+
+    async def start(self) -> None:
+        """Loads every mirror; returns once all of them hold a snapshot."""
+        for records in self._all():
+            await records.start()
+
+    async def stop(self) -> None:
+        for records in self._all():
+            await records.stop()
+
+    def owns(self, handle: str) -> bool:
+        """Whether the job's entitlement maps to this shard."""
+        entitlement, _ = parse_job_handle(handle)
+        stored = self.shard_map.items.get(keys.shard_assignment(entitlement))
+        return stored is not None and stored.value == self.shard
+
+    def handles(self) -> Iterator[str]:
+        """Every job of this shard."""
+        for stored in list(self.jobs.items.values()):
+            if self.owns(stored.value.handle):
+                yield stored.value.handle
+
+    def view(self, handle: str) -> JobView | None:
+        """A snapshot of one job's records, or None if the job is gone or not this shard's."""
+        entitlement, name = parse_job_handle(handle)
+        job = self.jobs.items.get(keys.job(entitlement, name))
+        if job is None or not self.owns(handle):
+            return None
+        return JobView(
+            job=job,
+            tasks=dict(self._tasks.get(handle, {})),
+            statuses=dict(self._statuses.get(handle, {})),
+            machines=self.machines,
+        )
+
+    # --- indexes and dirty marking ---------------------------------------------------------
+
+    def _shard_map_changed(
+        self, key: str, old: Stored[str] | None, new: Stored[str] | None
+    ) -> None:
+        prefix = keys.jobs_of(keys.last_segment(key))
+        for job_key, stored in list(self.jobs.items.items()):
+            if job_key.startswith(prefix):
+                self._mark(stored.value.handle)
+
+    def _job_changed(self, key: str, old: Stored[Job] | None, new: Stored[Job] | None) -> None:
+        entitlement, name = key.removeprefix(keys.JOBS).split("/")
+        self._mark(f"{entitlement}/{name}")
+
+    def _task_changed(self, key: str, old: Stored[Task] | None, new: Stored[Task] | None) -> None:
+        entitlement, name, index = keys.task_of_key(key)
+        handle = f"{entitlement}/{name}"
+        if old is not None and old.value.machine is not None:
+            self._leave(old.value.machine, handle)
+        if new is None:
+            self._tasks[handle].pop(index, None)
+            if not self._tasks[handle]:
+                del self._tasks[handle]
+        else:
+            self._tasks[handle][index] = new
+            if new.value.machine is not None:
+                self._on_machine[new.value.machine][handle] += 1
+        self._mark(handle)
+
+    def _leave(self, machine: str, handle: str) -> None:
+        jobs = self._on_machine[machine]
+        jobs[handle] -= 1
+        if jobs[handle] <= 0:
+            del jobs[handle]
+        if not jobs:
+            del self._on_machine[machine]
+
+    def _status_changed(
+        self, key: str, old: Stored[TaskStatus] | None, new: Stored[TaskStatus] | None
+    ) -> None:
+        entitlement, name, index = keys.task_of_key(key)
+        handle = f"{entitlement}/{name}"
+        if new is None:
+            self._statuses[handle].pop(index, None)
+            if not self._statuses[handle]:
+                del self._statuses[handle]
+        else:
+            self._statuses[handle][index] = new.value
+        self._mark(handle)
+
+    def _machine_changed(
+        self, key: str, old: Stored[Machine] | None, new: Stored[Machine] | None
+    ) -> None:
+        machine_id = keys.last_segment(key)
+        if new is None:
+            self.machines.pop(machine_id, None)
+        else:
+            self.machines[machine_id] = new.value
+        # Inventory updates (capacity, labels) change nothing for tasks already placed.
+        was_down = old is None or old.value.state is MachineState.DOWN
+        is_down = new is None or new.value.state is MachineState.DOWN
+        if was_down != is_down:
+            for handle in list(self._on_machine.get(machine_id, {})):
+                self._mark(handle)

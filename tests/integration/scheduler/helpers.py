@@ -1,0 +1,83 @@
+"""Records and polling helpers shared by the scheduler's integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from tether.model import (
+    Job,
+    JobSpec,
+    Machine,
+    MachineState,
+    Resources,
+    RestartPolicy,
+    TaskTemplate,
+    TetherModel,
+    Topology,
+    from_json,
+    to_json,
+)
+from tether.store import Store
+
+M = TypeVar("M", bound=TetherModel)
+T = TypeVar("T")
+
+
+def make_machine(machine_id: str, state: MachineState = MachineState.UP) -> Machine:
+    return Machine(
+        id=machine_id,
+        hostname=f"{machine_id}.local",
+        topology=Topology(region="r", dc="dc1", msb="msb1", rack="rack1"),
+        hardware_type="std",
+        capacity=Resources(cpu=4000, memory_mib=4096),
+        state=state,
+    )
+
+
+def make_job(
+    entitlement: str,
+    name: str,
+    count: int,
+    *,
+    generation: int = 1,
+    deleting: bool = False,
+    backoff_initial_s: float = 0.3,
+) -> Job:
+    template = TaskTemplate(
+        package="web",
+        version="1.0",
+        command="sleep",
+        args=["1000"],
+        resources=Resources(cpu=100, memory_mib=64),
+        restart=RestartPolicy(backoff_initial_s=backoff_initial_s, backoff_max_s=2.0),
+    )
+    now = datetime.now(UTC)
+    spec = JobSpec(name=name, entitlement=entitlement, count=count, task=template)
+    return Job(spec=spec, generation=generation, created_at=now, updated_at=now, deleting=deleting)
+
+
+async def put(store: Store, key: str, record: TetherModel) -> int:
+    return await store.put(key, to_json(record))
+
+
+async def read(store: Store, key: str, model: type[M]) -> M | None:
+    kv = await store.get(key)
+    return None if kv is None else from_json(model, kv.value, stored=True)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0, what: str = "condition"
+) -> T:
+    """Polls `check` until it returns something other than None/False; fails after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,212 @@
+"""A leading scheduler reconciles a job through its whole life on a real store and real gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.integration.scheduler.fake_allocator import FakeAllocator, serve_fake_allocator
+from tests.integration.scheduler.helpers import eventually, make_job, make_machine, put, read
+from tether.model import (
+    Assignment,
+    DesiredState,
+    MachineState,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+from tether.scheduler.service import Scheduler
+from tether.scheduler.settings import SchedulerSettings
+from tether.store import EventType, Store, keys, open_store
+
+SHARD = "shard-0"
+FAST = SchedulerSettings(lease_ttl_s=2, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
+
+
+@pytest.fixture
+async def allocator(store: Store) -> AsyncIterator[FakeAllocator]:
+    async with serve_fake_allocator(store) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def scheduler(store_url: str, allocator: FakeAllocator) -> AsyncIterator[Scheduler]:
+    replica = Scheduler(open_store(store_url), SHARD, FAST)
+    try:
+        await replica.start()
+        await asyncio.wait_for(replica.leading.wait(), 10)
+        yield replica
+    finally:
+        await replica.stop()
+
+
+async def tasks_of(store: Store, entitlement: str, job: str) -> dict[int, Task]:
+    result = await store.range(keys.tasks_of(entitlement, job))
+    tasks = [Task.model_validate_json(kv.value) for kv in result.kvs]
+    return {task.index: task for task in tasks}
+
+
+async def assignment(store: Store, task: Task) -> Assignment | None:
+    assert task.machine is not None
+    return await read(store, keys.assignment(task.machine, "ads", "web", task.index), Assignment)
+
+
+async def report(store: Store, task: Task, state: TaskState, exit_code: int | None = None) -> None:
+    """Writes the status an agent would for the task's current attempt."""
+    assert task.machine is not None
+    now = datetime.now(UTC)
+    status = TaskStatus(
+        job=task.job,
+        index=task.index,
+        machine=task.machine,
+        attempt=task.attempt,
+        state=state,
+        exit_code=exit_code,
+        finished_at=now,
+        updated_at=now,
+    )
+    await put(store, keys.task_status("ads", "web", task.index), status)
+
+
+async def setup_region(store: Store) -> None:
+    for machine_id in ("m1", "m2", "m3"):
+        await put(store, keys.machine(machine_id), make_machine(machine_id))
+    await store.put(keys.shard_assignment("ads"), SHARD.encode())
+    await store.put(keys.shard_assignment("other"), b"shard-1")
+
+
+@pytest.mark.usefixtures("scheduler")
+async def test_job_lifecycle(store: Store, allocator: FakeAllocator) -> None:
+    await setup_region(store)
+    await put(store, keys.job("ads", "web"), make_job("ads", "web", 3))
+    await put(store, keys.job("other", "api"), make_job("other", "api", 2))
+    tasks = await _placed(store, count=3)
+    await _restart_after_failure(store, tasks[0])
+    await _machine_down(store, allocator)
+    await _scale_down(store)
+    await _delete(store)
+    # Another shard's job is never touched.
+    assert await tasks_of(store, "other", "api") == {}
+
+
+async def _placed(store: Store, count: int) -> dict[int, Task]:
+    async def all_placed() -> dict[int, Task] | None:
+        tasks = await tasks_of(store, "ads", "web")
+        ok = len(tasks) == count and all(
+            t.state is TaskState.PLACED and t.machine is not None for t in tasks.values()
+        )
+        return tasks if ok else None
+
+    tasks = await eventually(all_placed, what="every task placed")
+    for task in tasks.values():
+        assert task.attempt == 1
+        assert task.generation == 1
+        written = await assignment(store, task)
+        assert written is not None
+        assert (written.attempt, written.desired) == (1, DesiredState.RUNNING)
+    assert {task.machine for task in tasks.values()} == {"m1", "m2", "m3"}
+    return tasks
+
+
+async def _restart_after_failure(store: Store, task: Task) -> None:
+    await report(store, task, TaskState.FAILED, exit_code=3)
+    failed_at = time.monotonic()
+
+    async def restarted() -> Task | None:
+        now = (await tasks_of(store, "ads", "web"))[task.index]
+        return now if now.attempt == task.attempt + 1 else None
+
+    again = await eventually(restarted, what="the failed task restarted")
+    # backoff_initial_s * 2**0 after finished_at (less a little for the time spent writing).
+    assert time.monotonic() - failed_at >= 0.25
+    assert again.restarts == 1
+    assert again.machine == task.machine
+    assert again.state is TaskState.PLACED
+    written = await assignment(store, again)
+    assert written is not None
+    assert written.attempt == task.attempt + 1
+
+
+async def _machine_down(store: Store, allocator: FakeAllocator) -> None:
+    before = await tasks_of(store, "ads", "web")
+    victim = next(task for task in before.values() if task.machine == "m2")
+    await put(store, keys.machine("m2"), make_machine("m2", MachineState.DOWN))
+
+    async def replaced() -> Task | None:
+        now = (await tasks_of(store, "ads", "web"))[victim.index]
+        return now if now.machine not in (None, "m2") else None
+
+    moved = await eventually(replaced, what="the lost task placed elsewhere")
+    assert moved.attempt == victim.attempt + 1
+    assert moved.restarts == victim.restarts
+    assert moved.state is TaskState.PLACED
+    assert ("ads/web", [victim.index]) in allocator.release_calls
+    assert await store.get(keys.assignment("m2", "ads", "web", victim.index)) is None
+    assert await assignment(store, moved) is not None
+
+
+async def _scale_down(store: Store) -> None:
+    await put(store, keys.job("ads", "web"), make_job("ads", "web", 1, generation=2))
+
+    async def stopping() -> dict[int, Task] | None:
+        tasks = await tasks_of(store, "ads", "web")
+        extra = [tasks[i] for i in (1, 2)]
+        return tasks if all(t.desired is DesiredState.STOPPED for t in extra) else None
+
+    tasks = await eventually(stopping, what="the extra tasks stopping")
+    assert tasks[0].desired is DesiredState.RUNNING
+    for index in (1, 2):
+        written = await assignment(store, tasks[index])
+        assert written is not None
+        assert written.desired is DesiredState.STOPPED
+    # Not removed until the agent says the process is gone.
+    await asyncio.sleep(0.7)
+    assert set(await tasks_of(store, "ads", "web")) == {0, 1, 2}
+    for index in (1, 2):
+        await report(store, tasks[index], TaskState.KILLED, exit_code=-15)
+
+    async def removed() -> bool:
+        return set(await tasks_of(store, "ads", "web")) == {0}
+
+    await eventually(removed, what="the extra tasks removed")
+    for index in (1, 2):
+        assert await assignment(store, tasks[index]) is None
+        assert await store.get(keys.task_status("ads", "web", index)) is None
+
+
+async def _delete(store: Store) -> None:
+    start = await store.revision()
+    job = make_job("ads", "web", 1, generation=2, deleting=True)
+    await put(store, keys.job("ads", "web"), job)
+
+    async def stopped() -> Task | None:
+        task = (await tasks_of(store, "ads", "web"))[0]
+        return task if task.desired is DesiredState.STOPPED else None
+
+    task = await eventually(stopped, what="the last task stopping")
+    await report(store, task, TaskState.KILLED, exit_code=-15)
+
+    async def job_gone() -> bool:
+        return await store.get(keys.job("ads", "web")) is None
+
+    await eventually(job_gone, what="the job key deleted")
+    assert await tasks_of(store, "ads", "web") == {}
+    assert await store.count(keys.statuses_of("ads", "web")) == 0
+    assert await store.count(keys.ASSIGNMENTS) == 0
+    # The job key went last: just before its deletion no task was left.
+    deleted_at = await _deletion_revision(store, keys.job("ads", "web"), start)
+    before = await store.range(keys.tasks_of("ads", "web"), revision=deleted_at - 1)
+    assert before.kvs == []
+
+
+async def _deletion_revision(store: Store, key: str, start: int) -> int:
+    async with store.watch(key, start_revision=start) as watch:
+        async for events in watch:
+            for event in events:
+                if event.kv.key == key and event.type is EventType.DELETE:
+                    return event.revision
+    raise AssertionError("watch ended")
