@@ -9,11 +9,17 @@ from typing import Any, NoReturn
 
 import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from tether.model import parse_job_handle
 from tether.sdk import ClientSettings, TetherAPIError, TetherClient, TetherError
+
+TOKEN_HINT = (
+    "pass --token or set TETHER_TOKEN; `tether up` keeps the local region's admin token in "
+    ".tether/admin.token"
+)
 
 UrlOption = typer.Option(
     None,
@@ -67,12 +73,18 @@ def client(url: str | None, token: str | None) -> Iterator[TetherClient]:
     overrides: dict[str, Any] = {
         name: value for name, value in (("url", url), ("token", token)) if value
     }
-    settings = ClientSettings(**overrides)
+    try:
+        settings = ClientSettings(**overrides)
+    except ValidationError as exc:
+        fail(f"invalid client settings: {exc}")
     try:
         with TetherClient.from_settings(settings, transport=make_transport()) as tether:
             yield tether
     except TetherAPIError as exc:
-        fail(str(exc), (f"{error.loc}: {error.msg}" for error in exc.errors))
+        details = [f"{error.loc}: {error.msg}" for error in exc.errors]
+        if exc.status == 401:
+            details.append(f"hint: {TOKEN_HINT}")
+        fail(str(exc), details)
     except TetherError as exc:
         fail(str(exc))
 
@@ -91,15 +103,16 @@ HandleArgument = typer.Argument(
 )
 
 
-def poll(interval_s: float, timeout_s: float) -> Iterator[float]:
-    """Yield the seconds left now and then every `interval_s` until `timeout_s` has passed."""
+def poll(interval_s: float, timeout_s: float) -> Iterator[None]:
+    """Yield now and then every `interval_s` until `timeout_s` has passed; a caller that got
+    what it waits for breaks out, one that runs out of iterations timed out."""
     deadline = time.monotonic() + timeout_s
     while True:
+        yield
         left = deadline - time.monotonic()
-        yield left
         if left <= 0:
             return
-        time.sleep(min(interval_s, max(left, 0.0)))
+        time.sleep(min(interval_s, left))
 
 
 def counts(by_state: dict[str, int]) -> str:

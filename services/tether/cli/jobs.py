@@ -160,7 +160,7 @@ def show(
         )
     console = out()
     console.print(fields)
-    console.print(table)
+    console.print(table if tasks else "no tasks yet")
 
 
 @app.command()

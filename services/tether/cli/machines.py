@@ -15,7 +15,7 @@ STATE_STYLES = {"up": "green", "down": "red"}
 
 @app.command("ls")
 def list_machines(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """List machines: where they are, their state, and what their tasks hold."""
+    """List machines: where they are, their state, and what their tasks hold (used/total)."""
     with client(url, token) as tether:
         machines = tether.list_machines()
     if not machines:
@@ -26,9 +26,10 @@ def list_machines(url: str | None = UrlOption, token: str | None = TokenOption) 
         "dc/msb/rack",
         "state",
         "tasks",
-        "cpu used/total",
-        "memory MiB used/total",
+        "cpu",
+        "memory MiB",
         "heartbeat",
+        caption="cpu (cores) and memory: used by tasks / capacity",
     )
     for machine in sorted(machines, key=lambda machine: machine.id):
         table.add_row(*_row(machine))

@@ -103,3 +103,19 @@ def test_every_verb_has_url_and_token_options() -> None:
         assert result.exit_code == 0, verb
         for text in ("--url", "--token", "TETHER_URL", "TETHER_TOKEN"):
             assert text in result.stdout, verb
+
+
+def test_an_unknown_token_gets_a_hint(api: FakeAPI) -> None:
+    api.on("GET", "/v1/region", problem(401, "Authentication required", "unknown token"))
+    result = run("status")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: 401 Authentication required: unknown token"
+    assert "hint: pass --token or set TETHER_TOKEN" in result.stderr
+
+
+def test_invalid_client_settings_are_reported(api: FakeAPI) -> None:
+    result = run("job", "ls", env={"TETHER_CLIENT_TIMEOUT_S": "soon"})
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: invalid client settings:")
+    assert "timeout_s" in result.stderr
+    assert api.requests == []

@@ -192,6 +192,15 @@ def test_show_prints_the_job_and_its_tasks(api: FakeAPI) -> None:
     ]
 
 
+def test_show_a_job_without_tasks(api: FakeAPI) -> None:
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB))
+    api.on("GET", "/v1/jobs/team-a/web/tasks", tasks())
+    result = run("job", "show", "team-a/web")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("no tasks yet\n")
+    assert table_rows(result.stdout) == []
+
+
 def test_show_an_unknown_job(api: FakeAPI) -> None:
     api.on("GET", "/v1/jobs/team-a/gone", problem(404, "Job not found", "no job team-a/gone"))
     result = run("job", "show", "team-a/gone")
