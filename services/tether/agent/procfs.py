@@ -1,0 +1,51 @@
+"""Process identity from /proc: a pid and its start time name one process despite pid reuse."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None
+    when there is no such process or it is a zombie (it has exited, only its parent's wait is
+    missing)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # The command name (field 2) is in parentheses and may itself contain spaces and ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int | None, ticks: int | None) -> bool:
+    """Whether `pid` still runs and is the process that started at `ticks`."""
+    return pid is not None and ticks is not None and start_ticks(pid) == ticks
+
+
+def signal_process(pid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
+    """Sends `signum` to the process if it is still the one identified; returns whether it was."""
+    if pid is None or not is_alive(pid, ticks):
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def signal_group(pgid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
+    """Sends `signum` to the process group led by `pgid` while its leader is the one identified."""
+    if pgid is None or not is_alive(pgid, ticks):
+        return False
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True

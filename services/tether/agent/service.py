@@ -1,0 +1,503 @@
+"""The agent process: runs its machine's assignments under shims and reports their status."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import pydantic
+
+from tether.agent.limits import Limiter, Limits
+from tether.agent.logserver import LogServer
+from tether.agent.procfs import is_alive, signal_group, signal_process
+from tether.agent.settings import AgentSettings
+from tether.agent.workdir import (
+    AttemptFiles,
+    ShimExit,
+    ShimSpec,
+    ShimState,
+    TaskRef,
+    WorkDir,
+    read_record,
+    write_record,
+)
+from tether.model import (
+    TERMINAL_STATES,
+    AgentHeartbeat,
+    Assignment,
+    DesiredState,
+    Machine,
+    TaskState,
+    TaskStatus,
+    from_json,
+    to_json,
+)
+from tether.service import Service
+from tether.store import KeyValue, Put, Store, StoreError, keys, mod_revision_is
+from tether.store.lease import LeaseKeeper
+from tether.store.mirror import PrefixMirror
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RETRY_S: Final = 0.5
+"""Pause before registering again after the store failed."""
+SHIM_START_GRACE_S: Final = 10.0
+"""How long a shim may take to write its state file before it is taken for dead."""
+KILL_BACKSTOP_S: Final = 5.0
+"""Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
+STATUS_CAS_ATTEMPTS: Final = 5
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One attempt this agent runs (or adopted), until its end has been reported."""
+
+    files: AttemptFiles
+    seen_at: float
+    """Monotonic time of the launch or adoption."""
+    shim: subprocess.Popen[bytes] | None = None
+    """The shim, when this agent process started it (and must reap it)."""
+    state: ShimState | None = None
+    reported: TaskState | None = None
+    stop_sent_at: float | None = None
+
+    @property
+    def task(self) -> TaskRef:
+        return self.files.task
+
+    @property
+    def number(self) -> int:
+        return self.files.attempt
+
+
+class Agent(Service):
+    """Runs what `assignments/<machine>/` asks for and reports it in `task-status/`.
+
+    Tasks are not children of the agent in any way that matters: each runs under a shim in its
+    own session, so `stop()` (or a crash) leaves them running, and the next agent on the same
+    work dir adopts them. The agent owns `store` and closes it on `stop()`.
+    """
+
+    def __init__(self, machine: Machine, settings: AgentSettings, store: Store) -> None:
+        self.name = f"agent {machine.id}"
+        self.machine = machine
+        self._settings = settings
+        self._store = store
+        self.work_dir = WorkDir(settings.work_dir or Path(".tether/agents") / machine.id)
+        self._http = LogServer(self.work_dir, settings.http_host, settings.http_port)
+        self._assignments = PrefixMirror(
+            store, keys.assignments_of(machine.id), self._assignments_changed
+        )
+        self._limiter: Limiter | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._parsed: dict[str, tuple[int, Assignment | None]] = {}
+        self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
+        self._known: set[tuple[TaskRef, int]] = set()
+        """Attempts that were started (or reported as never started) here: never start again."""
+        self._wake = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
+        self.address = ""
+        self._started_at = datetime.now(UTC)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.work_dir.tasks.mkdir(parents=True, exist_ok=True)
+        self._limiter = Limiter(
+            self._settings.cgroup_root, self._settings.cgroup_mode, self.machine.id
+        )
+        await self._http.start()
+        host = self._settings.http_host
+        advertised = self.machine.hostname if host in ("0.0.0.0", "::") else host
+        self.address = f"http://{advertised}:{self._http.port}"
+        self._started_at = datetime.now(UTC)
+        await self._register()
+        self._adopt()
+        await self._assignments.start()
+        self._workers = [
+            asyncio.create_task(self._stay_registered(), name=f"{self.name} heartbeat"),
+            asyncio.create_task(self._reconcile_forever(), name=f"{self.name} reconcile"),
+        ]
+
+    async def stop(self) -> None:
+        """Stops watching, serving and heartbeating; the tasks keep running."""
+        for worker in self._workers:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+        self._workers = []
+        await self._assignments.stop()
+        if self._keeper is not None:
+            await self._keeper.stop(revoke=True)
+        await self._http.stop()
+        await self._store.close()
+
+    # --- heartbeat ---------------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        """Grants a lease and puts the heartbeat on it."""
+        keeper = LeaseKeeper(self._store, self._settings.lease_ttl_s)
+        lease = await keeper.start()
+        heartbeat = AgentHeartbeat(
+            machine=self.machine, address=self.address, pid=os.getpid(), started_at=self._started_at
+        )
+        try:
+            await self._store.put(keys.heartbeat(self.machine.id), to_json(heartbeat), lease=lease)
+        except BaseException:
+            await keeper.stop(revoke=True)
+            raise
+        self._keeper = keeper
+
+    async def _stay_registered(self) -> None:
+        while True:
+            assert self._keeper is not None
+            await self._keeper.lost.wait()
+            _log.warning("heartbeat lease lost; registering again")
+            await self._keeper.stop(revoke=False)
+            while True:
+                try:
+                    await self._register()
+                    break
+                except StoreError as error:
+                    _log.warning("cannot register: %s; retrying", error)
+                    await asyncio.sleep(RETRY_S)
+
+    # --- assignments -------------------------------------------------------------------------
+
+    async def _assignments_changed(self, changed: set[str]) -> None:
+        # Only a wake-up: the mirror's watch must not wait for (or fail with) our work.
+        self._wake.set()
+
+    def _desired(self) -> dict[TaskRef, Assignment]:
+        """The valid assignments of this machine, by task; malformed ones are logged once."""
+        items = self._assignments.items
+        for key in self._parsed.keys() - items.keys():
+            del self._parsed[key]
+        desired: dict[TaskRef, Assignment] = {}
+        for key, kv in items.items():
+            cached = self._parsed.get(key)
+            if cached is None or cached[0] != kv.mod_revision:
+                cached = (kv.mod_revision, self._parse_assignment(kv))
+                self._parsed[key] = cached
+            if cached[1] is not None:
+                task = TaskRef(*keys.task_of_key(key))
+                desired[task] = cached[1]
+        return desired
+
+    def _parse_assignment(self, kv: KeyValue) -> Assignment | None:
+        segments = kv.key.removeprefix(self._assignments.prefix).split("/")
+        if len(segments) != 3 or not segments[2].isdecimal():
+            _log.warning("ignoring assignment with a malformed key %r", kv.key)
+            return None
+        try:
+            assignment = from_json(Assignment, kv.value, stored=True)
+        except pydantic.ValidationError as error:
+            _log.warning("ignoring malformed assignment %s: %s", kv.key, error)
+            return None
+        ent, job, index = segments
+        if assignment.job != f"{ent}/{job}" or assignment.index != int(index):
+            _log.warning("ignoring assignment %s: it names task %s", kv.key, assignment.task_id)
+            return None
+        return assignment
+
+    # --- reconciling -------------------------------------------------------------------------
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._settings.poll_interval_s)
+            self._wake.clear()
+            try:
+                await self._reconcile()
+            except StoreError as error:
+                _log.warning("store request failed, retrying: %s", error)
+            except Exception:
+                _log.exception("reconciling failed; retrying")
+
+    async def _reconcile(self) -> None:
+        desired = self._desired()
+        for task, attempts in list(self._attempts.items()):
+            for attempt in list(attempts.values()):
+                await self._observe(attempt, desired.get(task))
+        for task, assignment in desired.items():
+            if (task, assignment.attempt) in self._known:
+                continue
+            if assignment.desired is DesiredState.RUNNING:
+                await self._launch(task, assignment)
+            else:
+                await self._report_never_started(task, assignment)
+
+    def _adopt(self) -> None:
+        """Takes over the attempts a previous agent left in the work dir."""
+        found = self.work_dir.scan()
+        latest: dict[TaskRef, int] = {}
+        for files in found:
+            self._known.add((files.task, files.attempt))
+            latest[files.task] = max(files.attempt, latest.get(files.task, 0))
+        now = time.monotonic()
+        for files in found:
+            # Older attempts that finished were reported when they did; one that never wrote
+            # its state never ran. The latest attempt's end may still need reporting.
+            if files.attempt != latest[files.task] and (
+                files.exit.exists() or not files.state.exists()
+            ):
+                continue
+            self._attempts.setdefault(files.task, {})[files.attempt] = Attempt(files, now)
+            _log.info("adopting attempt %d of task %s", files.attempt, files.task.task_id)
+
+    async def _observe(self, attempt: Attempt, assignment: Assignment | None) -> None:
+        """Notices the attempt's start and end, and stops it when it is no longer wanted."""
+        files = attempt.files
+        shim_running = self._shim_running(attempt)
+        if files.exit.exists():
+            end = read_record(ShimExit, files.exit)
+            if end is not None:
+                await self._finished(attempt, end)
+                return
+        if attempt.state is None or attempt.state.pid is None:
+            attempt.state = read_record(ShimState, files.state) or attempt.state
+        wanted = (
+            assignment is not None
+            and assignment.attempt == attempt.number
+            and assignment.desired is DesiredState.RUNNING
+        )
+        if not wanted:
+            self._stop(attempt)
+        if not shim_running:
+            await self._shim_died(attempt)
+        elif attempt.state is not None and attempt.state.pid is not None:
+            await self._report(attempt, TaskState.RUNNING, allow_create=True)
+
+    def _shim_running(self, attempt: Attempt) -> bool:
+        if attempt.shim is not None:
+            # Our own child: poll() also reaps it once it has exited.
+            return attempt.shim.poll() is None
+        state = attempt.state or read_record(ShimState, attempt.files.state)
+        if state is None:
+            return time.monotonic() - attempt.seen_at < SHIM_START_GRACE_S
+        return is_alive(state.shim_pid, state.shim_start)
+
+    def _stop(self, attempt: Attempt) -> None:
+        """Asks the shim to stop the task; kills both when the shim does not manage to."""
+        now = time.monotonic()
+        state = attempt.state
+        if attempt.stop_sent_at is None:
+            attempt.stop_sent_at = now
+            _log.info("stopping attempt %d of task %s", attempt.number, attempt.task.task_id)
+            if attempt.shim is not None:
+                attempt.shim.send_signal(signal.SIGTERM)
+            elif state is not None:
+                signal_process(state.shim_pid, state.shim_start, signal.SIGTERM)
+        elif now - attempt.stop_sent_at > self._settings.kill_grace_s + KILL_BACKSTOP_S:
+            if state is not None:
+                signal_group(state.pid, state.pid_start, signal.SIGKILL)
+                signal_process(state.shim_pid, state.shim_start, signal.SIGKILL)
+            if attempt.shim is not None:
+                attempt.shim.kill()
+
+    async def _shim_died(self, attempt: Attempt) -> None:
+        # The shim writes exit.json before it exits: look again, it may have just done so.
+        end = read_record(ShimExit, attempt.files.exit)
+        if end is None:
+            state = attempt.state
+            if state is not None:
+                # Its task must not run on unsupervised, invisible to every agent.
+                signal_group(state.pid, state.pid_start, signal.SIGKILL)
+            end = ShimExit(
+                exit_code=None,
+                stopped=attempt.stop_sent_at is not None,
+                finished_at=datetime.now(UTC),
+                message="the task's supervisor (shim) ended without recording the exit status",
+            )
+            write_record(attempt.files.exit, end)
+        await self._finished(attempt, end)
+
+    async def _finished(self, attempt: Attempt, end: ShimExit) -> None:
+        if end.stopped or attempt.stop_sent_at is not None:
+            state = TaskState.KILLED
+        elif end.exit_code == 0:
+            state = TaskState.EXITED
+        else:
+            state = TaskState.FAILED
+        if attempt.state is None:
+            attempt.state = read_record(ShimState, attempt.files.state)
+        await self._report(
+            attempt,
+            state,
+            allow_create=False,
+            exit_code=end.exit_code,
+            finished_at=end.finished_at,
+            message=end.message,
+        )
+        if attempt.shim is not None:
+            attempt.shim.poll()
+        task_attempts = self._attempts[attempt.task]
+        del task_attempts[attempt.number]
+        if not task_attempts:
+            del self._attempts[attempt.task]
+        self.work_dir.prune(attempt.task, self._settings.keep_attempts, busy=set(task_attempts))
+
+    # --- starting ----------------------------------------------------------------------------
+
+    async def _launch(self, task: TaskRef, assignment: Assignment) -> None:
+        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        if not await self._report(attempt, TaskState.STARTING, allow_create=True):
+            # The status already describes a newer attempt: this assignment is stale.
+            return
+        self._known.add((task, assignment.attempt))
+        self._attempts.setdefault(task, {})[assignment.attempt] = attempt
+        _log.info("starting attempt %d of task %s", assignment.attempt, task.task_id)
+        try:
+            attempt.shim = self._spawn_shim(task, assignment, attempt.files)
+        except OSError as error:
+            _log.warning("cannot start attempt %d of %s: %s", assignment.attempt, task, error)
+            attempt.files.dir.mkdir(parents=True, exist_ok=True)
+            end = ShimExit(
+                exit_code=None,
+                finished_at=datetime.now(UTC),
+                message=f"the agent could not start the task: {error}",
+            )
+            write_record(attempt.files.exit, end)
+
+    def _spawn_shim(
+        self, task: TaskRef, assignment: Assignment, files: AttemptFiles
+    ) -> subprocess.Popen[bytes]:
+        """Writes the attempt's spec and starts its shim (a quick fork and exec, so inline)."""
+        sandbox = self.work_dir.sandbox(task)
+        sandbox.mkdir(parents=True, exist_ok=True)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        assert self._limiter is not None
+        limits = Limits.of(assignment.template.resources)
+        placement = self._limiter.prepare(
+            f"{task.entitlement}.{task.job}.{task.index}.{assignment.attempt}", limits
+        )
+        spec = ShimSpec(
+            task_id=task.task_id,
+            argv=[assignment.template.command, *assignment.template.args],
+            env=self._environment(task, assignment, sandbox),
+            cwd=str(sandbox),
+            stdout_path=str(files.log("stdout")),
+            stderr_path=str(files.log("stderr")),
+            state_path=str(files.state),
+            exit_path=str(files.exit),
+            limits=placement.mode.value,
+            memory_bytes=limits.memory_bytes,
+            cgroup_procs=[str(path) for path in placement.procs_files],
+            cgroups=[str(path) for path in placement.cgroups],
+            kill_grace_s=self._settings.kill_grace_s,
+        )
+        write_record(files.spec, spec)
+        with files.log("stderr").open("ab") as stderr:
+            # The shim's own complaints (and a traceback, should it crash) go to the task's
+            # stderr log, where whoever reads the task's logs sees them.
+            return subprocess.Popen(
+                [sys.executable, "-m", "tether.agent.shim", str(files.spec)],
+                cwd=files.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+
+    def _environment(self, task: TaskRef, assignment: Assignment, sandbox: Path) -> dict[str, str]:
+        """A minimal environment, the template's variables, and Tether's own."""
+        return {
+            "PATH": os.environ.get("PATH", DEFAULT_PATH),
+            "HOME": str(sandbox),
+            "LANG": "C.UTF-8",
+            **assignment.template.env,
+            "TETHER_JOB": assignment.job,
+            "TETHER_TASK_INDEX": str(task.index),
+            "TETHER_TASK_ID": task.task_id,
+            "TETHER_TASK_ATTEMPT": str(assignment.attempt),
+            "TETHER_MACHINE": self.machine.id,
+        }
+
+    async def _report_never_started(self, task: TaskRef, assignment: Assignment) -> None:
+        """An attempt stopped before it ever ran here is `killed`, so the scheduler can let go."""
+        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        await self._report(
+            attempt,
+            TaskState.KILLED,
+            allow_create=True,
+            finished_at=datetime.now(UTC),
+            message="stopped before it started",
+        )
+        self._known.add((task, assignment.attempt))
+
+    # --- status ------------------------------------------------------------------------------
+
+    async def _report(
+        self, attempt: Attempt, state: TaskState, *, allow_create: bool, **fields: Any
+    ) -> bool:
+        """Writes the attempt's status unless the status key has moved on; returns whether the
+        key now describes this attempt in `state`.
+
+        `allow_create` lets the write replace a missing status or an older attempt's; without
+        it the key must already describe this attempt (so that a status the scheduler deleted
+        is not brought back). Nothing is written for a state already reported.
+        """
+        if attempt.reported is state:
+            return True
+        task = attempt.task
+        key = keys.task_status(task.entitlement, task.job, task.index)
+        for _ in range(STATUS_CAS_ATTEMPTS):
+            kv = await self._store.get(key)
+            current = _stored_status(kv)
+            if current is not None and (
+                current.attempt,
+                current.machine,
+                current.state,
+            ) == (attempt.number, self.machine.id, state):
+                attempt.reported = state
+                return True
+            if not self._may_write(current, attempt.number, allow_create):
+                attempt.reported = state
+                return False
+            shim_state = attempt.state
+            status = TaskStatus(
+                job=f"{task.entitlement}/{task.job}",
+                index=task.index,
+                machine=self.machine.id,
+                attempt=attempt.number,
+                state=state,
+                pid=shim_state.pid if shim_state else None,
+                limits=shim_state.limits if shim_state else "",
+                started_at=shim_state.started_at if shim_state else None,
+                updated_at=datetime.now(UTC),
+                **fields,
+            )
+            result = await self._store.txn(
+                [mod_revision_is(key, kv.mod_revision if kv else 0)], [Put(key, to_json(status))]
+            )
+            if result.succeeded:
+                attempt.reported = state
+                return True
+        _log.warning("status of %s kept changing; will report %s later", task.task_id, state)
+        return False
+
+    def _may_write(self, current: TaskStatus | None, attempt: int, allow_create: bool) -> bool:
+        if current is None or current.attempt != attempt or current.machine != self.machine.id:
+            return allow_create and (current is None or current.attempt < attempt)
+        return current.state not in TERMINAL_STATES
+
+
+def _stored_status(kv: KeyValue | None) -> TaskStatus | None:
+    if kv is None:
+        return None
+    try:
+        return from_json(TaskStatus, kv.value, stored=True)
+    except pydantic.ValidationError as error:
+        _log.warning("replacing malformed status %s: %s", kv.key, error)
+        return None

@@ -1,0 +1,118 @@
+"""`tether agent`'s options: the Machine they build and the errors for bad values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tether.agent.service import Agent
+from tether.cli import agent as agent_cli
+from tether.cli.main import app
+from tether.model import Machine
+from tether.store import Store
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[Agent]:
+    """Agents the command would run, captured instead of served."""
+    agents: list[Agent] = []
+
+    class FakeStore:
+        pass
+
+    def serve(make: Callable[[Store], Agent], url: str | None, log_level: str) -> None:
+        agents.append(make(FakeStore()))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_cli, "serve", serve)
+    return agents
+
+
+def test_options_build_the_machine(served: list[Agent], tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "agent",
+            "--machine-id", "m7",
+            "--dc", "dc2",
+            "--msb", "msb3",
+            "--rack", "r4",
+            "--cpu", "2500",
+            "--memory-mib", "1024",
+            "--disk-gib", "10",
+            "--gpus", "1",
+            "--attribute", "zone=a",
+            "--attribute", "ssd=",
+            "--work-dir", str(tmp_path / "w"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (agent,) = served
+    machine = agent.machine
+    assert machine.id == "m7"
+    assert machine.hostname == "m7"
+    assert (machine.topology.region, machine.topology.dc) == ("local", "dc2")
+    assert (machine.topology.msb, machine.topology.rack) == ("msb3", "r4")
+    assert machine.hardware_type == "local"
+    assert (machine.capacity.cpu, machine.capacity.memory_mib) == (2500, 1024)
+    assert (machine.capacity.disk_gib, machine.capacity.gpus) == (10, 1)
+    assert machine.attributes == {"zone": "a", "ssd": ""}
+    assert agent.work_dir.root == (tmp_path / "w").resolve()
+
+
+def test_defaults_describe_this_host(served: list[Agent]) -> None:
+    result = runner.invoke(app, ["agent", "--machine-id", "m1"])
+    assert result.exit_code == 0, result.output
+    capacity = served[0].machine.capacity
+    assert capacity.cpu >= 1000
+    assert capacity.memory_mib > 0
+    assert served[0].work_dir.root.parts[-2:] == ("agents", "m1")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--machine-id", "Bad_Id"], "--machine-id"),
+        (["--machine-id", "m1", "--dc", "DC!"], "--dc"),
+        (["--machine-id", "m1", "--hostname", "h" * 300], "--hostname"),
+        (["--machine-id", "m1", "--attribute", "novalue"], "is not KEY=VALUE"),
+        (["--machine-id", "m1", "--attribute", "a=1", "--attribute", "a=2"], "given twice"),
+        (["--machine-id", "m1", "--attribute", "Bad Key=1"], "--attribute Bad Key"),
+        (["--machine-id", "m1", "--cpu", "-5"], "--cpu"),
+        (["--machine-id", "m1", "--memory-mib", "lots"], "--memory-mib"),
+        ([], "--machine-id"),
+    ],
+)
+def test_bad_values_exit_2_with_a_message(
+    served: list[Agent], arguments: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["agent", *arguments])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not served
+
+
+def test_bad_setting_from_the_environment(
+    served: list[Agent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_AGENT_LEASE_TTL_S", "0")
+    result = runner.invoke(app, ["agent", "--machine-id", "m1"])
+    assert result.exit_code == 2
+    assert "TETHER_AGENT_LEASE_TTL_S" in result.output
+
+
+def test_build_machine_accepts_a_valid_description() -> None:
+    fields: dict[str, Any] = {
+        "id": "m1",
+        "hostname": "m1.example",
+        "topology": {"region": "r", "dc": "d", "msb": "m", "rack": "k"},
+        "hardware_type": "local",
+        "capacity": {"cpu": 1000},
+    }
+    assert isinstance(agent_cli.build_machine(fields), Machine)
