@@ -38,7 +38,8 @@ def configure_logging(level: str = "INFO") -> None:
 
 def connect_store(url: str | None = None) -> Store:
     """The store named by `url`, or by TETHER_STORE when `url` is None."""
-    settings = StoreSettings() if url is None else StoreSettings(url=url)
+    # By its alias: the field's validation alias makes pydantic ignore a plain `url=` keyword.
+    settings = StoreSettings() if url is None else StoreSettings(TETHER_STORE=url)
     return open_store(settings=settings)
 
 
