@@ -100,7 +100,13 @@ class LogServer:
 
     def __init__(self, work_dir: WorkDir, host: str, port: int) -> None:
         config = uvicorn.Config(
-            log_app(work_dir), host=host, port=port, lifespan="off", access_log=False
+            log_app(work_dir),
+            host=host,
+            port=port,
+            lifespan="off",
+            access_log=False,
+            # Log through the process's own handlers and format (tether.service).
+            log_config=None,
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
