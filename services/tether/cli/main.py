@@ -7,7 +7,6 @@ import typer
 from tether import __version__
 from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
-from tether.cli.agent import agent as agent_command
 
 app = typer.Typer(
     name="tether",
@@ -16,7 +15,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(store_commands.app, name="store")
-app.command("agent")(agent_command)
 app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")

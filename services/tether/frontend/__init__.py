@@ -1,0 +1,1 @@
+"""The frontend: Tether's REST API for people, the CLI and the SDK (docs/protocol.md)."""

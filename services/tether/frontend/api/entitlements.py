@@ -1,0 +1,82 @@
+"""/v1/entitlements: list, create (admin) and inspect entitlements."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from tether.frontend import records
+from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see, require_admin
+from tether.frontend.bodies import parse_model, read_body
+from tether.frontend.deps import SettingsDep, StoreDep
+from tether.frontend.problems import Conflict
+from tether.frontend.quota import total_demand
+from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
+from tether.model import ZERO, Allocation, Entitlement, Job, shard_for, to_json
+from tether.store import Put, Store, key_missing, keys
+
+router = APIRouter(prefix="/v1/entitlements", tags=["entitlements"], responses=AUTH_PROBLEMS)
+
+
+async def _view(store: Store, entitlement: Entitlement) -> EntitlementView:
+    shard = await store.get(keys.shard_assignment(entitlement.name))
+    jobs = await records.scan(store, keys.jobs_of(entitlement.name), Job)
+    allocated = ZERO
+    for allocation in await records.scan(store, keys.ALLOCATIONS, Allocation):
+        for entry in allocation.tasks.values():
+            if entry.entitlement == entitlement.name:
+                allocated = allocated + entry.resources
+    return EntitlementView(
+        entitlement=entitlement,
+        shard=shard.value.decode() if shard else None,
+        requested=total_demand(job.spec for job in jobs if not job.deleting),
+        allocated=allocated,
+    )
+
+
+@router.get("", response_model=EntitlementList)
+async def list_entitlements(store: StoreDep, principal: CurrentPrincipal) -> Response:
+    """The entitlements the principal belongs to (all of them for admins)."""
+    entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
+    visible = [ent for ent in entitlements if can_see(principal, ent)]
+    return EntitlementList(entitlements=visible).response()
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=EntitlementView,
+    responses=problems(400, 409, 413, 422),
+    openapi_extra=request_body(Entitlement, "The entitlement to create."),
+)
+async def create_entitlement(
+    request: Request, store: StoreDep, settings: SettingsDep, principal: CurrentPrincipal
+) -> Response:
+    """Admin: create an entitlement and assign it to a scheduler shard."""
+    require_admin(principal)
+    body = await read_body(request, settings.max_body_bytes)
+    entitlement = parse_model(Entitlement, body, request.headers.get("content-type"))
+    region = await records.region_config(store)
+    key = keys.entitlement(entitlement.name)
+    shard = shard_for(entitlement.name, region.shards)
+    created = await store.txn(
+        [key_missing(key)],
+        [
+            Put(key, to_json(entitlement)),
+            Put(keys.shard_assignment(entitlement.name), shard.encode()),
+        ],
+    )
+    if not created.succeeded:
+        raise Conflict(f"entitlement '{entitlement.name}' already exists")
+    view = await _view(store, entitlement)
+    return view.response(201, {"Location": f"/v1/entitlements/{entitlement.name}"})
+
+
+@router.get("/{name}", response_model=EntitlementView, responses=problems(404))
+async def get_entitlement(
+    store: StoreDep, principal: CurrentPrincipal, name: EntitlementName
+) -> Response:
+    """The entitlement, its shard, what its jobs request and what its tasks hold."""
+    entitlement = await authorize_entitlement(store, principal, name)
+    return (await _view(store, entitlement.model)).response()

@@ -1,0 +1,118 @@
+"""/v1/jobs: submit, list, show, scale and delete jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from starlette.responses import Response
+
+from tether.frontend import jobs, records
+from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems, request_body
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
+from tether.frontend.bodies import (
+    IDEMPOTENCY_KEY_RULE,
+    check_idempotency_key,
+    parse_model,
+    read_body,
+)
+from tether.frontend.deps import SettingsDep, StoreDep
+from tether.frontend.problems import NotFound
+from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest
+from tether.model import Entitlement, Job, JobSpec, Name
+from tether.store import keys
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=AUTH_PROBLEMS)
+
+
+def _location(job: Job) -> dict[str, str]:
+    return {"Location": f"/v1/jobs/{job.handle}"}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobView,
+    responses={
+        200: {"model": JobView, "description": "An earlier submission with this key made it."},
+        **problems(400, 404, 409, 413, 422),
+    },
+    openapi_extra=request_body(
+        JobSpec, "A JobSpec, as JSON or as YAML (Content-Type: application/yaml).", yaml=True
+    ),
+)
+async def submit_job(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description=f"Makes retries safe: {IDEMPOTENCY_KEY_RULE}."),
+    ] = None,
+) -> Response:
+    """Submit a job. 201 with the new job; 200 with the job an earlier submission with the
+    same Idempotency-Key and spec created."""
+    key = check_idempotency_key(idempotency_key)
+    body = await read_body(request, settings.max_body_bytes)
+    spec = parse_model(JobSpec, body, request.headers.get("content-type"))
+    entitlement = await authorize_entitlement(store, principal, spec.entitlement)
+    submitted = await jobs.submit(store, principal, entitlement.model, spec, key)
+    view = await jobs.job_view(store, submitted.job)
+    return view.response(201 if submitted.created else 200, _location(submitted.job))
+
+
+@router.get("", response_model=JobList, responses=problems(404))
+async def list_jobs(
+    store: StoreDep,
+    principal: CurrentPrincipal,
+    entitlement: Annotated[Name | None, Query(description="Only this entitlement's jobs.")] = None,
+) -> Response:
+    """Jobs of the entitlements the principal belongs to (every job for admins)."""
+    if entitlement is not None:
+        await authorize_entitlement(store, principal, entitlement)
+        found = await records.scan(store, keys.jobs_of(entitlement), Job)
+    else:
+        found = await records.scan(store, keys.JOBS, Job)
+        if not principal.is_admin:
+            entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
+            visible = {ent.name for ent in entitlements if can_see(principal, ent)}
+            found = [job for job in found if job.spec.entitlement in visible]
+    tasks = await records.tasks_by_job(store)
+    return JobList(jobs=[JobView.of(job, tasks.get(job.handle, [])) for job in found]).response()
+
+
+@router.get("/{ent}/{job}", response_model=JobView, responses=problems(404))
+async def get_job(
+    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+) -> Response:
+    """One job with its task counts by effective state."""
+    await authorize_entitlement(store, principal, ent)
+    found = await records.get(store, keys.job(ent, job), Job)
+    if found is None:
+        raise NotFound(f"job '{ent}/{job}' does not exist")
+    return (await jobs.job_view(store, found.model)).response()
+
+
+@router.post("/{ent}/{job}/scale", response_model=JobView, responses=problems(400, 404, 409, 422))
+async def scale_job(
+    store: StoreDep,
+    principal: CurrentPrincipal,
+    ent: EntitlementName,
+    job: JobName,
+    request: ScaleRequest,
+) -> Response:
+    """Change the task count; the job's generation grows by one (unless the count is the same)."""
+    entitlement = await authorize_entitlement(store, principal, ent)
+    scaled = await jobs.scale(store, entitlement.model, job, request.count)
+    return (await jobs.job_view(store, scaled)).response()
+
+
+@router.delete("/{ent}/{job}", status_code=202, response_model=JobView, responses=problems(404))
+async def delete_job(
+    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+) -> Response:
+    """Start deleting the job: the scheduler stops its tasks, then removes it."""
+    await authorize_entitlement(store, principal, ent)
+    deleted = await jobs.delete(store, ent, job)
+    return (await jobs.job_view(store, deleted)).response(202)

@@ -1,0 +1,60 @@
+"""/v1/region: the region at a glance."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from tether.frontend import records
+from tether.frontend.api import AUTH_PROBLEMS
+from tether.frontend.auth import CurrentPrincipal
+from tether.frontend.deps import StoreDep
+from tether.frontend.schemas.region import MachineCounts, RegionView, ShardView
+from tether.model import AllocatorEndpoint, Machine, MachineState, ShardLeader
+from tether.store import keys
+
+router = APIRouter(prefix="/v1/region", tags=["region"], responses=AUTH_PROBLEMS)
+
+
+@router.get("", response_model=RegionView)
+async def region(store: StoreDep, principal: CurrentPrincipal) -> Response:
+    """Shards with their leaders and entitlements, allocators, machines by state, the number
+    of jobs and tasks by effective state."""
+    config = await records.region_config(store)
+    leaders = {
+        leader.shard: leader
+        for leader in await records.scan(store, keys.SHARD_LEADERS, ShardLeader)
+    }
+    members: defaultdict[str, list[str]] = defaultdict(list)
+    for kv in (await store.range(keys.SHARD_MAP)).kvs:
+        members[kv.value.decode()].append(keys.last_segment(kv.key))
+    shards = []
+    for shard in config.shards:
+        leader = leaders.get(shard)
+        shards.append(
+            ShardView(
+                shard=shard,
+                leader=leader.identity if leader else None,
+                leader_since=leader.since if leader else None,
+                entitlements=members[shard],
+            )
+        )
+    states = Counter(machine.state for machine in await records.scan(store, keys.MACHINES, Machine))
+    tasks = await records.tasks_by_job(store)
+    view = RegionView(
+        name=config.name,
+        shards=shards,
+        allocators=await records.scan(store, keys.ALLOCATORS, AllocatorEndpoint),
+        machines=MachineCounts(
+            total=states.total(),
+            up=states[MachineState.UP],
+            draining=states[MachineState.DRAINING],
+            maintenance=states[MachineState.MAINTENANCE],
+            down=states[MachineState.DOWN],
+        ),
+        jobs=await store.count(keys.JOBS),
+        tasks=records.state_counts(task.state for job in tasks.values() for task in job),
+    )
+    return view.response()

@@ -1,0 +1,109 @@
+"""Request bodies: JSON or YAML into strict models, size limits, and the Idempotency-Key header."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+from typing import Any, Final, TypeVar
+
+import yaml
+from fastapi import Request
+from pydantic import ValidationError
+
+from tether.frontend.problems import (
+    BadRequest,
+    InvalidInput,
+    PayloadTooLarge,
+    field_errors,
+    invalid_body_detail,
+    is_unparsable,
+)
+from tether.model import JobSpec, TetherModel, from_json, to_json
+
+M = TypeVar("M", bound=TetherModel)
+
+YAML_TYPES: Final = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
+IDEMPOTENCY_KEY_RULE: Final = "at most 128 characters of A-Z, a-z, 0-9, '.', '_' and '-'"
+_IDEMPOTENCY_KEY: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without anchors and aliases: a few aliased lines can otherwise expand into
+    gigabytes of JSON ("billion laughs"), and job specs never need them."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "YAML aliases are not allowed")
+        return super().compose_node(parent, index)
+
+
+def _json_default(value: object) -> str:
+    # YAML reads unquoted timestamps as datetimes; as ISO strings they validate like JSON's.
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    raise TypeError(f"a YAML value of type {type(value).__name__} has no JSON form")
+
+
+def is_yaml(content_type: str | None) -> bool:
+    """Whether a Content-Type header names YAML (parameters such as charset are ignored)."""
+    return (content_type or "").split(";", 1)[0].strip().lower() in YAML_TYPES
+
+
+def yaml_to_json(body: bytes) -> str:
+    """The JSON text of a YAML document; 400 when it is not YAML or has no JSON form."""
+    try:
+        data: Any = yaml.load(body, Loader=_NoAliasLoader)
+        return json.dumps(data, default=_json_default, allow_nan=False)
+    except (yaml.YAMLError, TypeError, ValueError) as exc:
+        raise BadRequest(f"the request body is not usable YAML: {exc}") from None
+
+
+def parse_model(cls: type[M], body: bytes, content_type: str | None) -> M:
+    """Validate a JSON body (or YAML, by Content-Type) as `cls`: 400 if unparsable, 422 with
+    every invalid field if it does not validate."""
+    text: bytes | str = yaml_to_json(body) if is_yaml(content_type) else body
+    try:
+        return from_json(cls, text)
+    except ValidationError as exc:
+        raw = exc.errors()
+        if is_unparsable(raw):
+            raise BadRequest(
+                "the request body is not valid JSON (send YAML with Content-Type: "
+                f"application/yaml): {raw[0]['msg']}"
+            ) from None
+        errors = field_errors(raw)
+        raise InvalidInput(invalid_body_detail(errors), errors=errors) from None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 past `limit` bytes without reading it all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"the request body is {declared} bytes; the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """The Idempotency-Key header's value if valid (None when absent); 400 otherwise."""
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise BadRequest(f"the Idempotency-Key header must be {IDEMPOTENCY_KEY_RULE}")
+    return key
+
+
+def spec_sha256(spec: JobSpec) -> str:
+    """The hex SHA-256 of a spec's canonical JSON (every field, defaults filled in), so the same
+    job sent as JSON or as YAML has the same digest."""
+    return hashlib.sha256(to_json(spec)).hexdigest()
+
+
+def principal_digest(name: str) -> str:
+    """The idempotency keyspace of a principal: all of its tokens share it."""
+    return hashlib.sha256(name.encode()).hexdigest()

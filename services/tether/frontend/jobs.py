@@ -1,0 +1,211 @@
+"""Job writes: submission (quota, idempotency) and compare-and-swap changes (scale, delete)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from pydantic import ValidationError
+
+from tether.frontend import records
+from tether.frontend.bodies import principal_digest, spec_sha256
+from tether.frontend.problems import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    OverQuota,
+    field_errors,
+    invalid_body_detail,
+)
+from tether.frontend.quota import quota_shortfall
+from tether.frontend.schemas.jobs import JobView
+from tether.model import (
+    Entitlement,
+    Job,
+    JobHandle,
+    JobSpec,
+    PrincipalRecord,
+    TetherModel,
+    from_json,
+    parse_job_handle,
+    to_json,
+)
+from tether.store import Compare, Put, Store, key_missing, keys, mod_revision_is
+
+ATTEMPTS: Final = 5
+"""Compare-and-swap attempts before a write gives up with 409 (others kept changing the key)."""
+
+
+class IdempotencyRecord(TetherModel):
+    """What `idempotency/<sha256(principal name)>/<key>` holds: the submission a key made."""
+
+    job: JobHandle
+    spec_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    job: Job
+    created: bool
+    """False when an earlier submission with the same Idempotency-Key made the job."""
+
+
+async def job_view(store: Store, job: Job) -> JobView:
+    """The job with its task counts."""
+    tasks = await records.tasks_by_job(store, job.spec.entitlement, job.spec.name)
+    return JobView.of(job, tasks.get(job.handle, []))
+
+
+async def _requested_by_others(store: Store, entitlement: str, excluding: str) -> list[JobSpec]:
+    # Jobs being deleted no longer count against the quota: their tasks are on their way out.
+    jobs = await records.scan(store, keys.jobs_of(entitlement), Job)
+    return [job.spec for job in jobs if not job.deleting and job.spec.name != excluding]
+
+
+async def _require_quota(store: Store, entitlement: Entitlement, spec: JobSpec) -> None:
+    specs = [*await _requested_by_others(store, entitlement.name, spec.name), spec]
+    shortfall = quota_shortfall(entitlement.quota.resources, specs)
+    if shortfall:
+        raise OverQuota(
+            f"the jobs of entitlement '{entitlement.name}' would request more than its quota "
+            f"(need: all its jobs with this one, free: the quota): {'; '.join(shortfall)}"
+        )
+
+
+async def _replay(store: Store, key: str, header: str, digest: str) -> Job | None:
+    """The job an earlier submission with this idempotency key created, if any."""
+    earlier = await records.get(store, key, IdempotencyRecord)
+    if earlier is None:
+        return None
+    handle = earlier.model.job
+    if earlier.model.spec_sha256 != digest:
+        raise Conflict(
+            f"Idempotency-Key '{header}' was already used to submit job '{handle}' with a "
+            "different spec; use a new key for a new submission"
+        )
+    job = await records.get(store, keys.job(*parse_job_handle(handle)), Job)
+    if job is None:
+        raise Conflict(
+            f"Idempotency-Key '{header}' was used to submit job '{handle}', which has since "
+            "been deleted; use a new key to submit it again"
+        )
+    return job.model
+
+
+async def submit(
+    store: Store,
+    principal: PrincipalRecord,
+    entitlement: Entitlement,
+    spec: JobSpec,
+    idempotency_key: str | None,
+) -> Submitted:
+    """Create the job at generation 1, with its idempotency record in the same transaction."""
+    job_key = keys.job(spec.entitlement, spec.name)
+    digest = spec_sha256(spec)
+    idem_key = (
+        keys.idempotency(principal_digest(principal.name), idempotency_key)
+        if idempotency_key
+        else None
+    )
+    for _ in range(ATTEMPTS):
+        if idem_key is not None and idempotency_key is not None:
+            earlier = await _replay(store, idem_key, idempotency_key, digest)
+            if earlier is not None:
+                return Submitted(earlier, created=False)
+        existing = await records.get(store, job_key, Job)
+        if existing is not None:
+            if existing.model.deleting:
+                raise Conflict(
+                    f"job '{spec.handle}' is being deleted; submit it again once it is gone"
+                )
+            raise Conflict(
+                f"job '{spec.handle}' already exists; scale it, or delete it first to replace it"
+            )
+        await _require_quota(store, entitlement, spec)
+        now = datetime.now(UTC)
+        job = Job(spec=spec, generation=1, created_at=now, updated_at=now)
+        compares: list[Compare] = [key_missing(job_key)]
+        puts = [Put(job_key, to_json(job))]
+        if idem_key is not None:
+            compares.append(key_missing(idem_key))
+            idem = IdempotencyRecord(job=spec.handle, spec_sha256=digest)
+            puts.append(Put(idem_key, to_json(idem)))
+        if (await store.txn(compares, puts)).succeeded:
+            return Submitted(job, created=True)
+    raise Conflict(f"job '{spec.handle}' kept changing while it was submitted; try again")
+
+
+JobChange = Callable[[Job], Awaitable[Job | None]]
+"""Computes a job's new record from its current one; None leaves it unchanged."""
+
+
+async def change_job(store: Store, entitlement: str, name: str, change: JobChange) -> Job:
+    """Apply `change` with compare-and-swap on the job's mod revision, retrying on conflict."""
+    key = keys.job(entitlement, name)
+    for _ in range(ATTEMPTS):
+        current = await records.get(store, key, Job)
+        if current is None:
+            raise NotFound(f"job '{entitlement}/{name}' does not exist")
+        changed = await change(current.model)
+        if changed is None:
+            return current.model
+        result = await store.txn(
+            [mod_revision_is(key, current.kv.mod_revision)], [Put(key, to_json(changed))]
+        )
+        if result.succeeded:
+            return changed
+    raise Conflict(f"job '{entitlement}/{name}' kept changing; try again")
+
+
+def with_count(spec: JobSpec, count: int) -> JobSpec:
+    """`spec` with another task count, validated like a submitted spec (the region's task
+    limit applies); 422 naming `count` if it does not validate."""
+    data = spec.model_dump(mode="json")
+    data["count"] = count
+    try:
+        return from_json(JobSpec, json.dumps(data))
+    except ValidationError as exc:
+        errors = field_errors(exc.errors(), prefix=("body",))
+        raise InvalidInput(invalid_body_detail(errors), errors=errors) from None
+
+
+async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -> Job:
+    """Set the job's task count and bump its generation; 409 over quota or while deleting."""
+
+    async def rescale(job: Job) -> Job | None:
+        if job.deleting:
+            raise Conflict(f"job '{job.handle}' is being deleted and cannot be scaled")
+        if job.spec.count == count:
+            return None
+        spec = with_count(job.spec, count)
+        # Scaling down always goes through, even when a lowered quota is already exceeded.
+        if count > job.spec.count:
+            await _require_quota(store, entitlement, spec)
+        return Job(
+            spec=spec,
+            generation=job.generation + 1,
+            created_at=job.created_at,
+            updated_at=datetime.now(UTC),
+        )
+
+    return await change_job(store, entitlement.name, name, rescale)
+
+
+async def delete(store: Store, entitlement: str, name: str) -> Job:
+    """Mark the job deleting (the scheduler stops its tasks, then removes it); idempotent."""
+
+    async def mark(job: Job) -> Job | None:
+        if job.deleting:
+            return None
+        return Job(
+            spec=job.spec,
+            generation=job.generation,
+            created_at=job.created_at,
+            updated_at=datetime.now(UTC),
+            deleting=True,
+        )
+
+    return await change_job(store, entitlement, name, mark)

@@ -1,0 +1,109 @@
+"""Typed reads of store records, and the task views every listing shares."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import ValidationError
+
+from tether.frontend.problems import CorruptRecord, Unavailable
+from tether.model import (
+    RegionConfig,
+    Task,
+    TaskState,
+    TaskStatus,
+    TetherModel,
+    effective_state,
+    from_json,
+)
+from tether.store import KeyValue, Store, keys
+
+M = TypeVar("M", bound=TetherModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Generic[M]):
+    """A model read from the store, with the key-value it came from (for compare-and-swap)."""
+
+    model: M
+    kv: KeyValue
+
+
+def load(cls: type[M], kv: KeyValue) -> M:
+    """The stored record `kv` as a `cls`; a record that does not validate is a 500 naming it."""
+    try:
+        return from_json(cls, kv.value, stored=True)
+    except ValidationError as exc:
+        raise CorruptRecord(f"{kv.key} is not a valid {cls.__name__}: {exc}") from None
+
+
+async def get(store: Store, key: str, cls: type[M]) -> Record[M] | None:
+    """The record at `key`, or None when it is missing."""
+    kv = await store.get(key)
+    return None if kv is None else Record(load(cls, kv), kv)
+
+
+async def scan(store: Store, prefix: str, cls: type[M]) -> list[M]:
+    """Every record under `prefix`, in key order."""
+    return [load(cls, kv) for kv in (await store.range(prefix)).kvs]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecords:
+    """A task and the status its agent last wrote for it (None: none yet)."""
+
+    task: Task
+    status: TaskStatus | None
+
+    @property
+    def current_status(self) -> TaskStatus | None:
+        """The status when it is about the task's current attempt on its current machine."""
+        status = self.status
+        if status is None or status.attempt != self.task.attempt:
+            return None
+        return status if status.machine == self.task.machine else None
+
+    @property
+    def state(self) -> TaskState:
+        return effective_state(self.task, self.status)
+
+
+async def tasks_by_job(
+    store: Store, ent: str | None = None, job: str | None = None
+) -> dict[str, list[TaskRecords]]:
+    """Tasks with their statuses by job handle, sorted by index: of one job when `ent` and
+    `job` are given, else of the whole region."""
+    task_prefix, status_prefix = keys.TASKS, keys.TASK_STATUS
+    if ent is not None and job is not None:
+        task_prefix, status_prefix = keys.tasks_of(ent, job), keys.statuses_of(ent, job)
+    tasks = await store.range(task_prefix)
+    # Statuses from the same snapshot, so that a task and its status agree on the attempt.
+    statuses = {
+        keys.task_of_key(kv.key): load(TaskStatus, kv)
+        for kv in (await store.range(status_prefix, revision=tasks.revision)).kvs
+    }
+    grouped: defaultdict[str, list[TaskRecords]] = defaultdict(list)
+    for kv in tasks.kvs:
+        task = load(Task, kv)
+        grouped[task.job].append(TaskRecords(task, statuses.get(keys.task_of_key(kv.key))))
+    for of_job in grouped.values():
+        # Keys sort "10" before "2".
+        of_job.sort(key=lambda records: records.task.index)
+    return dict(grouped)
+
+
+def state_counts(states: Iterable[TaskState]) -> dict[str, int]:
+    """How many tasks are in each state, every state listed (0 when none)."""
+    counts = Counter(states)
+    return {state.value: counts[state] for state in TaskState}
+
+
+async def region_config(store: Store) -> RegionConfig:
+    """The region's config; 503 while the region is not initialised."""
+    config = await get(store, keys.region_config(), RegionConfig)
+    if config is None:
+        raise Unavailable("the region is not initialised (no region config); run `tether up`")
+    return config.model

@@ -1,0 +1,58 @@
+"""Job views and the scale request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.frontend.records import TaskRecords, state_counts
+from tether.frontend.schemas import View
+from tether.model import Job, JobSpec, TaskState, Timestamp
+
+
+class JobView(View):
+    """A job, its spec and how many of its tasks are in each effective state."""
+
+    handle: str
+    entitlement: str
+    name: str
+    count: int
+    generation: int
+    deleting: bool
+    created_at: Timestamp
+    updated_at: Timestamp
+    spec: JobSpec
+    tasks: dict[str, int]
+    """Task count by effective state; every state is listed."""
+    running: int
+    """How many tasks run (effective state `running`)."""
+
+    @classmethod
+    def of(cls, job: Job, tasks: Sequence[TaskRecords]) -> JobView:
+        counts = state_counts(records.state for records in tasks)
+        return cls(
+            handle=job.handle,
+            entitlement=job.spec.entitlement,
+            name=job.spec.name,
+            count=job.spec.count,
+            generation=job.generation,
+            deleting=job.deleting,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            spec=job.spec,
+            tasks=counts,
+            running=counts[TaskState.RUNNING.value],
+        )
+
+
+class JobList(View):
+    jobs: list[JobView]
+
+
+class ScaleRequest(BaseModel):
+    """The body of POST /v1/jobs/{ent}/{job}/scale."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    count: int = Field(ge=1, description="The new task count.")

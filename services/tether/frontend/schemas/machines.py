@@ -1,0 +1,47 @@
+"""Machine views: inventory, state, and what the machine's allocation holds."""
+
+from __future__ import annotations
+
+from tether.frontend.schemas import View
+from tether.model import Allocation, Machine, MachineState, Resources, Topology
+
+
+class MachineView(View):
+    """A machine with its capacity, the resources its tasks hold and what is left."""
+
+    id: str
+    hostname: str
+    topology: Topology
+    hardware_type: str
+    state: MachineState
+    entitlement: str | None
+    capacity: Resources
+    allocated: Resources
+    free: Resources
+    """Capacity minus allocated; nothing at all when a lowered capacity is over-committed."""
+    tasks: int
+    """How many tasks hold resources on it."""
+    heartbeat: bool
+    """Whether its agent's heartbeat key is present."""
+
+    @classmethod
+    def of(cls, machine: Machine, allocation: Allocation | None, heartbeat: bool) -> MachineView:
+        allocated = allocation.used() if allocation else Resources()
+        fits = allocated.fits_in(machine.capacity)
+        return cls(
+            id=machine.id,
+            hostname=machine.hostname,
+            topology=machine.topology,
+            hardware_type=machine.hardware_type,
+            state=machine.state,
+            entitlement=machine.entitlement,
+            capacity=machine.capacity,
+            allocated=allocated,
+            free=machine.capacity - allocated if fits else Resources(),
+            tasks=len(allocation.tasks) if allocation else 0,
+            heartbeat=heartbeat,
+        )
+
+
+class MachineList(View):
+    machines: list[MachineView]

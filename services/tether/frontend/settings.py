@@ -1,0 +1,21 @@
+"""The frontend's settings, read from TETHER_FRONTEND_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class FrontendSettings(BaseSettings):
+    """Where the REST API listens and how it treats requests and agents."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_FRONTEND_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port to listen on; 0 picks one.")
+    max_body_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest request body accepted (job specs)."
+    )
+    agent_timeout_s: float = Field(
+        default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
+    )

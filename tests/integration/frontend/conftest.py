@@ -1,0 +1,119 @@
+"""A seeded region and a frontend serving it on loopback, for the REST API tests."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+
+from tether.frontend.service import Frontend
+from tether.frontend.settings import FrontendSettings
+from tether.model import (
+    Entitlement,
+    PrincipalRecord,
+    Quota,
+    RegionConfig,
+    Resources,
+    Role,
+    to_json,
+    token_digest,
+)
+from tether.store import Store, keys, open_store
+
+SHARDS = ["shard-0", "shard-1"]
+ADMIN = {"Authorization": "Bearer admin-token"}
+ALICE = {"Authorization": "Bearer alice-token"}
+"""A member of team-a."""
+MALLORY = {"Authorization": "Bearer mallory-token"}
+"""A member of team-b only."""
+QUOTA = Resources(cpu=4000, memory_mib=8192)
+"""team-a's quota."""
+
+
+def job_spec(name: str = "web", count: int = 2, cpu: int = 1000, **extra: Any) -> dict[str, Any]:
+    """A JobSpec body for team-a."""
+    return {
+        "name": name,
+        "entitlement": "team-a",
+        "count": count,
+        "task": {
+            "package": "hello",
+            "version": "1.0",
+            "command": "sleep",
+            "args": ["600"],
+            "resources": {"cpu": cpu, "memory_mib": 512},
+        },
+    } | extra
+
+
+async def seed_region(store: Store) -> None:
+    """Region config, an admin, alice (member of team-a) and mallory (member of team-b)."""
+    now = datetime.now(UTC)
+    await store.put(
+        keys.region_config(), to_json(RegionConfig(name="test", shards=SHARDS, created_at=now))
+    )
+    for token, name, roles in (
+        ("admin-token", "root", [Role.ADMIN]),
+        ("alice-token", "alice", []),
+        ("mallory-token", "mallory", []),
+    ):
+        await store.put(
+            keys.principal(token_digest(token)), to_json(PrincipalRecord(name=name, roles=roles))
+        )
+    for name, member in (("team-a", "alice"), ("team-b", "mallory")):
+        entitlement = Entitlement(name=name, quota=Quota(resources=QUOTA), members=[member])
+        await store.put(keys.entitlement(name), to_json(entitlement))
+        await store.put(keys.shard_assignment(name), b"shard-0")
+
+
+@asynccontextmanager
+async def serving(store_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A Frontend on a free loopback port with its own store connection, and a client of it."""
+    frontend = Frontend(open_store(store_url), FrontendSettings(host="127.0.0.1", port=0))
+    await frontend.start()
+    try:
+        async with httpx.AsyncClient(base_url=frontend.url, timeout=10) as client:
+            yield client
+    finally:
+        await frontend.stop()
+
+
+@dataclass(frozen=True)
+class Region:
+    store: Store
+    """The test's own connection, for seeding and checking records."""
+    api: httpx.AsyncClient
+
+
+@pytest.fixture
+async def region(store: Store, store_url: str) -> AsyncIterator[Region]:
+    await seed_region(store)
+    async with serving(store_url) as api:
+        yield Region(store, api)
+
+
+@asynccontextmanager
+async def http_server(app: Starlette) -> AsyncIterator[str]:
+    """Serves `app` on a free loopback port until the block ends; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            assert not task.done(), "the test HTTP server did not start"
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
