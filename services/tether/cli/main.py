@@ -7,13 +7,8 @@ import typer
 from tether import __version__
 from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
-from tether.cli import up as region_commands
 from tether.cli.agent import agent as agent_command
-from tether.cli.allocator import allocator as allocator_command
-from tether.cli.broker import broker as broker_command
 from tether.cli.frontend import frontend as frontend_command
-from tether.cli.health import health as health_command
-from tether.cli.scheduler import scheduler as scheduler_command
 
 app = typer.Typer(
     name="tether",
@@ -22,18 +17,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(store_commands.app, name="store")
-app.command("allocator")(allocator_command)
 app.command("agent")(agent_command)
-app.command("broker")(broker_command)
 app.command("frontend")(frontend_command)
-app.command("health")(health_command)
-app.command("scheduler")(scheduler_command)
 app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.command("status")(status.status)
-app.command("up")(region_commands.up)
-app.command("down")(region_commands.down)
 
 
 @app.command()
