@@ -1,0 +1,1 @@
+"""The allocator: places tasks on machines with optimistic-concurrency commits to the store."""

@@ -1,0 +1,117 @@
+"""The gRPC face of the allocator: converts messages and maps domain errors to status codes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final, NoReturn, TypeVar
+
+import grpc
+
+from tether.allocator.engine import Engine
+from tether.allocator.errors import (
+    AllocatorError,
+    CorruptRecord,
+    InvalidRequest,
+    JobNotFound,
+    PreconditionFailed,
+    TooManyConflicts,
+)
+from tether.proto.allocator.v1 import allocator_pb2 as pb
+from tether.proto.allocator.v1 import allocator_pb2_grpc
+from tether.store import StoreError, StoreUnavailable
+
+_log = logging.getLogger(__name__)
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+STATUS_CODES: Final[dict[type[Exception], grpc.StatusCode]] = {
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    JobNotFound: grpc.StatusCode.NOT_FOUND,
+    # StaleGeneration, JobDeleting and UnknownEntitlement.
+    PreconditionFailed: grpc.StatusCode.FAILED_PRECONDITION,
+    TooManyConflicts: grpc.StatusCode.ABORTED,
+    CorruptRecord: grpc.StatusCode.INTERNAL,
+    # The scheduler tries another replica on UNAVAILABLE; one that reaches the store may succeed.
+    StoreUnavailable: grpc.StatusCode.UNAVAILABLE,
+    StoreError: grpc.StatusCode.INTERNAL,
+}
+"""The status of each domain error; the most specific class in an error's MRO wins."""
+
+
+def status_of(error: Exception) -> grpc.StatusCode:
+    """The gRPC status code for `error`: INTERNAL for anything unexpected."""
+    for cls in type(error).__mro__:
+        if cls in STATUS_CODES:
+            return STATUS_CODES[cls]
+    return grpc.StatusCode.INTERNAL
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext[Request, Response], error: Exception
+) -> NoReturn:
+    if isinstance(error, AllocatorError | StoreError):
+        message = str(error)
+    else:
+        _log.exception("request failed unexpectedly")
+        message = f"internal error: {type(error).__name__}: {error}"
+    await context.abort(status_of(error), message)
+
+
+class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
+    """tether.allocator.v1.Allocator over an `Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def Place(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.PlaceRequest,
+        context: grpc.aio.ServicerContext[pb.PlaceRequest, pb.PlaceResponse],
+    ) -> pb.PlaceResponse:
+        try:
+            result = await self._engine.place(
+                request.job_handle,
+                list(request.task_indexes),
+                request.job_generation,
+                request.request_id,
+            )
+        except Exception as error:
+            await _abort(context, error)
+        return pb.PlaceResponse(
+            placements=[pb.Placement(task_index=i, machine_id=m) for i, m in result.placements],
+            unplaced=[pb.UnplacedTask(task_index=i, reason=r) for i, r in result.unplaced],
+            attempts=result.attempts,
+            conflicts=result.conflicts,
+        )
+
+    async def Release(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.ReleaseRequest,
+        context: grpc.aio.ServicerContext[pb.ReleaseRequest, pb.ReleaseResponse],
+    ) -> pb.ReleaseResponse:
+        try:
+            released = await self._engine.release(request.job_handle, list(request.task_indexes))
+        except Exception as error:
+            await _abort(context, error)
+        return pb.ReleaseResponse(released=released)
+
+    async def Explain(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.ExplainRequest,
+        context: grpc.aio.ServicerContext[pb.ExplainRequest, pb.ExplainResponse],
+    ) -> pb.ExplainResponse:
+        try:
+            result = await self._engine.explain(request.job_handle)
+        except Exception as error:
+            await _abort(context, error)
+        return pb.ExplainResponse(
+            job_handle=result.job_handle,
+            machines_considered=result.considered,
+            rules=[
+                pb.RuleResult(rule=o.rule, machines_rejected=o.rejected, detail=o.detail)
+                for o in result.outcomes
+            ],
+            chosen=[pb.Placement(task_index=i, machine_id=m) for i, m in result.chosen],
+            summary=result.summary,
+        )

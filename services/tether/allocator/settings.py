@@ -1,0 +1,29 @@
+"""Settings of an allocator replica, read from TETHER_ALLOCATOR_* environment variables."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tether.model import Name
+
+
+class AllocatorSettings(BaseSettings):
+    """Where a replica listens, how it registers, and how hard it retries a conflicting commit."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_ALLOCATOR_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address the gRPC server binds to.")
+    port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    id: Name = Field(
+        default_factory=lambda: f"allocator-{os.getpid()}",
+        description="Replica id, the key under allocators/.",
+    )
+    lease_ttl_s: int = Field(
+        default=5, ge=1, description="TTL of the lease the registration lives on."
+    )
+    max_attempts: int = Field(
+        default=10, ge=1, description="Store transactions one Place or Release may try."
+    )

@@ -1,0 +1,320 @@
+"""An allocator replica in-process on a real store, called over real gRPC on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+
+from tests.unit.allocator.builders import entitlement, job, machine
+from tether.allocator.engine import Engine
+from tether.allocator.index import AllocationIndex
+from tether.allocator.service import Allocator
+from tether.allocator.settings import AllocatorSettings
+from tether.model import (
+    Allocation,
+    AllocationEntry,
+    AllocatorEndpoint,
+    Job,
+    Resources,
+    from_json,
+    to_json,
+)
+from tether.proto.allocator.v1 import allocator_pb2 as pb
+from tether.proto.allocator.v1 import allocator_pb2_grpc
+from tether.store import Store, keys
+
+MSBS = 4
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Waits until `check()` holds, failing after `timeout_s`."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(0.02)
+
+
+async def put_job(store: Store, record: Job) -> None:
+    await store.put(keys.job(record.spec.entitlement, record.spec.name), to_json(record))
+
+
+async def allocations(store: Store) -> dict[str, Allocation]:
+    result = await store.range(keys.ALLOCATIONS)
+    return {
+        keys.last_segment(kv.key): from_json(Allocation, kv.value, stored=True) for kv in result.kvs
+    }
+
+
+@pytest.fixture
+async def region(store: Store) -> Store:
+    """Four 4 GiB machines, one per MSB, with empty allocation records; entitlement ads; job
+    ads/web of 3 tasks of 1 GiB."""
+    for n in range(MSBS):
+        machine_id = f"m{n}"
+        await store.put(keys.machine(machine_id), to_json(machine(machine_id, msb=f"msb{n}")))
+        await store.put(keys.allocation(machine_id), to_json(Allocation(machine=machine_id)))
+    await store.put(keys.entitlement("ads"), to_json(entitlement()))
+    await put_job(store, job())
+    return store
+
+
+@pytest.fixture
+async def allocator(region: Store) -> AsyncIterator[Allocator]:
+    service = Allocator(region, AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+async def client(allocator: Allocator) -> AsyncIterator[allocator_pb2_grpc.AllocatorAsyncStub]:
+    async with grpc.aio.insecure_channel(allocator.address) as channel:
+        yield allocator_pb2_grpc.AllocatorStub(channel)
+
+
+def machines_of(response: pb.PlaceResponse) -> dict[int, str]:
+    return {p.task_index: p.machine_id for p in response.placements}
+
+
+async def test_place_spreads_over_msbs_and_commits(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    response = await client.Place(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[0, 1, 2], job_generation=1)
+    )
+    placed = machines_of(response)
+    assert sorted(placed) == [0, 1, 2]
+    assert len(set(placed.values())) == 3, "one task per MSB"
+    assert (response.attempts, response.conflicts, list(response.unplaced)) == (1, 0, [])
+
+    stored = await allocations(region)
+    for index, machine_id in placed.items():
+        entry = stored[machine_id].tasks[f"ads/web/{index}"]
+        assert entry.resources == Resources(cpu=500, memory_mib=1024)
+    assert sum(len(a.tasks) for a in stored.values()) == 3
+
+    # Again (a scheduler retry without request id): the same machines, nothing written.
+    revision = await region.revision()
+    again = await client.Place(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[2, 0, 1], job_generation=1)
+    )
+    assert [p.task_index for p in again.placements] == [2, 0, 1]
+    assert machines_of(again) == placed
+    assert (again.attempts, again.conflicts) == (0, 0)
+    assert await region.revision() == revision
+
+
+async def test_request_id_returns_the_first_response(
+    client: allocator_pb2_grpc.AllocatorAsyncStub,
+) -> None:
+    request = pb.PlaceRequest(
+        job_handle="ads/web", task_indexes=[0], job_generation=1, request_id="r-1"
+    )
+    first = await client.Place(request)
+    assert first.attempts == 1
+    released = await client.Release(pb.ReleaseRequest(job_handle="ads/web"))
+    assert released.released == 1
+    # The retry is answered from memory, not placed again.
+    assert await client.Place(request) == first
+    fresh = await client.Place(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[0], job_generation=1, request_id="r-2")
+    )
+    assert fresh.attempts == 1
+
+
+async def test_over_capacity_tasks_are_unplaced_with_a_reason(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    await put_job(region, job("big", count=5, memory=3072))
+    response = await client.Place(
+        pb.PlaceRequest(job_handle="ads/big", task_indexes=range(5), job_generation=1)
+    )
+    assert len(set(machines_of(response).values())) == 4
+    [unplaced] = response.unplaced
+    assert unplaced.task_index == 4
+    assert unplaced.reason == (
+        "no machine fits: 4 of 4 machines: insufficient memory "
+        "(need 3072 MiB, best has 1024 MiB free)"
+    )
+    # Nothing fits at all: no transaction is tried.
+    await put_job(region, job("huge", count=1, memory=8192))
+    huge = await client.Place(
+        pb.PlaceRequest(job_handle="ads/huge", task_indexes=[0], job_generation=1)
+    )
+    assert "insufficient memory" in huge.unplaced[0].reason
+    assert (huge.attempts, list(huge.placements)) == (0, [])
+
+
+async def test_release_empties_the_records_and_is_idempotent(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    await client.Place(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[0, 1, 2], job_generation=1)
+    )
+    one = await client.Release(pb.ReleaseRequest(job_handle="ads/web", task_indexes=[1, 7]))
+    assert one.released == 1
+    stored = await allocations(region)
+    assert sorted(t for a in stored.values() for t in a.tasks) == ["ads/web/0", "ads/web/2"]
+
+    rest = await client.Release(pb.ReleaseRequest(job_handle="ads/web"))
+    assert rest.released == 2
+    assert all(not a.tasks for a in (await allocations(region)).values())
+    assert (await client.Release(pb.ReleaseRequest(job_handle="ads/web"))).released == 0
+
+
+async def test_errors_have_their_status_codes(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    async def code_of(request: pb.PlaceRequest) -> tuple[grpc.StatusCode, str]:
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await client.Place(request)
+        return failure.value.code(), failure.value.details() or ""
+
+    code, message = await code_of(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[0], job_generation=2)
+    )
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert message == (
+        "job ads/web is at generation 1 in the store, but the request is for generation 2"
+    )
+
+    code, message = await code_of(pb.PlaceRequest(job_handle="ads/nope", task_indexes=[0]))
+    assert (code, message) == (grpc.StatusCode.NOT_FOUND, "job ads/nope not found")
+
+    code, message = await code_of(pb.PlaceRequest(job_handle="not a handle", task_indexes=[0]))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert "invalid job handle" in message
+
+    code, message = await code_of(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[1, 3], job_generation=1)
+    )
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert message == "task indexes 3 are out of range: job ads/web has 3 tasks (0 to 2)"
+
+    code, _ = await code_of(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[1, 1], job_generation=1)
+    )
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+    await put_job(region, job("gone", deleting=True))
+    code, message = await code_of(
+        pb.PlaceRequest(job_handle="ads/gone", task_indexes=[0], job_generation=1)
+    )
+    assert (code, message) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "job ads/gone is being deleted; its tasks are not placed",
+    )
+
+    await put_job(region, job("orphan", entitlement="nobody"))
+    code, message = await code_of(
+        pb.PlaceRequest(job_handle="nobody/orphan", task_indexes=[0], job_generation=1)
+    )
+    assert code is grpc.StatusCode.FAILED_PRECONDITION
+    assert "entitlement nobody" in message
+
+    await region.put(keys.job("ads", "broken"), b"{}")
+    code, message = await code_of(
+        pb.PlaceRequest(job_handle="ads/broken", task_indexes=[0], job_generation=1)
+    )
+    assert code is grpc.StatusCode.INTERNAL
+    assert message.startswith("the record of job ads/broken is not valid: spec: Field required;")
+
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        await client.Explain(pb.ExplainRequest(job_handle="ads/nope"))
+    assert failure.value.code() is grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        await client.Release(pb.ReleaseRequest(job_handle="/"))
+    assert failure.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_explain(region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub) -> None:
+    await client.Place(pb.PlaceRequest(job_handle="ads/web", task_indexes=[0], job_generation=1))
+    explained = await client.Explain(pb.ExplainRequest(job_handle="ads/web"))
+    assert explained.job_handle == "ads/web"
+    assert explained.machines_considered == MSBS
+    assert [p.task_index for p in explained.chosen] == [0]
+    assert explained.summary == "4 of 4 machines fit"
+
+    await put_job(region, job("big", memory=6000))
+    big = await client.Explain(pb.ExplainRequest(job_handle="ads/big"))
+    assert big.summary == "4 of 4 machines: insufficient memory"
+    memory = next(rule for rule in big.rules if rule.rule == "resources.memory")
+    assert memory.machines_rejected == 4
+    assert memory.detail == "need 6000 MiB, best has 4096 MiB free"
+    assert list(big.chosen) == []
+
+
+async def test_follows_the_store(
+    region: Store, allocator: Allocator, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    # Another writer fills m0..m3 to the brim; a new machine appears without a record.
+    for n in range(MSBS):
+        filler = AllocationEntry(job="ml/filler", index=n, resources=Resources(memory_mib=4096))
+        full = Allocation(machine=f"m{n}", tasks={filler.task_id: filler})
+        await region.put(keys.allocation(f"m{n}"), to_json(full))
+    await region.put(keys.machine("m9"), to_json(machine("m9", msb="msb9")))
+    await eventually(lambda: allocator.index.usage("ml").memory_mib == 4 * 4096)
+    await eventually(lambda: allocator.index.machine("m9") is not None)
+
+    response = await client.Place(
+        pb.PlaceRequest(job_handle="ads/web", task_indexes=[0, 1], job_generation=1)
+    )
+    assert machines_of(response) == {0: "m9", 1: "m9"}
+    # The record did not exist: the allocator created it.
+    assert set((await allocations(region))["m9"].tasks) == {"ads/web/0", "ads/web/1"}
+
+
+async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
+    # An index filled once and never updated, so another writer's change surprises it.
+    index = AllocationIndex()
+    for prefix, apply in ((keys.MACHINES, index.set_machine),):
+        for kv in (await region.range(prefix)).kvs:
+            apply(keys.last_segment(kv.key), kv)
+    result = await region.range(keys.ALLOCATIONS)
+    for kv in result.kvs:
+        index.set_allocation(keys.last_segment(kv.key), kv, result.revision)
+    index.set_entitlement("ads", await region.get(keys.entitlement("ads")))
+    engine = Engine(region, index, max_attempts=10)
+
+    # m0 is the first choice for one task (all tie, then the id); someone else takes 3.5 GiB.
+    filler = AllocationEntry(job="ml/filler", index=0, resources=Resources(memory_mib=3584))
+    await region.put(
+        keys.allocation("m0"), to_json(Allocation(machine="m0", tasks={filler.task_id: filler}))
+    )
+    placed = await engine.place("ads/web", [0], 1, "")
+    assert (placed.attempts, placed.conflicts) == (2, 1)
+    assert placed.placements == [(0, "m1")]
+    stored = await allocations(region)
+    assert set(stored["m0"].tasks) == {"ml/filler/0"}
+    assert set(stored["m1"].tasks) == {"ads/web/0"}
+
+
+async def test_registration_follows_the_lease(region: Store, allocator: Allocator) -> None:
+    key = keys.allocator("allocator-1")
+    kv = await region.get(key)
+    assert kv is not None
+    endpoint = from_json(AllocatorEndpoint, kv.value, stored=True)
+    assert endpoint.address == allocator.address
+    assert endpoint.since <= datetime.now(UTC)
+
+    # The lease is lost (revoked behind the replica's back): it registers again.
+    await region.lease_revoke(kv.lease)
+    assert await region.get(key) is None
+    again = None
+    for _ in range(200):
+        again = await region.get(key)
+        if again is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert again is not None
+    assert again.lease != kv.lease
+
+    await allocator.stop()
+    assert await region.get(key) is None
