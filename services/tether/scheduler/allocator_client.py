@@ -109,9 +109,7 @@ class AllocatorClient:
     ) -> T:
         endpoints = self._live_endpoints()
         if not endpoints:
-            raise AllocatorUnavailable(
-                f"no allocator replica is registered under {keys.ALLOCATORS}"
-            )
+            raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
         start = next(self._turn) % len(endpoints)
         failures: list[str] = []
         for endpoint in endpoints[start:] + endpoints[:start]:

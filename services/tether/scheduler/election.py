@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.model import ShardLeader, to_json
+from pydantic import ValidationError
+
+from tether.model import ShardLeader, from_json, to_json
 from tether.store import (
     CompactedError,
     Compare,
@@ -23,6 +25,7 @@ from tether.store import (
     RangeResult,
     Store,
     StoreError,
+    TxnResult,
     key_missing,
     keys,
     value_is,
@@ -129,7 +132,7 @@ class Election:
             if result.succeeded:
                 _log.info("shard %s: leading as %s", self.shard, self.identity)
                 return Leadership(Fence(self.key, value))
-            _log.debug("shard %s: standing by", self.shard)
+            _log.info("shard %s: standing by; %s leads", self.shard, _leader_identity(result))
             await _first_of(self._deleted(result.revision + 1), keeper.lost.wait())
         return None
 
@@ -178,6 +181,15 @@ class Election:
                 # The lease keeper decides whether the store's absence costs us the lease.
                 _log.info("shard %s: watching the leader key failed: %s", self.shard, error)
                 await asyncio.sleep(_RETRY_S)
+
+
+def _leader_identity(result: TxnResult) -> str:
+    read = result.results[0]
+    assert isinstance(read, RangeResult)
+    for kv in read.kvs:
+        with contextlib.suppress(ValidationError):
+            return from_json(ShardLeader, kv.value, stored=True).identity
+    return "nobody"
 
 
 async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:

@@ -8,14 +8,14 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from tether.scheduler.allocator_client import AllocatorClient
+from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership
 from tether.scheduler.executor import Executor, NotLeader
 from tether.scheduler.reconciler import plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
 from tether.service import Service
-from tether.store import Store
+from tether.store import Store, StoreError
 
 _log = logging.getLogger(__name__)
 
@@ -168,8 +168,11 @@ class Term:
         except NotLeader as error:
             _log.warning("%s: deposed: %s", handle, error)
             self._leadership.lost.set()
+        except (AllocatorError, StoreError) as error:
+            _log.warning("%s: reconcile failed, retrying: %s", handle, error)
+            self._later(handle, self._settings.place_retry_s)
         except Exception:
-            # One job's trouble (a store hiccup, an allocator outage) must not stop the others.
+            # A bug met by one job must not stop the others.
             _log.exception("%s: reconcile failed; retrying later", handle)
             self._later(handle, self._settings.place_retry_s)
         finally:

@@ -72,6 +72,12 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
             del self.placed[task]
         return allocator_pb2.ReleaseResponse(released=len(released))
 
+    async def Explain(  # noqa: N802
+        self, request: allocator_pb2.ExplainRequest, context: Context
+    ) -> allocator_pb2.ExplainResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scheduler never explains")
+        raise AssertionError("abort returns only by raising")
+
     async def _up_machines(self) -> list[str]:
         result = await self.store.range(keys.MACHINES)
         machines = [from_json(Machine, kv.value, stored=True) for kv in result.kvs]

@@ -134,7 +134,7 @@ async def _restart_after_failure(store: Store, task: Task) -> None:
 async def _machine_down(store: Store, allocator: FakeAllocator) -> None:
     before = await tasks_of(store, "ads", "web")
     victim = next(task for task in before.values() if task.machine == "m2")
-    await put(store, keys.machine("m2"), make_machine("m2", MachineState.DOWN))
+    down_at = await put(store, keys.machine("m2"), make_machine("m2", MachineState.DOWN))
 
     async def replaced() -> Task | None:
         now = (await tasks_of(store, "ads", "web"))[victim.index]
@@ -145,8 +145,25 @@ async def _machine_down(store: Store, allocator: FakeAllocator) -> None:
     assert moved.restarts == victim.restarts
     assert moved.state is TaskState.PLACED
     assert ("ads/web", [victim.index]) in allocator.release_calls
+    lost = [t for t in await history(store, victim, down_at) if t.state is TaskState.LOST]
+    assert len(lost) == 1
+    assert lost[0].machine is None
+    assert lost[0].message == "machine m2 is down"
+    assert lost[0].attempt == victim.attempt
     assert await store.get(keys.assignment("m2", "ads", "web", victim.index)) is None
     assert await assignment(store, moved) is not None
+
+
+async def history(store: Store, task: Task, start: int) -> list[Task]:
+    """Every version of the task's record written since revision `start`, oldest first."""
+    key = keys.task("ads", "web", task.index)
+    versions: list[Task] = []
+    for revision in range(start, await store.revision() + 1):
+        result = await store.range(key, revision=revision)
+        records = [Task.model_validate_json(kv.value) for kv in result.kvs if kv.key == key]
+        if records and (not versions or versions[-1] != records[0]):
+            versions += records
+    return versions
 
 
 async def _scale_down(store: Store) -> None:

@@ -392,7 +392,8 @@ def test_deleting_job_stops_every_task_and_is_deleted_after_the_last() -> None:
 
     plan = plan_job(make_view(job), NOW)
     assert plan.delete_job
-    assert plan.writes == plan.release == plan.place == []
+    assert plan.writes == plan.release == []
+    assert plan.place == []
 
 
 def test_deleting_job_removes_tasks_on_down_machines_without_waiting() -> None:

@@ -1,0 +1,165 @@
+"""Leader election of a shard: one leader, failover within the lease TTL, fenced writes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.integration.scheduler.helpers import eventually
+from tether.model import ShardLeader, Task, from_json
+from tether.scheduler.allocator_client import PlaceResult
+from tether.scheduler.election import Election
+from tether.scheduler.executor import Executor, NotLeader
+from tether.scheduler.reconciler import TaskWrite
+from tether.scheduler.service import Scheduler
+from tether.scheduler.settings import SchedulerSettings
+from tether.store import Store, keys, open_store
+
+SHARD = "shard-0"
+LEADER_KEY = keys.shard_leader(SHARD)
+TTL_S = 2
+
+Spawn = Callable[[str], subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn(store_url: str, tmp_path: Path) -> Iterator[Spawn]:
+    """Starts `tether scheduler --shard shard-0` processes; kills whatever is left at the end."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "TETHER_SCHEDULER_LEASE_TTL_S": str(TTL_S)}
+        command = [sys.executable, "-m", "tether.cli.main", "scheduler", "--shard", SHARD]
+        with (tmp_path / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                [*command, "--store", store_url],
+                env=env,
+                cwd=tmp_path,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        processes.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+async def leader(store: Store) -> ShardLeader | None:
+    kv = await store.get(LEADER_KEY)
+    return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
+
+
+async def test_standby_takes_over_when_the_leader_is_killed(
+    store: Store, spawn: Spawn, tmp_path: Path
+) -> None:
+    first, second = spawn("a"), spawn("b")
+    elected = await eventually(lambda: leader(store), timeout_s=30, what="a leader")
+    assert elected.shard == SHARD
+    assert elected.pid in (first.pid, second.pid)
+    assert await store.count(keys.SHARD_LEADERS) == 1
+    victim, survivor = (first, second) if elected.pid == first.pid else (second, first)
+    survivor_log = tmp_path / ("a.log" if survivor is first else "b.log")
+
+    async def standing_by() -> bool:
+        return "standing by" in survivor_log.read_text()
+
+    await eventually(standing_by, timeout_s=30, what="the standby")
+
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    killed_at = time.monotonic()
+
+    async def survivor_leads() -> ShardLeader | None:
+        now = await leader(store)
+        return now if now is not None and now.pid == survivor.pid else None
+
+    await eventually(survivor_leads, timeout_s=TTL_S + 4, what="the standby leading")
+    assert time.monotonic() - killed_at <= TTL_S + 2
+    assert await store.count(keys.SHARD_LEADERS) == 1
+
+    # A clean stop revokes the lease: the key is gone as soon as the process has exited.
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(15) == 0
+    assert await store.get(LEADER_KEY) is None
+
+
+async def test_clean_stop_hands_over_at_once(store_url: str) -> None:
+    settings = SchedulerSettings(lease_ttl_s=10, resync_s=1)
+    first = Scheduler(open_store(store_url), SHARD, settings)
+    second = Scheduler(open_store(store_url), SHARD, settings)
+    try:
+        await first.start()
+        await asyncio.wait_for(first.leading.wait(), 10)
+        await second.start()
+        await asyncio.sleep(0.5)
+        assert not second.leading.is_set()
+
+        stopped_at = time.monotonic()
+        await first.stop()
+        await asyncio.wait_for(second.leading.wait(), 5)
+        # Far sooner than the 10 s lease would have taken to lapse.
+        assert time.monotonic() - stopped_at < 3
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+class UnusedAllocator:
+    async def place(
+        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+    ) -> PlaceResult:
+        raise AssertionError("not called")
+
+    async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
+        raise AssertionError("not called")
+
+
+def pending_task() -> Task:
+    return Task(job="ads/web", index=0, generation=1, version="1.0", updated_at=datetime.now(UTC))
+
+
+async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
+    old = Election(store, SHARD, TTL_S, identity="old")
+    new = Election(store, SHARD, TTL_S, identity="new")
+    try:
+        old_term = await old.campaign()
+        campaign = asyncio.create_task(new.campaign())
+        await asyncio.sleep(0.3)
+        assert not campaign.done()
+
+        # The old leader's lease lapses (as in a partition): the standby takes over.
+        kv = await store.get(LEADER_KEY)
+        assert kv is not None
+        await store.lease_revoke(kv.lease)
+        new_term = await asyncio.wait_for(campaign, 5)
+        await asyncio.wait_for(old_term.lost.wait(), 5)
+        assert new_term.fence.value != old_term.fence.value
+        current = await leader(store)
+        assert current is not None
+        assert current.identity == "new"
+
+        write = [TaskWrite(0, 0, pending_task())]
+        with pytest.raises(NotLeader):
+            await Executor(store, old_term.fence, UnusedAllocator()).commit("ads/web", write)
+        assert await store.get(keys.task("ads", "web", 0)) is None
+
+        assert await Executor(store, new_term.fence, UnusedAllocator()).commit("ads/web", write)
+        assert await store.get(keys.task("ads", "web", 0)) is not None
+    finally:
+        await old.resign()
+        await new.resign()
