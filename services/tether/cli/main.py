@@ -9,6 +9,7 @@ from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
 from tether.cli.agent import agent as agent_command
 from tether.cli.frontend import frontend as frontend_command
+from tether.cli.scheduler import scheduler as scheduler_command
 
 app = typer.Typer(
     name="tether",
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(store_commands.app, name="store")
 app.command("agent")(agent_command)
 app.command("frontend")(frontend_command)
+app.command("scheduler")(scheduler_command)
 app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
