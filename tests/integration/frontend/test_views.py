@@ -185,3 +185,10 @@ async def test_region_view(region: Region) -> None:
     assert view["tasks"]["pending"] == 1
     assert sum(view["tasks"].values()) == 4
     assert (await region.api.get("/v1/region", headers=ADMIN)).json()["jobs"] == 1
+
+
+async def test_an_invalid_stored_record_is_a_500_naming_it(region: Region) -> None:
+    await region.store.put(keys.machine("m1"), b'{"id": "m1"}')
+    answer = await region.api.get("/v1/machines", headers=ALICE)
+    problem = assert_problem(answer, 500, keys.machine("m1"), "not a valid Machine")
+    assert problem["type"] == "urn:tether:problem:corrupt-record"

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from tether.frontend.problems import (
     PROBLEM_JSON,
@@ -15,6 +21,7 @@ from tether.frontend.problems import (
     Problem,
     Unauthenticated,
     Unavailable,
+    UnexpectedErrors,
     field_errors,
     invalid_body_detail,
     is_unparsable,
@@ -82,3 +89,18 @@ def test_only_unparsable_json_counts_as_unparsable() -> None:
         from_json(JobSpec, b"{}")
     assert is_unparsable(not_json.value.errors())
     assert not is_unparsable(invalid.value.errors())
+
+
+async def test_unexpected_errors_become_a_500_problem_without_a_traceback() -> None:
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("secret internals")
+
+    app = Starlette(routes=[Route("/", broken)], middleware=[Middleware(UnexpectedErrors)])
+    transport = httpx.ASGITransport(app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.get("/")
+    assert response.status_code == 500
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert response.json()["type"] == "urn:tether:problem:internal-error"
+    assert "secret" not in response.text
+    assert "Traceback" not in response.text
