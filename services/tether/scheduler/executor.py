@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -88,7 +89,7 @@ class Executor:
         job = view.job.value
         try:
             result = await self._allocator.place(
-                job.handle, indexes, job.generation, request_id(view, indexes)
+                job.handle, indexes, job.generation, request_id(view, indexes, uuid.uuid4().hex)
             )
         except AllocatorError as error:
             # A stale generation or an unknown job is resolved by the job's next change; an

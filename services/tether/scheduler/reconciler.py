@@ -215,13 +215,17 @@ def unplaced_writes(view: JobView, unplaced: Mapping[int, str], now: datetime) -
     return writes
 
 
-def request_id(view: JobView, indexes: Sequence[int]) -> str:
-    """The same id for the same decision (job generation, tasks and their attempts), so that a
-    retried Place is answered from the allocator's memory instead of placing again."""
+def request_id(view: JobView, indexes: Sequence[int], nonce: str) -> str:
+    """Names one Place call: the job generation, the tasks and their attempts, and a `nonce`.
+
+    Allocators answer a repeated id from memory, so each decision to place gets a fresh nonce: a
+    retry after "no room" must be placed anew. Repeating a call (failover to another replica)
+    is still safe, since Place reports a task that is already placed where it is.
+    """
     job = view.job.value
     attempts = ",".join(f"{i}@{view.tasks[i].value.attempt}" for i in sorted(indexes))
-    digest = hashlib.sha256(attempts.encode()).hexdigest()[:32]
-    return f"{job.handle}:{job.generation}:{digest}"
+    digest = hashlib.sha256(attempts.encode()).hexdigest()[:16]
+    return f"{job.handle}:{job.generation}:{digest}:{nonce}"
 
 
 def _is_down(machine: Machine | None) -> bool:

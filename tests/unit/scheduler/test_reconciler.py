@@ -203,13 +203,14 @@ def test_unplaced_task_with_the_same_reason_is_not_rewritten() -> None:
     assert unplaced_writes(view, {0: "full"}, NOW) == []
 
 
-def test_request_id_is_stable_for_a_decision_and_changes_with_attempts() -> None:
+def test_request_id_names_the_generation_tasks_attempts_and_nonce() -> None:
     first = make_view(make_job(2), make_task(0), make_task(1))
     retried = make_view(make_job(2), make_task(1), make_task(0))
     later = make_view(make_job(2), make_task(0, attempt=1), make_task(1))
-    assert request_id(first, [1, 0]) == request_id(retried, [0, 1])
-    assert request_id(first, [0, 1]) != request_id(later, [0, 1])
-    assert request_id(first, [0, 1]).startswith(f"{HANDLE}:1:")
+    assert request_id(first, [1, 0], "n1") == request_id(retried, [0, 1], "n1")
+    assert request_id(first, [0, 1], "n1") != request_id(later, [0, 1], "n1")
+    assert request_id(first, [0, 1], "n1") != request_id(first, [0, 1], "n2")
+    assert request_id(first, [0, 1], "n1").startswith(f"{HANDLE}:1:")
 
 
 def test_failed_task_restarts_in_place_after_exponential_backoff() -> None:
