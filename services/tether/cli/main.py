@@ -8,6 +8,7 @@ from tether import __version__
 from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
 from tether.cli.agent import agent as agent_command
+from tether.cli.allocator import allocator as allocator_command
 from tether.cli.frontend import frontend as frontend_command
 from tether.cli.scheduler import scheduler as scheduler_command
 
@@ -18,6 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(store_commands.app, name="store")
+app.command("allocator")(allocator_command)
 app.command("agent")(agent_command)
 app.command("frontend")(frontend_command)
 app.command("scheduler")(scheduler_command)
