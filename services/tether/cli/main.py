@@ -9,7 +9,9 @@ from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
 from tether.cli.agent import agent as agent_command
 from tether.cli.allocator import allocator as allocator_command
+from tether.cli.broker import broker as broker_command
 from tether.cli.frontend import frontend as frontend_command
+from tether.cli.health import health as health_command
 from tether.cli.scheduler import scheduler as scheduler_command
 
 app = typer.Typer(
@@ -21,7 +23,9 @@ app = typer.Typer(
 app.add_typer(store_commands.app, name="store")
 app.command("allocator")(allocator_command)
 app.command("agent")(agent_command)
+app.command("broker")(broker_command)
 app.command("frontend")(frontend_command)
+app.command("health")(health_command)
 app.command("scheduler")(scheduler_command)
 app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")

@@ -1,0 +1,176 @@
+"""The resource broker process: keeps `machines/` and `allocations/` in step with heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+import pydantic
+
+from tether.broker.inventory import (
+    HeartbeatMismatch,
+    announced_machine,
+    overcommitted,
+    record_for,
+)
+from tether.broker.settings import BrokerSettings
+from tether.model import AgentHeartbeat, Allocation, Machine, from_json, to_json
+from tether.service import Service
+from tether.store import (
+    Get,
+    KeyValue,
+    Op,
+    Put,
+    RangeResult,
+    Store,
+    StoreError,
+    keys,
+    mod_revision_is,
+)
+from tether.store.mirror import PrefixMirror
+
+_log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS: Final = 10
+"""Compare-and-swap attempts per machine before waiting for its next heartbeat change."""
+RETRY_S: Final = 0.5
+"""Pause after the store failed a request, before trying the same machines again."""
+
+
+class Broker(Service):
+    """Creates a machine record (and its empty allocation) for every new machine of its
+    datacenter that heartbeats, and updates a known machine's inventory fields when the agent
+    announces new ones. It never deletes machines; it owns `store` and closes it on `stop()`.
+    """
+
+    def __init__(self, store: Store, settings: BrokerSettings) -> None:
+        self.name = f"broker {settings.dc}"
+        self._store = store
+        self.settings = settings
+        self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
+        self._machines = PrefixMirror(store, keys.MACHINES)
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._machines.start()
+        await self._heartbeats.start()
+        self._pending.update(keys.last_segment(key) for key in self._heartbeats.items)
+        self._wake.set()
+        self._worker = asyncio.create_task(self._work(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+        await self._heartbeats.stop()
+        await self._machines.stop()
+        await self._store.close()
+
+    async def _heartbeats_changed(self, changed: set[str]) -> None:
+        # Only queued here: the mirror's watch must not wait for (or fail with) our writes.
+        self._pending.update(keys.last_segment(key) for key in changed)
+        self._wake.set()
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                machine_id = self._pending.pop()
+                try:
+                    await self._sync(machine_id)
+                except StoreError as error:
+                    self._pending.add(machine_id)
+                    _log.warning("store request failed, retrying in %ss: %s", RETRY_S, error)
+                    await asyncio.sleep(RETRY_S)
+
+    def _announced(self, machine_id: str) -> Machine | None:
+        """The machine the current heartbeat of `machine_id` announces for this datacenter."""
+        kv = self._heartbeats.items.get(keys.heartbeat(machine_id))
+        if kv is None:
+            return None
+        try:
+            return announced_machine(
+                machine_id, from_json(AgentHeartbeat, kv.value, stored=True), self.settings.dc
+            )
+        except (pydantic.ValidationError, HeartbeatMismatch) as error:
+            _log.error("ignoring malformed heartbeat of machine %s: %s", machine_id, error)
+            return None
+
+    async def _sync(self, machine_id: str) -> None:
+        announced = self._announced(machine_id)
+        if announced is None:
+            return
+        machine_key, allocation_key = keys.machine(machine_id), keys.allocation(machine_id)
+        recorded_kv = self._machines.items.get(machine_key)
+        # Allocations are not mirrored: assume none until a failed compare says otherwise.
+        allocation_revision = 0
+        for _ in range(MAX_ATTEMPTS):
+            if recorded_kv is None:
+                recorded = None
+            else:
+                try:
+                    recorded = from_json(Machine, recorded_kv.value, stored=True)
+                except pydantic.ValidationError as error:
+                    # Never overwrite a record we cannot read: an operator has to look at it.
+                    _log.error("leaving malformed machine record %s alone: %s", machine_id, error)
+                    return
+            record = record_for(announced, recorded)
+            if record is None:
+                return
+            compares = [
+                mod_revision_is(machine_key, recorded_kv.mod_revision if recorded_kv else 0)
+            ]
+            success: list[Op] = [Put(machine_key, to_json(record))]
+            if recorded_kv is None:
+                compares.append(mod_revision_is(allocation_key, allocation_revision))
+                if allocation_revision == 0:
+                    success.append(Put(allocation_key, to_json(Allocation(machine=machine_id))))
+            else:
+                success.append(Get(allocation_key))
+            result = await self._store.txn(
+                compares, success, [Get(machine_key), Get(allocation_key)]
+            )
+            if result.succeeded:
+                if recorded is None:
+                    _log.info("machine %s: new in %s, recorded as up", machine_id, self.settings.dc)
+                else:
+                    _log.info("machine %s: inventory updated", machine_id)
+                    self._warn_if_overcommitted(record, _kv(result.results[1]))
+                return
+            # Someone else wrote meanwhile: decide again on what is there now.
+            recorded_kv, allocation_kv = _kv(result.results[0]), _kv(result.results[1])
+            allocation_revision = allocation_kv.mod_revision if allocation_kv else 0
+        _log.error(
+            "machine %s: gave up after %d conflicting writes; retrying on its next heartbeat",
+            machine_id,
+            MAX_ATTEMPTS,
+        )
+
+    def _warn_if_overcommitted(self, record: Machine, allocation_kv: KeyValue | None) -> None:
+        # The update stands regardless: the allocator sees no free space and places nothing more.
+        if allocation_kv is None:
+            return
+        try:
+            allocation = from_json(Allocation, allocation_kv.value, stored=True)
+        except pydantic.ValidationError as error:
+            _log.error("machine %s: malformed allocation: %s", record.id, error)
+            return
+        shortfall = overcommitted(allocation, record.capacity)
+        if shortfall:
+            _log.warning(
+                "machine %s: capacity shrank below what is allocated (%s)",
+                record.id,
+                "; ".join(shortfall),
+            )
+
+
+def _kv(result: object) -> KeyValue | None:
+    assert isinstance(result, RangeResult)
+    return result.kvs[0] if result.kvs else None

@@ -1,0 +1,16 @@
+"""The resource broker's settings, read from TETHER_BROKER_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tether.model import Name
+
+
+class BrokerSettings(BaseSettings):
+    """Which datacenter this broker keeps the inventory of."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_BROKER_", extra="ignore")
+
+    dc: Name = Field(description="The datacenter whose machines this broker records.")

@@ -1,0 +1,171 @@
+"""The health checker process: flips machines between up and down as heartbeats go and come."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import pydantic
+
+from tether.health.checker import Absences, next_state
+from tether.health.settings import HealthSettings
+from tether.model import Machine, MachineState, from_json, to_json
+from tether.service import Service
+from tether.store import (
+    Compare,
+    CompareOp,
+    CompareTarget,
+    Put,
+    Store,
+    StoreError,
+    key_missing,
+    keys,
+    mod_revision_is,
+)
+from tether.store.mirror import PrefixMirror
+
+_log = logging.getLogger(__name__)
+
+
+class HealthChecker(Service):
+    """Sets an `up` machine `down` once its heartbeat has been missing for the grace period, and
+    a `down` machine `up` when its heartbeat is back.
+
+    Every write compares the machine's mod revision and the heartbeat key's presence, so a
+    second checker, the broker, or a heartbeat coming back at the last moment can never be
+    overwritten. It owns `store` and closes it on `stop()`.
+    """
+
+    name = "health"
+
+    def __init__(self, store: Store, settings: HealthSettings) -> None:
+        self._store = store
+        self.settings = settings
+        self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
+        self._machines = PrefixMirror(store, keys.MACHINES, self._machines_changed)
+        self._states: dict[str, MachineState] = {}
+        self._absences = Absences(time.monotonic())
+        self._dirty: set[str] = set()
+        """Machines to decide on at the next check, besides those without a heartbeat."""
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._absences = Absences(time.monotonic())
+        await self._heartbeats.start()
+        await self._machines.start()
+        for kv in self._machines.items.values():
+            self._load(kv.key)
+        heartbeats = {keys.last_segment(key) for key in self._heartbeats.items}
+        self._absences.machines_present(self._states, heartbeats)
+        self._dirty.update(self._states)
+        self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._machines.stop()
+        await self._heartbeats.stop()
+        await self._store.close()
+
+    def _has_heartbeat(self, machine_id: str) -> bool:
+        return keys.heartbeat(machine_id) in self._heartbeats.items
+
+    def _load(self, machine_key: str) -> None:
+        """Takes the machine's state from the mirror (or forgets the machine)."""
+        machine_id = keys.last_segment(machine_key)
+        kv = self._machines.items.get(machine_key)
+        if kv is not None:
+            try:
+                self._states[machine_id] = from_json(Machine, kv.value, stored=True).state
+                self._dirty.add(machine_id)
+                return
+            except pydantic.ValidationError as error:
+                _log.error("ignoring malformed machine record %s: %s", machine_id, error)
+        self._states.pop(machine_id, None)
+        self._absences.forget(machine_id)
+
+    async def _machines_changed(self, changed: set[str]) -> None:
+        now = time.monotonic()
+        for key in changed:
+            self._load(key)
+            machine_id = keys.last_segment(key)
+            if machine_id in self._states and not self._has_heartbeat(machine_id):
+                self._absences.machine_seen(machine_id, now)
+
+    async def _heartbeats_changed(self, changed: set[str]) -> None:
+        now = time.monotonic()
+        for key in changed:
+            machine_id = keys.last_segment(key)
+            if machine_id not in self._states:
+                continue
+            if key not in self._heartbeats.items:
+                self._absences.heartbeat_gone(machine_id, now)
+            self._dirty.add(machine_id)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.check_interval_s)
+            await self._check()
+
+    async def _check(self) -> None:
+        now = time.monotonic()
+        candidates = [*self._dirty, *self._absences.missing()]
+        self._dirty.clear()
+        for position, machine_id in enumerate(candidates):
+            try:
+                await self._check_machine(machine_id, now)
+            except StoreError as error:
+                _log.warning("store request failed; checking again shortly: %s", error)
+                self._dirty.update(candidates[position:])
+                return
+
+    async def _check_machine(self, machine_id: str, now: float) -> None:
+        state = self._states.get(machine_id)
+        if state is None:
+            return
+        heartbeat = self._has_heartbeat(machine_id)
+        missing_for = self._absences.missing_for(machine_id, now)
+        target = next_state(state, heartbeat, missing_for or 0.0, self.settings.grace_s)
+        if target is None:
+            if heartbeat:
+                self._absences.forget(machine_id)
+            return
+        if not await self._set_state(machine_id, target):
+            # Changed meanwhile: the mirrors bring the change, and with it another decision.
+            return
+        if target is MachineState.DOWN:
+            _log.warning(
+                "machine %s is down: no heartbeat for %.1fs (grace %ss)",
+                machine_id,
+                missing_for,
+                self.settings.grace_s,
+            )
+            return
+        self._absences.forget(machine_id)
+        _log.info(
+            "machine %s is up: its heartbeat is back%s",
+            machine_id,
+            "" if missing_for is None else f" after {missing_for:.1f}s",
+        )
+
+    async def _set_state(self, machine_id: str, state: MachineState) -> bool:
+        """Writes `state` if neither the machine nor its heartbeat's presence changed."""
+        machine_key, heartbeat_key = keys.machine(machine_id), keys.heartbeat(machine_id)
+        kv = self._machines.items[machine_key]
+        machine = from_json(Machine, kv.value, stored=True)
+        updated = Machine.model_validate({**dict(machine), "state": state})
+        heartbeat_is_as_seen = (
+            key_missing(heartbeat_key)
+            if state is MachineState.DOWN
+            else Compare(heartbeat_key, CompareTarget.CREATE_REVISION, CompareOp.NOT_EQUAL, 0)
+        )
+        result = await self._store.txn(
+            [mod_revision_is(machine_key, kv.mod_revision), heartbeat_is_as_seen],
+            [Put(machine_key, to_json(updated))],
+        )
+        return result.succeeded

@@ -1,0 +1,143 @@
+"""The broker, running in-process on each store, records the machines whose agents heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.support.machines import eventually, heartbeating, make_machine, read_machine
+from tether.broker.service import Broker
+from tether.broker.settings import BrokerSettings
+from tether.model import (
+    Allocation,
+    AllocationEntry,
+    MachineState,
+    Resources,
+    from_json,
+    to_json,
+)
+from tether.store import Store, keys, open_store
+
+TIMEOUT_S = 5.0
+
+
+@pytest.fixture
+async def broker(store_url: str) -> AsyncIterator[Broker]:
+    """A broker of dc1 on its own connection to the store, as if it were its own process."""
+    service = Broker(open_store(store_url), BrokerSettings(dc="dc1"))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+async def read_allocation(store: Store, machine_id: str) -> Allocation | None:
+    kv = await store.get(keys.allocation(machine_id))
+    return None if kv is None else from_json(Allocation, kv.value, stored=True)
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_heartbeat_creates_the_machine_and_an_empty_allocation(store: Store) -> None:
+    announced = make_machine("m1")
+    async with heartbeating(store, announced):
+        machine = await eventually(
+            lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+        )
+    assert machine == announced.model_copy(update={"state": MachineState.UP})
+    assert await read_allocation(store, "m1") == Allocation(machine="m1")
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_changed_capacity_is_recorded_and_state_and_entitlement_kept(store: Store) -> None:
+    async with heartbeating(store, make_machine("m1")):
+        machine = await eventually(
+            lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+        )
+    # Others' decisions: the health checker's state and the allocator's entitlement.
+    assert machine is not None
+    decided = machine.model_copy(update={"state": MachineState.DOWN, "entitlement": "team"})
+    await store.put(keys.machine("m1"), to_json(decided))
+
+    bigger = Resources(cpu=16000, memory_mib=65536, disk_gib=100)
+    async with heartbeating(store, make_machine("m1", capacity=bigger)):
+        updated = await eventually(
+            lambda: read_machine(store, "m1"),
+            lambda found: found is not None and found.capacity == bigger,
+            timeout_s=TIMEOUT_S,
+            what="the new capacity",
+        )
+    assert updated == decided.model_copy(update={"capacity": bigger})
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_capacity_shrink_below_the_allocation_is_recorded_with_a_warning(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with heartbeating(store, make_machine("m1")):
+        await eventually(
+            lambda: read_allocation(store, "m1"), bool, timeout_s=TIMEOUT_S, what="allocation"
+        )
+    entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=3000))
+    allocation = Allocation(machine="m1", tasks={entry.task_id: entry})
+    await store.put(keys.allocation("m1"), to_json(allocation))
+
+    smaller = Resources(cpu=1000, memory_mib=8192, disk_gib=100)
+    with caplog.at_level(logging.WARNING, logger="tether.broker"):
+        async with heartbeating(store, make_machine("m1", capacity=smaller)):
+            await eventually(
+                lambda: read_machine(store, "m1"),
+                lambda found: found is not None and found.capacity == smaller,
+                timeout_s=TIMEOUT_S,
+                what="the smaller capacity",
+            )
+    assert "m1: capacity shrank below what is allocated (cpu: need 3000" in caplog.text
+    assert await read_allocation(store, "m1") == allocation
+
+
+@pytest.mark.usefixtures("broker")
+async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    await store.put(keys.heartbeat("garbage"), b"{not json")
+    with caplog.at_level(logging.ERROR, logger="tether.broker"):
+        async with (
+            heartbeating(store, make_machine("m2", dc="dc2")),
+            heartbeating(store, make_machine("m1")),
+        ):
+            await eventually(
+                lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+            )
+            # Heartbeats are handled in no set order: give the others time to be (not) recorded.
+            await asyncio.sleep(0.3)
+    assert await store.get(keys.machine("m2")) is None
+    assert await store.get(keys.allocation("m2")) is None
+    assert await store.get(keys.machine("garbage")) is None
+    assert "ignoring malformed heartbeat of machine garbage" in caplog.text
+
+
+@pytest.mark.usefixtures("broker")
+async def test_an_existing_allocation_is_kept_when_the_machine_is_recorded(store: Store) -> None:
+    entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=1000))
+    leftover = Allocation(machine="m1", tasks={entry.task_id: entry})
+    await store.put(keys.allocation("m1"), to_json(leftover))
+    async with heartbeating(store, make_machine("m1")):
+        await eventually(
+            lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+        )
+    assert await read_allocation(store, "m1") == leftover
+
+
+async def test_heartbeats_present_at_start_are_recorded(store: Store, store_url: str) -> None:
+    async with heartbeating(store, make_machine("m1")):
+        service = Broker(open_store(store_url), BrokerSettings(dc="dc1"))
+        await service.start()
+        try:
+            await eventually(
+                lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+            )
+        finally:
+            await service.stop()
