@@ -114,7 +114,7 @@ class HealthChecker(Service):
 
     async def _check(self) -> None:
         now = time.monotonic()
-        candidates = [*self._dirty, *self._absences.missing()]
+        candidates = list(self._dirty.union(self._absences.missing()))
         self._dirty.clear()
         for position, machine_id in enumerate(candidates):
             try:
