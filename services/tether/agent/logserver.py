@@ -19,6 +19,7 @@ from tether.model import Name
 
 MAX_TAIL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_TAIL_BYTES: Final = 65_536
+STOP_TIMEOUT_S: Final = 2.0
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 
@@ -107,6 +108,8 @@ class LogServer:
             access_log=False,
             # Log through the process's own handlers and format (tether.service).
             log_config=None,
+            # A client that keeps a request open must not hold up the agent's stop.
+            timeout_graceful_shutdown=STOP_TIMEOUT_S,
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
