@@ -19,7 +19,7 @@ from tether.model import Name
 
 MAX_TAIL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_TAIL_BYTES: Final = 65_536
-STOP_TIMEOUT_S: Final = 2.0
+STOP_TIMEOUT_S: Final = 2
 _NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 
