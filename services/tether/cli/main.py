@@ -7,6 +7,7 @@ import typer
 from tether import __version__
 from tether.cli import jobs, machines, status, tasks
 from tether.cli import store as store_commands
+from tether.cli import up as region_commands
 from tether.cli.agent import agent as agent_command
 from tether.cli.allocator import allocator as allocator_command
 from tether.cli.broker import broker as broker_command
@@ -31,6 +32,8 @@ app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.command("status")(status.status)
+app.command("up")(region_commands.up)
+app.command("down")(region_commands.down)
 
 
 @app.command()
