@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tether.agent.cleanup import stop_tasks
 from tether.model import Resources
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
 from tether.region.plan import SHARDS, RegionOptions, default_entitlement, region_processes
@@ -220,7 +221,10 @@ def down(
     else:
         console.print(f"No region is running from {state_dir}.")
     if tasks:
-        _fail("--tasks is not available yet")
+        agents_dir = state_dir.resolve() / "agents"
+        with console.status("stopping task processes"):
+            stopped = sum(stop_tasks(work_dir) for work_dir in sorted(agents_dir.glob("*")))
+        console.print(f"Stopped {stopped} task processes.")
 
 
 def _fail(message: str) -> None:

@@ -1,0 +1,283 @@
+"""A whole region as real processes (`tether up` on SQLite): jobs run, fail, restart and move.
+
+The tests share one region and run in file order; the last one kills an agent for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.region import (
+    LocalRegion,
+    all_running,
+    get_json,
+    process_exists,
+    sleeper_job,
+    tasks_of,
+    wait_for,
+)
+from tether.model import ShardLeader, from_json, shard_for
+from tether.region.plan import SHARDS
+from tether.store import keys, open_store
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
+    running = LocalRegion(tmp_path_factory.mktemp("region") / "tether")
+    try:
+        running.start()
+        yield running
+    finally:
+        running.cleanup()
+
+
+@pytest.fixture(scope="module")
+def client(region: LocalRegion) -> Iterator[httpx.Client]:
+    with region.client() as opened:
+        yield opened
+
+
+def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    handle: str = response.json()["handle"]
+    return handle
+
+
+def machines_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in get_json(client, "/v1/machines")["machines"]}
+
+
+def test_three_task_job_runs_as_real_processes_on_three_msbs(client: httpx.Client) -> None:
+    handle = submit(client, sleeper_job("spread", 3))
+    tasks = wait_for(lambda: all_running(client, handle, 3), timeout_s=60, what="3 running tasks")
+    machines = machines_by_id(client)
+    msbs = {
+        (machines[t["machine"]]["topology"]["dc"], machines[t["machine"]]["topology"]["msb"])
+        for t in tasks
+    }
+    assert len(msbs) == 3
+    for task in tasks:
+        environ = Path(f"/proc/{task['pid']}/environ").read_bytes().split(b"\0")
+        assert f"TETHER_TASK_ID={task['task_id']}".encode() in environ
+
+
+def test_killed_task_process_is_restarted_once(client: httpx.Client) -> None:
+    handle = "default/spread"
+    before = {t["index"]: t for t in tasks_of(client, handle)}
+    victim = before[1]
+    os.kill(victim["pid"], signal.SIGKILL)
+
+    def restarted() -> dict[str, Any] | None:
+        task = {t["index"]: t for t in tasks_of(client, handle)}[1]
+        fresh = task["state"] == "running" and task["pid"] not in (None, victim["pid"])
+        return task if fresh else None
+
+    task = wait_for(restarted, timeout_s=30, what="task 1 to run again")
+    assert task["restarts"] == 1
+    assert task["attempt"] == victim["attempt"] + 1
+    after = {t["index"]: t for t in tasks_of(client, handle)}
+    assert after[0]["pid"] == before[0]["pid"]
+    assert after[2]["pid"] == before[2]["pid"]
+
+
+def test_bad_input_gets_a_clear_4xx_and_changes_nothing(
+    region: LocalRegion, client: httpx.Client
+) -> None:
+    jobs_before = get_json(client, "/v1/jobs")["jobs"]
+
+    malformed = client.post(
+        "/v1/jobs", content=b"name: [unclosed", headers={"Content-Type": "application/yaml"}
+    )
+    assert malformed.status_code == 400
+    assert malformed.headers["content-type"].startswith("application/problem+json")
+
+    invalid = client.post("/v1/jobs", json={**sleeper_job("bad", 1), "count": 0})
+    assert invalid.status_code == 422
+    assert any("count" in str(error["loc"]) for error in invalid.json()["errors"])
+
+    unknown = client.post("/v1/jobs", json=sleeper_job("lost", 1, entitlement="nobody"))
+    assert unknown.status_code == 404
+    assert "nobody" in unknown.json()["detail"]
+
+    created = client.post(
+        "/v1/entitlements",
+        json={"name": "tiny", "quota": {"resources": {"cpu": 150, "memory_mib": 1024}}},
+    )
+    assert created.status_code == 201, created.text
+    over = client.post("/v1/jobs", json=sleeper_job("big", 2, entitlement="tiny"))
+    assert over.status_code == 409
+    assert "cpu" in over.json()["detail"]
+
+    anonymous = httpx.post(f"{region.url}/v1/jobs", json=sleeper_job("anon", 1))
+    assert anonymous.status_code == 401
+    wrong = httpx.get(f"{region.url}/v1/jobs", headers={"Authorization": "Bearer not-a-token"})
+    assert wrong.status_code == 401
+
+    bob = client.post("/admin/principals", json={"name": "bob", "roles": []})
+    assert bob.status_code == 201
+    bob_headers = {"Authorization": f"Bearer {bob.json()['token']}"}
+    forbidden = httpx.post(
+        f"{region.url}/v1/jobs", json=sleeper_job("bobs", 1), headers=bob_headers
+    )
+    assert forbidden.status_code == 403
+    assert httpx.get(f"{region.url}/v1/jobs", headers=bob_headers).json()["jobs"] == []
+
+    jobs_after = get_json(client, "/v1/jobs")["jobs"]
+    assert [j["handle"] for j in jobs_after] == [j["handle"] for j in jobs_before]
+    assert [j["generation"] for j in jobs_after] == [j["generation"] for j in jobs_before]
+
+
+def store_url(region: LocalRegion) -> str:
+    import json
+
+    state = json.loads((region.state_dir / "region.json").read_text())
+    return str(state["store"])
+
+
+def shard_leader(region: LocalRegion, shard: str) -> ShardLeader | None:
+    async def read() -> ShardLeader | None:
+        async with open_store(store_url(region)) as store:
+            kv = await store.get(keys.shard_leader(shard))
+            return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
+
+    return asyncio.run(read())
+
+
+def test_killed_scheduler_leader_hands_over_and_tasks_keep_running(
+    region: LocalRegion, client: httpx.Client
+) -> None:
+    shard = shard_for("default", list(SHARDS))
+    leader = shard_leader(region, shard)
+    assert leader is not None
+    pids_before = {t["index"]: t["pid"] for t in tasks_of(client, "default/spread")}
+
+    os.kill(leader.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+
+    def new_leader() -> ShardLeader | None:
+        current = shard_leader(region, shard)
+        return current if current is not None and current.pid != leader.pid else None
+
+    successor = wait_for(new_leader, timeout_s=15, what="the standby to lead", interval_s=0.1)
+    took = time.monotonic() - killed_at
+    assert took <= 3 + 2, f"the standby took {took:.1f} s to lead"
+    assert successor.pid in region.service_pids().values()
+
+    # The new leader acts: a job submitted now runs.
+    handle = submit(client, sleeper_job("after-failover", 1))
+    wait_for(lambda: all_running(client, handle, 1), timeout_s=30, what="the new job to run")
+    assert {t["index"]: t["pid"] for t in tasks_of(client, "default/spread")} == pids_before
+    assert client.delete(f"/v1/jobs/{handle}").status_code == 202
+
+
+def test_deleting_a_job_stops_its_processes_and_frees_its_machines(
+    client: httpx.Client,
+) -> None:
+    wait_for(
+        lambda: client.get("/v1/jobs/default/after-failover").status_code == 404,
+        timeout_s=30,
+        what="the previous job to be gone",
+    )
+    allocated_before = {m: v["allocated"] for m, v in machines_by_id(client).items()}
+    handle = submit(client, sleeper_job("doomed", 2))
+    tasks = wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 running")
+    assert {m: v["allocated"] for m, v in machines_by_id(client).items()} != allocated_before
+
+    assert client.delete(f"/v1/jobs/{handle}").status_code == 202
+    wait_for(
+        lambda: client.get(f"/v1/jobs/{handle}").status_code == 404,
+        timeout_s=30,
+        what="the job to be deleted",
+    )
+    pids = [task["pid"] for task in tasks]
+    wait_for(
+        lambda: not any(process_exists(pid) for pid in pids),
+        timeout_s=10,
+        what=f"processes {pids} to end",
+    )
+    assert {m: v["allocated"] for m, v in machines_by_id(client).items()} == allocated_before
+
+
+def tether(region: LocalRegion, *args: str, timeout_s: float = 90) -> str:
+    """Runs the real `tether` CLI against the region; returns stdout, fails on a non-zero exit."""
+    env = {**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token}
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, f"tether {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> None:
+    example = Path(__file__).parents[2] / "examples" / "hello.yaml"
+    assert tether(region, "job", "submit", str(example), "--wait").strip() == "default/hello"
+    assert "default/hello" in tether(region, "job", "ls")
+    assert "running" in tether(region, "job", "show", "default/hello")
+    wait_for(
+        lambda: (
+            "hello from task default/hello/0" in tether(region, "task", "logs", "default/hello/0")
+        ),
+        timeout_s=15,
+        what="the task's greeting in its log",
+    )
+    assert "m04" in tether(region, "machine", "ls")
+    assert "shard-0" in tether(region, "status")
+    tether(region, "job", "scale", "default/hello", "1")
+    wait_for(lambda: len(tasks_of(client, "default/hello")) == 1, timeout_s=30, what="scale down")
+    tether(region, "job", "rm", "default/hello", "--wait")
+    assert client.get("/v1/jobs/default/hello").status_code == 404
+
+    failed = subprocess.run(
+        [sys.executable, "-m", "tether.cli.main", "job", "show", "default/nope"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token},
+        timeout=60,
+        check=False,
+    )
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
+    assert "nope" in failed.stderr
+
+
+def test_killed_agent_machine_goes_down_and_its_tasks_run_elsewhere(
+    region: LocalRegion, client: httpx.Client
+) -> None:
+    handle = "default/spread"
+    before = wait_for(lambda: all_running(client, handle, 3), timeout_s=30, what="3 running")
+    victim = before[0]["machine"]
+    os.kill(region.service_pids()[f"agent-{victim}"], signal.SIGKILL)
+
+    wait_for(
+        lambda: machines_by_id(client)[victim]["state"] == "down",
+        timeout_s=20,
+        what=f"machine {victim} to be down",
+    )
+
+    def moved() -> list[dict[str, Any]] | None:
+        tasks = all_running(client, handle, 3)
+        return tasks if tasks and all(t["machine"] != victim for t in tasks) else None
+
+    after = wait_for(moved, timeout_s=30, what="every task to run off the dead machine")
+    moved_task = next(t for t in after if t["index"] == before[0]["index"])
+    assert moved_task["attempt"] > before[0]["attempt"]
+    assert moved_task["restarts"] == before[0]["restarts"]

@@ -1,0 +1,84 @@
+"""Stopping a whole region and starting it again loses nothing, on both store backends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.region import (
+    LocalRegion,
+    all_running,
+    get_json,
+    process_exists,
+    sleeper_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def region(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalRegion]:
+    store_args = ["--etcd"] if request.param == "etcd" else []
+    running = LocalRegion(tmp_path / "tether", store_args=store_args, agents=3)
+    try:
+        yield running
+    finally:
+        running.cleanup()
+
+
+def test_restarted_region_resumes_jobs_and_readopts_running_tasks(region: LocalRegion) -> None:
+    region.start()
+    with region.client() as client:
+        response = client.post("/v1/jobs", json=sleeper_job("survivor", 3))
+        assert response.status_code == 201, response.text
+        before = wait_for(
+            lambda: all_running(client, "default/survivor", 3), timeout_s=60, what="3 running"
+        )
+
+    region.stop()
+    assert "Stopped every service" in region.output()
+    for service_pid in region.service_pids_at_stop:
+        assert not process_exists(service_pid), f"service process {service_pid} outlived the region"
+    for task in before:
+        assert process_exists(task["pid"]), "a task died with the control plane"
+
+    region.start()
+    with region.client() as client:
+        assert [j["handle"] for j in get_json(client, "/v1/jobs")["jobs"]] == ["default/survivor"]
+        after = wait_for(
+            lambda: all_running(client, "default/survivor", 3), timeout_s=60, what="3 running"
+        )
+        by_index = {t["index"]: t for t in before}
+        for task in after:
+            old = by_index[task["index"]]
+            assert (task["pid"], task["attempt"], task["restarts"]) == (
+                old["pid"],
+                old["attempt"],
+                old["restarts"],
+            )
+
+    region.stop()
+    down = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether.cli.main",
+            "down",
+            "--dir",
+            str(region.state_dir),
+            "--tasks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert down.returncode == 0, down.stderr
+    assert "Stopped 3 task processes" in down.stderr
+    for task in after:
+        assert not process_exists(task["pid"])

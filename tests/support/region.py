@@ -1,0 +1,213 @@
+"""A whole local region started with `tether up` as a real process, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+from tether.store.etcd_server import free_port
+
+T = TypeVar("T")
+
+# Short leases and grace periods, so failures are noticed within seconds in tests.
+FAST_TIMINGS = {
+    "TETHER_AGENT_LEASE_TTL_S": "2",
+    "TETHER_HEALTH_GRACE_S": "2",
+    "TETHER_SCHEDULER_LEASE_TTL_S": "3",
+    "TETHER_ALLOCATOR_LEASE_TTL_S": "3",
+}
+
+
+def wait_for(
+    check: Callable[[], T | None], *, timeout_s: float, what: str, interval_s: float = 0.2
+) -> T:
+    """Polls `check` until it returns something truthy; fails naming `what` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class LocalRegion:
+    """`tether up` in `state_dir`, on `store_args` (`--etcd` or `--store URL`, or nothing)."""
+
+    state_dir: Path
+    store_args: list[str] = field(default_factory=list)
+    agents: int = 4
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    service_pids_at_stop: list[int] = field(default_factory=list)
+    """The service processes that ran when `stop()` was last called."""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.state_dir / "admin.token").read_text().strip()
+
+    @property
+    def output_path(self) -> Path:
+        return self.state_dir.parent / f"{self.state_dir.name}-up.log"
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, **FAST_TIMINGS}
+        env.pop("TETHER_STORE", None)
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Runs `tether up` and returns once it says the region is ready."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "tether.cli.main",
+            "up",
+            "--dir",
+            str(self.state_dir),
+            "--port",
+            str(self.port),
+            "--agents",
+            str(self.agents),
+            "--ready-timeout-s",
+            str(timeout_s),
+            *self.store_args,
+        ]
+        earlier_output = len(self.output()) if self.output_path.exists() else 0
+        with self.output_path.open("ab") as output:
+            self.process = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, env=self.env()
+            )
+        wait_for(
+            lambda: self._ready(earlier_output),
+            timeout_s=timeout_s + 10,
+            what="tether up to report ready",
+        )
+
+    def _ready(self, earlier_output: int) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"tether up exited:\n{self.output()}")
+        return "Region ready" in self.output()[earlier_output:]
+
+    def output(self) -> str:
+        return self.output_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM to `tether up`, as `tether down` does; task processes keep running."""
+        if self.process is not None and self.process.poll() is None:
+            if (self.state_dir / "region.json").exists():
+                self.service_pids_at_stop = list(self.service_pids().values())
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise AssertionError(f"tether up did not stop:\n{self.output()}") from None
+
+    def service_pids(self) -> dict[str, int]:
+        """Service name -> pid, from the region's state file."""
+        state = json.loads((self.state_dir / "region.json").read_text())
+        return {str(name): int(pid) for name, pid in state["processes"].items()}
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10
+        )
+
+    def cleanup(self) -> None:
+        """Stops the region and kills every process it left behind (task processes too)."""
+        try:
+            self.stop()
+        finally:
+            kill_processes_under(self.state_dir)
+
+
+def kill_processes_under(directory: Path) -> int:
+    """SIGKILLs every process whose working directory or command line is under `directory`.
+
+    Catches task processes (their sandbox is under the region's directory) and their shims
+    (whose command line names files there), whatever happened to the agents.
+    """
+    marker = str(directory.resolve())
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cwd.startswith(marker) or marker in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def get_json(client: httpx.Client, path: str) -> Any:
+    response = client.get(path)
+    assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text}"
+    return response.json()
+
+
+def tasks_of(client: httpx.Client, handle: str) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = get_json(client, f"/v1/jobs/{handle}/tasks")["tasks"]
+    return tasks
+
+
+def all_running(client: httpx.Client, handle: str, count: int) -> list[dict[str, Any]] | None:
+    """The job's tasks when exactly `count` are running with a pid, else None."""
+    tasks = tasks_of(client, handle)
+    running = [t for t in tasks if t["state"] == "running" and t["pid"]]
+    return tasks if len(tasks) == count and len(running) == count else None
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; it only waits for its parent.
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return status != "Z"
+
+
+def sleeper_job(name: str, count: int, *, entitlement: str = "default") -> dict[str, Any]:
+    """A job whose tasks sleep (and say who they are first), restarted on any exit."""
+    return {
+        "name": name,
+        "entitlement": entitlement,
+        "count": count,
+        "task": {
+            "package": "sleeper",
+            "version": "1",
+            "command": "/bin/sh",
+            "args": ["-c", 'echo "task $TETHER_TASK_ID up"; exec sleep 3600'],
+            "resources": {"cpu": 100, "memory_mib": 64},
+            "restart": {"mode": "always", "backoff_initial_s": 0.5, "backoff_max_s": 2},
+        },
+    }
