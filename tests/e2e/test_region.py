@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.region import (
+from tether.model import ShardLeader, from_json, shard_for
+from tether.region.harness import (
     LocalRegion,
     all_running,
     get_json,
@@ -27,7 +28,6 @@ from tests.support.region import (
     tasks_of,
     wait_for,
 )
-from tether.model import ShardLeader, from_json, shard_for
 from tether.region.plan import SHARDS
 from tether.store import keys, open_store
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.region import (
+from tether.region.harness import (
     LocalRegion,
     all_running,
     get_json,

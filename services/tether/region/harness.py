@@ -1,4 +1,4 @@
-"""A whole local region started with `tether up` as a real process, for end-to-end tests."""
+"""Driving a `tether up` process from Python, for end-to-end tests and benchmarks."""
 
 from __future__ import annotations
 
