@@ -12,7 +12,7 @@ import typer
 
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
-from tether.cli.broker import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
 from tether.model import Machine
 

@@ -8,7 +8,7 @@ import typer
 
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
-from tether.cli.broker import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
 
 

@@ -1,47 +1,15 @@
-"""`tether broker`: run the resource broker of one datacenter (and what service commands share)."""
+"""`tether broker`: run the resource broker of one datacenter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-import pydantic
 import typer
 
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
+from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
-from tether.service import Service, connect_store, run
-from tether.store import Store, StoreError
-
-S = TypeVar("S")
-
-LogLevel = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR.")
-
-
-def load_settings(factory: Callable[[], S], options: dict[str, str]) -> S:
-    """Settings from the environment and command-line options; exits 2 with the reason if they
-    are invalid. `options` maps each field to the option that sets it, for the message."""
-    try:
-        return factory()
-    except pydantic.ValidationError as error:
-        for problem in error.errors(include_url=False):
-            field = str(problem["loc"][0]) if problem["loc"] else ""
-            option = options.get(field, field)
-            if problem["type"] == "missing":
-                typer.echo(f"error: {option} is required", err=True)
-            else:
-                typer.echo(f"error: {option}: {problem['msg']}", err=True)
-        raise typer.Exit(2) from None
-
-
-def serve(make_service: Callable[[Store], Service], url: str | None, log_level: str) -> None:
-    """Runs the service on the store at `url` until SIGINT/SIGTERM; store errors exit 1."""
-    try:
-        run(make_service(connect_store(url)), log_level)
-    except StoreError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
 
 
 def broker(

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from tether.cli.broker import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
 from tether.frontend.service import Frontend
 from tether.frontend.settings import FrontendSettings

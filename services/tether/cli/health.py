@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from tether.cli.broker import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
 from tether.health.service import HealthChecker
 from tether.health.settings import HealthSettings

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pydantic
 import typer
 
+from tether.cli.serving import LogLevel, load_settings, serve
+from tether.cli.store import StoreUrl
 from tether.model import Name
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
-from tether.service import connect_store, run
-from tether.store import StoreError
 
 _SHARD: pydantic.TypeAdapter[str] = pydantic.TypeAdapter(Name)
 
@@ -29,23 +29,9 @@ def scheduler(
         callback=_valid_shard,
         help="The shard this replica serves, e.g. shard-0.",
     ),
-    url: str | None = typer.Option(
-        None,
-        "--store",
-        envvar="TETHER_STORE",
-        help="Store URL: sqlite:///path.db, postgresql://..., or etcd://host:port[,host:port].",
-        show_default="sqlite:///.tether/store.db",
-    ),
-    log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR."),
+    url: str | None = StoreUrl,
+    log_level: str = LogLevel,
 ) -> None:
     """Run a scheduler replica: one replica per shard leads and reconciles its jobs."""
-    try:
-        settings = SchedulerSettings()
-    except pydantic.ValidationError as error:
-        typer.echo(f"error: invalid TETHER_SCHEDULER_* setting: {error}", err=True)
-        raise typer.Exit(2) from None
-    try:
-        run(Scheduler(connect_store(url), shard, settings), log_level)
-    except StoreError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(1) from None
+    settings = load_settings(SchedulerSettings, {})
+    serve(lambda store: Scheduler(store, shard, settings), url, log_level)
