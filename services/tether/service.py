@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 import signal
+import socket
 import sys
+from collections.abc import Iterator
+from typing import Literal
+
+import uvicorn
+from starlette.types import ASGIApp
 
 from tether.config import StoreSettings
 from tether.store import Store, open_store
@@ -68,3 +75,76 @@ def run(service: Service, log_level: str = "INFO") -> None:
     """The body of every service's CLI subcommand."""
     configure_logging(log_level)
     asyncio.run(serve_until_signalled(service))
+
+
+class _SignalFreeServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # SIGINT/SIGTERM belong to `serve_until_signalled`, which stops the whole service;
+        # uvicorn taking them over would end the server but leave the process running.
+        yield
+
+
+class HttpServer:
+    """An ASGI app served by uvicorn on the running event loop, inside a service's process.
+
+    `start()` binds the socket itself, so a taken port fails with OSError instead of uvicorn's
+    sys.exit, and port 0 picks a free port (`port` holds it afterwards).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        *,
+        name: str,
+        lifespan: Literal["on", "off"] = "on",
+        access_log: bool = True,
+        graceful_shutdown_s: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._name = name
+        # log_config=None: uvicorn logs through the process's own handlers and format.
+        self._config = uvicorn.Config(
+            app,
+            log_config=None,
+            lifespan=lifespan,
+            access_log=access_log,
+            timeout_graceful_shutdown=graceful_shutdown_s,
+        )
+        self._server: _SignalFreeServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """`http://host:port`, with the actual port once started."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        self.port = sock.getsockname()[1]
+        self._server = _SignalFreeServer(self._config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self._name)
+        while not self._server.started:
+            if self._task.done():
+                sock.close()
+                with contextlib.suppress(SystemExit):
+                    await self._task
+                raise RuntimeError(f"the {self._name} HTTP server stopped while starting")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+        self._server = self._task = None

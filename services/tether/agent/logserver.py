@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any, Final
 
-import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -16,6 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from tether.agent.workdir import STREAMS, TaskRef, WorkDir, tail
 from tether.model import Name
+from tether.service import HttpServer
 
 MAX_TAIL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_TAIL_BYTES: Final = 65_536
@@ -89,45 +86,15 @@ def log_app(work_dir: WorkDir) -> FastAPI:
     return app
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The process's SIGINT/SIGTERM belong to tether.service, which stops the whole agent.
-        yield
-
-
-class LogServer:
-    """Serves `log_app` on the running event loop; `port` is known once `start()` returns."""
-
-    def __init__(self, work_dir: WorkDir, host: str, port: int) -> None:
-        config = uvicorn.Config(
-            log_app(work_dir),
-            host=host,
-            port=port,
-            lifespan="off",
-            access_log=False,
-            # Log through the process's own handlers and format (tether.service).
-            log_config=None,
-            # A client that keeps a request open must not hold up the agent's stop.
-            timeout_graceful_shutdown=STOP_TIMEOUT_S,
-        )
-        self._server = _Server(config)
-        self._task: asyncio.Task[None] | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._server.serve(), name="agent http")
-        while not self._server.started:
-            if self._task.done():
-                # uvicorn reports a failed bind by logging it and exiting.
-                with contextlib.suppress(SystemExit):
-                    self._task.result()
-                raise RuntimeError("the agent's HTTP server did not start (see the log above)")
-            await asyncio.sleep(0.01)
-        self.port = self._server.servers[0].sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._server.should_exit = True
-            await self._task
-            self._task = None
+def log_server(work_dir: WorkDir, host: str, port: int) -> HttpServer:
+    """The agent's HTTP server; its `port` is known once `start()` returns."""
+    return HttpServer(
+        log_app(work_dir),
+        host,
+        port,
+        name="agent http",
+        lifespan="off",
+        access_log=False,
+        # A client that keeps a request open must not hold up the agent's stop.
+        graceful_shutdown_s=STOP_TIMEOUT_S,
+    )

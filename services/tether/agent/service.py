@@ -18,7 +18,7 @@ from typing import Any, Final
 import pydantic
 
 from tether.agent.limits import Limiter, Limits
-from tether.agent.logserver import LogServer
+from tether.agent.logserver import log_server
 from tether.agent.procfs import is_alive, signal_group, signal_process
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import (
@@ -95,7 +95,7 @@ class Agent(Service):
         self._settings = settings
         self._store = store
         self.work_dir = WorkDir(settings.work_dir or Path(".tether/agents") / machine.id)
-        self._http = LogServer(self.work_dir, settings.http_host, settings.http_port)
+        self._http = log_server(self.work_dir, settings.http_host, settings.http_port)
         self._assignments = PrefixMirror(
             store, keys.assignments_of(machine.id), self._assignments_changed
         )
