@@ -288,6 +288,8 @@ async def test_task_lifecycle(
     assert second.pid is not None
     await wait_gone(second.pid)
     assert environ(third.pid or 0)["TETHER_TASK_ATTEMPT"] == "3"
+    # Running means the process exists, not that it has printed yet.
+    await wait_log(agent.address, 0, "TETHER_TASK_ATTEMPT=3")
 
     # desired=stopped kills it and says so.
     await assign(store, machine, 0, attempt=3, desired=DesiredState.STOPPED)
