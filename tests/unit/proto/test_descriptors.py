@@ -99,8 +99,8 @@ def test_services_and_methods() -> None:
     for (module, full_name), methods in SERVICES.items():
         service = module.DESCRIPTOR.services_by_name[full_name.rsplit(".", 1)[1]]
         assert service.full_name == full_name
-        found = {m.name: (m.input_type.name, m.output_type.name) for m in service.methods}
-        assert found == methods, full_name
+        signatures = {m.name: (m.input_type.name, m.output_type.name) for m in service.methods}
+        assert signatures == methods, full_name
 
 
 def _assert_every_field_set(msg: message.Message) -> None:
