@@ -7,21 +7,9 @@ from collections.abc import Iterable
 from tether.model import ZERO, JobSpec, ResourceOverflow, Resources
 
 
-def times(resources: Resources, count: int) -> Resources:
-    """`resources` added `count` times, by doubling; raises ResourceOverflow like `+` does."""
-    total, power = ZERO, resources
-    while count:
-        if count & 1:
-            total = total + power
-        count >>= 1
-        if count:
-            power = power + power
-    return total
-
-
 def demand(spec: JobSpec) -> Resources:
     """What a job requests in total."""
-    return times(spec.task.resources, spec.count)
+    return spec.task.resources * spec.count
 
 
 def total_demand(specs: Iterable[JobSpec]) -> Resources:

@@ -69,11 +69,16 @@ class Resources(TetherModel):
 
     def __add__(self, other: Resources) -> Resources:
         mine, theirs = self.amounts(), other.amounts()
-        total = {label: mine.get(label, 0) + theirs.get(label, 0) for label in mine | theirs}
-        overflowing = [label for label, amount in total.items() if amount > MAX_QUANTITY]
-        if overflowing:
-            raise ResourceOverflow(overflowing)
-        return _from_amounts(total)
+        return _checked(
+            {label: mine.get(label, 0) + theirs.get(label, 0) for label in mine | theirs}
+        )
+
+    def __mul__(self, count: int) -> Resources:
+        """This much `count` times over (count x task resources); raises ResourceOverflow like
+        `+` does."""
+        if count < 0:
+            raise ValueError(f"cannot take resources a negative number of times ({count})")
+        return _checked({label: amount * count for label, amount in self.amounts().items()})
 
     def __sub__(self, other: Resources) -> Resources:
         deficits = other._deficits(self)
@@ -108,6 +113,13 @@ class Resources(TetherModel):
 def quantity_text(label: str, amount: int) -> str:
     """An amount of the dimension `label` with its unit, e.g. "2048 MiB" for memory."""
     return f"{amount}{_UNITS.get(label, '')}"
+
+
+def _checked(amounts: dict[str, int]) -> Resources:
+    overflowing = [label for label, amount in amounts.items() if amount > MAX_QUANTITY]
+    if overflowing:
+        raise ResourceOverflow(overflowing)
+    return _from_amounts(amounts)
 
 
 def _from_amounts(amounts: dict[str, int]) -> Resources:

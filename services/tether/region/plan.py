@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.model import Entitlement, Quota, Resources
+from tether.region.bootstrap import ADMIN_PRINCIPAL
 
 DATACENTERS = ("dc1", "dc2")
 MSBS_PER_DC = 2
@@ -86,14 +87,11 @@ def agent_placements(count: int) -> list[AgentPlacement]:
 
 def default_entitlement(options: RegionOptions) -> Entitlement:
     """The entitlement the README's tour uses: the admin's, as big as the local agents."""
-    capacity = options.agent_capacity
-    total = Resources(
-        cpu=capacity.cpu * options.agents,
-        memory_mib=capacity.memory_mib * options.agents,
-        disk_gib=capacity.disk_gib * options.agents,
-        gpus=capacity.gpus * options.agents,
+    return Entitlement(
+        name=DEFAULT_ENTITLEMENT,
+        quota=Quota(resources=options.agent_capacity * options.agents),
+        members=[ADMIN_PRINCIPAL],
     )
-    return Entitlement(name=DEFAULT_ENTITLEMENT, quota=Quota(resources=total), members=["admin"])
 
 
 def region_processes(options: RegionOptions) -> list[ProcessSpec]:

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from tether.frontend.quota import demand, quota_shortfall, times, total_demand
-from tether.model import MAX_QUANTITY, ZERO, JobSpec, ResourceOverflow, Resources
+from tether.frontend.quota import demand, quota_shortfall, total_demand
+from tether.model import MAX_QUANTITY, ZERO, JobSpec, Resources
 
 TASK: dict[str, Any] = {"package": "p", "version": "1", "command": "run"}
 
@@ -23,25 +19,6 @@ def spec(name: str, count: int, **resources: Any) -> JobSpec:
             "task": TASK | {"resources": Resources(**resources)},
         }
     )
-
-
-amounts = st.integers(min_value=0, max_value=10_000)
-
-
-@given(cpu=amounts, memory=amounts, gpu=amounts, count=st.integers(min_value=0, max_value=300))
-def test_times_is_repeated_addition(cpu: int, memory: int, gpu: int, count: int) -> None:
-    resources = Resources(cpu=cpu, memory_mib=memory, extra={"tpu": gpu})
-    expected = ZERO
-    for _ in range(count):
-        expected = expected + resources
-    assert times(resources, count) == expected
-
-
-def test_times_overflows_like_addition() -> None:
-    with pytest.raises(ResourceOverflow) as caught:
-        times(Resources(cpu=MAX_QUANTITY // 2 + 1), 2)
-    assert caught.value.dimensions == ["cpu"]
-    assert times(Resources(cpu=1), MAX_QUANTITY) == Resources(cpu=MAX_QUANTITY)
 
 
 def test_demand_is_count_times_task_resources() -> None:

@@ -169,3 +169,26 @@ def test_max_quantity_is_reachable_but_not_passable() -> None:
         Resources(gpus=MAX_QUANTITY) + Resources(gpus=1)
     with pytest.raises(ResourceOverflow, match="extra/ssd"):
         Resources(extra={"ssd": MAX_QUANTITY}) + Resources(extra={"ssd": 1})
+
+
+@given(
+    cpu=st.integers(0, 10_000),
+    memory=st.integers(0, 10_000),
+    tpu=st.integers(0, 10_000),
+    count=st.integers(min_value=0, max_value=300),
+)
+def test_times_count_is_repeated_addition(cpu: int, memory: int, tpu: int, count: int) -> None:
+    resources = Resources(cpu=cpu, memory_mib=memory, extra={"tpu": tpu})
+    expected = ZERO
+    for _ in range(count):
+        expected = expected + resources
+    assert resources * count == expected
+
+
+def test_times_count_overflows_like_addition() -> None:
+    with pytest.raises(ResourceOverflow) as caught:
+        Resources(cpu=MAX_QUANTITY // 2 + 1) * 2
+    assert caught.value.dimensions == ["cpu"]
+    assert Resources(cpu=1) * MAX_QUANTITY == Resources(cpu=MAX_QUANTITY)
+    with pytest.raises(ValueError, match="negative"):
+        Resources(cpu=1) * -1
