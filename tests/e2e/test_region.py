@@ -23,12 +23,12 @@ from tether.region.harness import (
     LocalRegion,
     all_running,
     get_json,
-    process_exists,
     sleeper_job,
     tasks_of,
     wait_for,
 )
 from tether.region.plan import SHARDS
+from tether.region.supervisor import process_alive
 from tether.store import keys, open_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -205,7 +205,7 @@ def test_deleting_a_job_stops_its_processes_and_frees_its_machines(
     )
     pids = [task["pid"] for task in tasks]
     wait_for(
-        lambda: not any(process_exists(pid) for pid in pids),
+        lambda: not any(process_alive(pid) for pid in pids),
         timeout_s=10,
         what=f"processes {pids} to end",
     )

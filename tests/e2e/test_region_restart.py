@@ -13,10 +13,10 @@ from tether.region.harness import (
     LocalRegion,
     all_running,
     get_json,
-    process_exists,
     sleeper_job,
     wait_for,
 )
+from tether.region.supervisor import process_alive
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,9 +43,9 @@ def test_restarted_region_resumes_jobs_and_readopts_running_tasks(region: LocalR
     region.stop()
     assert "Stopped every service" in region.output()
     for service_pid in region.service_pids_at_stop:
-        assert not process_exists(service_pid), f"service process {service_pid} outlived the region"
+        assert not process_alive(service_pid), f"service process {service_pid} outlived the region"
     for task in before:
-        assert process_exists(task["pid"]), "a task died with the control plane"
+        assert process_alive(task["pid"]), "a task died with the control plane"
 
     region.start()
     with region.client() as client:
@@ -81,4 +81,4 @@ def test_restarted_region_resumes_jobs_and_readopts_running_tasks(region: LocalR
     assert down.returncode == 0, down.stderr
     assert "Stopped 3 task processes" in down.stderr
     for task in after:
-        assert not process_exists(task["pid"])
+        assert not process_alive(task["pid"])

@@ -20,10 +20,10 @@ from tether.region.plan import SHARDS, RegionOptions, default_entitlement, regio
 from tether.region.supervisor import (
     RegionError,
     Supervisor,
+    last_lines,
     port_is_free,
     process_alive,
     read_state,
-    tail,
     wait_until_ready,
     write_state,
 )
@@ -186,7 +186,7 @@ def _check_alive(supervisor: Supervisor) -> None:
     for ended in supervisor.exited():
         raise RegionError(
             f"{ended.spec.name} exited with code {ended.process.returncode} while starting; "
-            f"its log ({ended.log_path}) ends with:\n{tail(ended.log_path)}"
+            f"its log ({ended.log_path}) ends with:\n{last_lines(ended.log_path)}"
         )
 
 

@@ -183,19 +183,6 @@ def all_running(client: httpx.Client, handle: str, count: int) -> list[dict[str,
     return tasks if len(tasks) == count and len(running) == count else None
 
 
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie has exited; it only waits for its parent.
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return status != "Z"
-
-
 def sleeper_job(name: str, count: int, *, entitlement: str = "default") -> dict[str, Any]:
     """A job whose tasks sleep (and say who they are first), restarted on any exit."""
     return {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -14,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from tether.agent.procfs import start_ticks
+from tether.agent.workdir import tail
 from tether.region.plan import SHARDS, ProcessSpec, RegionOptions
+from tether.sdk import TetherClient, TetherError
 
 _log = logging.getLogger(__name__)
 
@@ -109,14 +109,13 @@ def wait_until_ready(
     """Returns once the frontend answers, every agent's machine is up and every shard has a
     leader. `alive` raises when a service died meanwhile."""
     deadline = time.monotonic() + timeout_s
-    headers = {"Authorization": f"Bearer {token}"}
     waiting_for = "the frontend"
-    with httpx.Client(base_url=options.url, headers=headers, timeout=2.0) as client:
+    with TetherClient(options.url, token, timeout_s=2.0) as client:
         while time.monotonic() < deadline:
             alive()
             try:
                 waiting_for = _not_ready_yet(client, options.agents)
-            except httpx.HTTPError:
+            except TetherError:
                 waiting_for = "the frontend"
             if not waiting_for:
                 return
@@ -128,18 +127,17 @@ def wait_until_ready(
     )
 
 
-def _not_ready_yet(client: httpx.Client, agents: int) -> str:
-    if client.get("/readyz").status_code != 200:
+def _not_ready_yet(client: TetherClient, agents: int) -> str:
+    if not client.ready():
         return "the frontend"
-    machines = client.get("/v1/machines").json()["machines"]
-    up = sum(1 for m in machines if m["state"] == "up" and m["heartbeat"])
+    up = sum(1 for m in client.list_machines() if m.state == "up" and m.heartbeat)
     if up < agents:
         return f"machines: {up} of {agents} up"
-    region = client.get("/v1/region").json()
-    leaders = sum(1 for shard in region["shards"] if shard["leader"])
+    region = client.region()
+    leaders = sum(1 for shard in region.shards if shard.leader)
     if leaders < len(SHARDS):
         return f"scheduler leaders: {leaders} of {len(SHARDS)} shards"
-    if not region["allocators"]:
+    if not region.allocators:
         return "an allocator"
     return ""
 
@@ -154,13 +152,8 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether `pid` runs; a zombie (exited, not yet reaped by its parent) does not."""
+    return start_ticks(pid) is not None
 
 
 def write_state(path: Path, state: dict[str, object]) -> None:
@@ -177,11 +170,6 @@ def read_state(path: Path) -> dict[str, object] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        with path.open("rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - 8192))
-            return "\n".join(file.read().decode(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+def last_lines(path: Path, lines: int = 15) -> str:
+    """The end of a service's log, for error messages."""
+    return "\n".join(tail(path, 8192).decode(errors="replace").splitlines()[-lines:])

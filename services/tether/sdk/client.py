@@ -131,6 +131,13 @@ class TetherClient:
 
     # Region
 
+    def ready(self) -> bool:
+        """Whether the frontend answers and the region is initialised (`GET /readyz`)."""
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
     def list_machines(self) -> list[MachineView]:
         """Machines with their state, capacity, allocated and free resources."""
         return _views(MachineView, self._request("GET", "/v1/machines"), "machines")

@@ -292,3 +292,17 @@ def test_from_settings_uses_url_token_and_a_trailing_slash_is_dropped() -> None:
         tether.list_jobs()
     assert str(recorder.last.url) == "http://other.test:9000/v1/jobs"
     assert recorder.last.headers["Authorization"] == "Bearer tok"
+
+
+@pytest.mark.parametrize(("status", "ready"), [(200, True), (503, False)])
+def test_ready_asks_readyz(status: int, ready: bool) -> None:
+    recorder = Recorder(httpx.Response(status, json={"status": "whatever"}))
+    assert client(recorder).ready() is ready
+    assert recorder.last.url.path == "/readyz"
+
+
+def test_an_unreachable_frontend_is_not_ready() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    assert client(refuse).ready() is False
