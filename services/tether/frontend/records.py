@@ -16,6 +16,7 @@ from tether.model import (
     TaskState,
     TaskStatus,
     TetherModel,
+    current_status,
     effective_state,
     from_json,
 )
@@ -61,10 +62,7 @@ class TaskRecords:
     @property
     def current_status(self) -> TaskStatus | None:
         """The status when it is about the task's current attempt on its current machine."""
-        status = self.status
-        if status is None or status.attempt != self.task.attempt:
-            return None
-        return status if status.machine == self.task.machine else None
+        return current_status(self.task, self.status)
 
     @property
     def state(self) -> TaskState:

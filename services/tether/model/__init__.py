@@ -66,6 +66,7 @@ from tether.model.task import (
     TaskState,
     TaskStatus,
     can_transition,
+    current_status,
     effective_state,
 )
 from tether.model.topology import FaultDomain, Topology
@@ -139,6 +140,7 @@ __all__ = [
     "UpdatePolicy",
     "Version",
     "can_transition",
+    "current_status",
     "effective_state",
     "from_json",
     "new_token",

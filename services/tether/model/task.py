@@ -148,17 +148,24 @@ class TaskStatus(TetherModel):
         return f"{self.job}/{self.index}"
 
 
+def current_status(task: Task, status: TaskStatus | None) -> TaskStatus | None:
+    """The status when it reports the task's current attempt on its current machine, else None:
+    a status of an older attempt describes a previous incarnation and is ignored."""
+    if (
+        status is None
+        or task.state is TaskState.LOST
+        or status.attempt != task.attempt
+        or status.machine != task.machine
+    ):
+        return None
+    return status
+
+
 def effective_state(task: Task, status: TaskStatus | None) -> TaskState:
     """The state to show and act on: the agent's report when it is about the current attempt
     on the current machine, else the scheduler's own record."""
-    if (
-        status is not None
-        and status.attempt == task.attempt
-        and status.machine == task.machine
-        and task.state is not TaskState.LOST
-    ):
-        return status.state
-    return task.state
+    current = current_status(task, status)
+    return task.state if current is None else current.state
 
 
 class Assignment(TetherModel):

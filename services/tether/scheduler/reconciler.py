@@ -20,6 +20,7 @@ from tether.model import (
     Task,
     TaskState,
     TaskStatus,
+    current_status,
 )
 
 T = TypeVar("T")
@@ -91,19 +92,6 @@ def plan_job(view: JobView, now: datetime) -> Plan:
         _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
     plan.delete_job = job.deleting and not view.tasks
     return plan
-
-
-def current_status(task: Task, status: TaskStatus | None) -> TaskStatus | None:
-    """The status when it reports the task's current attempt on its current machine, else None:
-    a status of an older attempt describes a previous incarnation and is ignored."""
-    if (
-        status is None
-        or task.state is TaskState.LOST
-        or status.attempt != task.attempt
-        or status.machine != task.machine
-    ):
-        return None
-    return status
 
 
 def _plan_task(
