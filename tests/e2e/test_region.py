@@ -211,6 +211,17 @@ def test_deleting_a_job_stops_its_processes_and_frees_its_machines(
     )
     assert {m: v["allocated"] for m, v in machines_by_id(client).items()} == allocated_before
 
+    # The same job again: its tasks run again, although their machines ran the old ones.
+    again = submit(client, sleeper_job("doomed", 2))
+    rerun = wait_for(lambda: all_running(client, again, 2), timeout_s=60, what="2 running again")
+    assert min(t["attempt"] for t in rerun) > max(t["attempt"] for t in tasks)
+    assert client.delete(f"/v1/jobs/{again}").status_code == 202
+    wait_for(
+        lambda: client.get(f"/v1/jobs/{again}").status_code == 404,
+        timeout_s=30,
+        what="the job to be deleted again",
+    )
+
 
 def tether(region: LocalRegion, *args: str, timeout_s: float = 90) -> str:
     """Runs the real `tether` CLI against the region; returns stdout, fails on a non-zero exit."""

@@ -46,6 +46,9 @@ class JobView:
     tasks: Mapping[int, Stored[Task]]
     statuses: Mapping[int, TaskStatus]
     machines: Mapping[str, Machine]
+    revision: int = 0
+    """A store revision the view's tasks are at least as new as: every task key deleted up to
+    here is already absent from `tasks`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,7 @@ def plan_job(view: JobView, now: datetime) -> Plan:
     if not job.deleting:
         for index in range(job.spec.count):
             if index not in view.tasks:
-                plan.writes.append(TaskWrite(index, 0, _new_task(job, index, now)))
+                plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
     for index, stored in sorted(view.tasks.items()):
         _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
     plan.delete_job = job.deleting and not view.tasks
@@ -221,11 +224,16 @@ def _is_down(machine: Machine | None) -> bool:
     return machine is None or machine.state is MachineState.DOWN
 
 
-def _new_task(job: Job, index: int, now: datetime) -> Task:
+def _new_task(job: Job, index: int, revision: int, now: datetime) -> Task:
+    # Attempts fence agents, so they must never repeat for a task key, even across a task that
+    # was deleted and created again (scale down and up, a job re-submitted under its name). Every
+    # attempt a task had is at most the revision of the write that set it, which is before the
+    # task's deletion, so numbering a new task's attempts from `revision` never reuses one.
     return Task(
         job=job.handle,
         index=index,
         generation=job.generation,
+        attempt=revision,
         version=job.spec.task.version,
         updated_at=now,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -163,6 +164,27 @@ def test_missing_tasks_are_created_pending_with_the_jobs_generation() -> None:
         assert write.task.version == "1.0"
         assert write.assignment is None
     assert plan.place == [1]
+
+
+def test_a_task_created_again_never_reuses_an_attempt_of_its_previous_incarnation() -> None:
+    # The task's previous incarnation was deleted at revision 40 or before; the view is at 41.
+    view = replace(make_view(make_job(1)), revision=41)
+
+    created = created_task(plan_job(view, NOW))
+
+    assert created.attempt == 41
+    placed = placement_writes(make_view(make_job(1), Stored(created, 42)), {0: "m1"}, NOW)
+    assert placed[0].task is not None
+    assert placed[0].task.attempt == 42
+    assert placed[0].assignment is not None
+    assert placed[0].assignment[1].attempt == 42
+
+
+def created_task(plan: Plan) -> Task:
+    assert len(plan.writes) == 1
+    task = plan.writes[0].task
+    assert task is not None
+    return task
 
 
 def test_pending_tasks_are_placed_as_a_new_attempt_with_an_assignment() -> None:
