@@ -114,8 +114,12 @@ class Engine:
                 for machine_id in set(chosen.values()):
                     record = self._index.record(machine_id)
                     assert record.allocation is not None  # it lists tasks, so it was readable
-                    gone = {f"{job_handle}/{i}" for i, m in chosen.items() if m == machine_id}
-                    tasks = {t: e for t, e in record.allocation.tasks.items() if t not in gone}
+                    gone = {i for i, m in chosen.items() if m == machine_id}
+                    tasks = {
+                        task_id: entry
+                        for task_id, entry in record.allocation.tasks.items()
+                        if not (entry.job == job_handle and entry.index in gone)
+                    }
                     changes[machine_id] = Change(
                         record.revision, Allocation(machine=machine_id, tasks=tasks)
                     )
@@ -185,17 +189,17 @@ class Engine:
 
     def _changes(self, job: Job, chosen: dict[int, str]) -> dict[str, Change]:
         resources = job.spec.task.resources
-        changes: dict[str, Change] = {}
+        added: dict[str, dict[str, AllocationEntry]] = {}
         for index, machine_id in chosen.items():
-            if machine_id not in changes:
-                record = self._index.record(machine_id)
-                assert record.allocation is not None  # unreadable records have no free space
-                changes[machine_id] = Change(record.revision, record.allocation)
-            change = changes[machine_id]
             entry = AllocationEntry(job=job.handle, index=index, resources=resources)
-            tasks = {**change.allocation.tasks, entry.task_id: entry}
+            added.setdefault(machine_id, {})[entry.task_id] = entry
+        changes: dict[str, Change] = {}
+        for machine_id, entries in added.items():
+            record = self._index.record(machine_id)
+            assert record.allocation is not None  # unreadable records have no free space
+            tasks = {**record.allocation.tasks, **entries}
             changes[machine_id] = Change(
-                change.revision, Allocation(machine=machine_id, tasks=tasks)
+                record.revision, Allocation(machine=machine_id, tasks=tasks)
             )
         return changes
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tether.model import (
     ZERO,
     Allocation,
+    AllocationEntry,
     Entitlement,
     InsufficientResources,
     Machine,
@@ -127,25 +128,30 @@ class AllocationIndex:
 
     def _replace_record(self, machine_id: str, record: AllocationRecord | None) -> None:
         held = self._records.pop(machine_id, None)
-        if held is not None and held.allocation is not None:
-            for entry in held.allocation.tasks.values():
-                tasks = self._placements.get(entry.job, {})
-                if tasks.get(entry.index) == machine_id:
-                    del tasks[entry.index]
-                    if not tasks:
-                        del self._placements[entry.job]
-                remaining = self._usage[entry.entitlement] - entry.resources
-                if remaining.is_zero():
-                    del self._usage[entry.entitlement]
-                else:
-                    self._usage[entry.entitlement] = remaining
+        old, new = _tasks(held), _tasks(record)
+        # Only what differs: most changes add or remove a few tasks of a full machine.
+        for task_id, entry in old.items():
+            if new.get(task_id) != entry:
+                self._remove_entry(machine_id, entry)
+        for task_id, entry in new.items():
+            if old.get(task_id) != entry:
+                self._placements.setdefault(entry.job, {})[entry.index] = machine_id
+                self._usage[entry.entitlement] = self.usage(entry.entitlement) + entry.resources
         if record is not None:
             self._records[machine_id] = record
-            if record.allocation is not None:
-                for entry in record.allocation.tasks.values():
-                    self._placements.setdefault(entry.job, {})[entry.index] = machine_id
-                    self._usage[entry.entitlement] = self.usage(entry.entitlement) + entry.resources
         self._refresh_free(machine_id)
+
+    def _remove_entry(self, machine_id: str, entry: AllocationEntry) -> None:
+        tasks = self._placements.get(entry.job, {})
+        if tasks.get(entry.index) == machine_id:
+            del tasks[entry.index]
+            if not tasks:
+                del self._placements[entry.job]
+        remaining = self._usage[entry.entitlement] - entry.resources
+        if remaining.is_zero():
+            del self._usage[entry.entitlement]
+        else:
+            self._usage[entry.entitlement] = remaining
 
     def _refresh_free(self, machine_id: str) -> None:
         machine = self._machines.get(machine_id)
@@ -162,6 +168,12 @@ class AllocationIndex:
         except InsufficientResources:
             # The machine shrank below what it holds: it takes nothing until tasks leave.
             self._free[machine_id] = ZERO
+
+
+def _tasks(record: AllocationRecord | None) -> Mapping[str, AllocationEntry]:
+    if record is None or record.allocation is None:
+        return {}
+    return record.allocation.tasks
 
 
 def _decode(model: type[M], kv: KeyValue) -> M | None:

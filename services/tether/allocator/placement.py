@@ -296,15 +296,18 @@ def choose(
             c.id,
         )
 
+    # Placing a task shrinks only the chosen machine's free space: the others keep fitting.
+    fitting = {c.id: c for c in eligible.survivors if need.fits_in(free[c.id])}
     placements: dict[int, str] = {}
     for position, index in enumerate(indexes):
         reason = quota_shortfall(entitlement, usage, need)
         if reason is None:
-            fitting = [c for c in eligible.survivors if need.fits_in(free[c.id])]
             if fitting:
-                best = min(fitting, key=rank)
+                best = min(fitting.values(), key=rank)
                 placements[index] = best.id
                 free[best.id] = free[best.id] - need
+                if not need.fits_in(free[best.id]):
+                    del fitting[best.id]
                 spread[level.of(best.machine.topology)] += 1
                 usage = usage + need
                 continue
