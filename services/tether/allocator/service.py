@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import grpc
@@ -17,7 +18,7 @@ from tether.allocator.settings import AllocatorSettings
 from tether.model import AllocatorEndpoint, to_json
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.service import Service
-from tether.store import Store, StoreError, keys
+from tether.store import KeyValue, Store, StoreError, keys
 from tether.store.lease import LeaseKeeper
 from tether.store.mirror import PrefixMirror
 
@@ -28,11 +29,34 @@ _STOP_GRACE_S = 2.0
 # Pause between attempts to register again after the lease was lost.
 _REGISTER_RETRY_S = 1.0
 
+_Apply = Callable[[str, KeyValue | None, int], None]
+"""Applies one key's current value to the index: (last key segment, value or None, revision)."""
+
+
+class _Feed:
+    """A prefix mirror whose every key, those of its first listing included, goes to `apply`."""
+
+    def __init__(self, store: Store, prefix: str, apply: _Apply) -> None:
+        self._mirror = PrefixMirror(store, prefix, self._changed)
+        self._apply = apply
+
+    async def start(self) -> None:
+        await self._mirror.start()
+        # The mirror reports changes after its first listing only.
+        await self._changed(set(self._mirror.items))
+
+    async def stop(self) -> None:
+        await self._mirror.stop()
+
+    async def _changed(self, changed: set[str]) -> None:
+        for key in changed:
+            self._apply(keys.last_segment(key), self._mirror.items.get(key), self._mirror.revision)
+
 
 class Allocator(Service):
     """One allocator replica, serving tether.allocator.v1.Allocator on `address` once started.
 
-    The caller owns `store` and closes it after `stop()`.
+    It owns `store` and closes it on `stop()`.
     """
 
     def __init__(self, store: Store, settings: AllocatorSettings) -> None:
@@ -40,11 +64,14 @@ class Allocator(Service):
         self.name = f"allocator {settings.id}"
         self._store = store
         self.index = AllocationIndex()
-        self._entitlements = PrefixMirror(
-            self._store, keys.ENTITLEMENTS, self._entitlements_changed
-        )
-        self._machines = PrefixMirror(self._store, keys.MACHINES, self._machines_changed)
-        self._allocations = PrefixMirror(self._store, keys.ALLOCATIONS, self._allocations_changed)
+        index = self.index
+        self._feeds = [
+            _Feed(store, keys.ENTITLEMENTS, lambda name, kv, _: index.set_entitlement(name, kv)),
+            _Feed(
+                store, keys.MACHINES, lambda machine_id, kv, _: index.set_machine(machine_id, kv)
+            ),
+            _Feed(store, keys.ALLOCATIONS, index.set_allocation),
+        ]
         self._engine = Engine(self._store, self.index, settings.max_attempts)
         self._server: grpc.aio.Server | None = None
         self._lease = LeaseKeeper(self._store, settings.lease_ttl_s)
@@ -53,14 +80,8 @@ class Allocator(Service):
         """`host:port` of the gRPC server, set by `start()`."""
 
     async def start(self) -> None:
-        for mirror, changed in (
-            (self._entitlements, self._entitlements_changed),
-            (self._machines, self._machines_changed),
-            (self._allocations, self._allocations_changed),
-        ):
-            await mirror.start()
-            # A mirror reports changes after its first listing only; that listing goes in here.
-            await changed(set(mirror.items))
+        for feed in self._feeds:
+            await feed.start()
         self._server = grpc.aio.server()
         allocator_pb2_grpc.add_AllocatorServicer_to_server(
             AllocatorServicer(self._engine), self._server
@@ -84,8 +105,9 @@ class Allocator(Service):
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
             self._server = None
-        for mirror in (self._allocations, self._machines, self._entitlements):
-            await mirror.stop()
+        for feed in reversed(self._feeds):
+            await feed.stop()
+        await self._store.close()
 
     async def _register(self) -> None:
         lease = await self._lease.start()
@@ -105,18 +127,3 @@ class Allocator(Service):
                 # Sets `lost` again (the lease may have been granted before the put failed).
                 await self._lease.stop(revoke=True)
                 await asyncio.sleep(_REGISTER_RETRY_S)
-
-    async def _entitlements_changed(self, changed: set[str]) -> None:
-        for key in changed:
-            self.index.set_entitlement(keys.last_segment(key), self._entitlements.items.get(key))
-
-    async def _machines_changed(self, changed: set[str]) -> None:
-        for key in changed:
-            self.index.set_machine(keys.last_segment(key), self._machines.items.get(key))
-
-    async def _allocations_changed(self, changed: set[str]) -> None:
-        revision = self._allocations.revision
-        for key in changed:
-            self.index.set_allocation(
-                keys.last_segment(key), self._allocations.items.get(key), revision
-            )

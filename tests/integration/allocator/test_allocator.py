@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import grpc
 import pytest
 
-from tests.unit.allocator.builders import entitlement, job, machine
+from tests.support.allocator_builders import entitlement, job, machine
+from tests.support.machines import eventually
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
@@ -19,24 +20,16 @@ from tether.model import (
     AllocationEntry,
     AllocatorEndpoint,
     Job,
+    Machine,
     Resources,
     from_json,
     to_json,
 )
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
-from tether.store import Store, keys
+from tether.store import EventType, Store, keys, open_store
 
 MSBS = 4
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Waits until `check()` holds, failing after `timeout_s`."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.02)
 
 
 async def put_job(store: Store, record: Job) -> None:
@@ -64,8 +57,10 @@ async def region(store: Store) -> Store:
 
 
 @pytest.fixture
-async def allocator(region: Store) -> AsyncIterator[Allocator]:
-    service = Allocator(region, AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+async def allocator(region: Store, store_url: str) -> AsyncIterator[Allocator]:
+    """A replica on its own connection to the region's store, which it closes on `stop()`."""
+    settings = AllocatorSettings(id="allocator-1", lease_ttl_s=3)
+    service = Allocator(open_store(store_url), settings)
     await service.start()
     try:
         yield service
@@ -260,8 +255,17 @@ async def test_follows_the_store(
         full = Allocation(machine=f"m{n}", tasks={filler.task_id: filler})
         await region.put(keys.allocation(f"m{n}"), to_json(full))
     await region.put(keys.machine("m9"), to_json(machine("m9", msb="msb9")))
-    await eventually(lambda: allocator.index.usage("ml").memory_mib == 4 * 4096)
-    await eventually(lambda: allocator.index.machine("m9") is not None)
+
+    async def usage() -> Resources:
+        return allocator.index.usage("ml")
+
+    async def m9() -> Machine | None:
+        return allocator.index.machine("m9")
+
+    await eventually(
+        usage, lambda used: used.memory_mib == 4 * 4096, timeout_s=10, what="the fillers' usage"
+    )
+    await eventually(m9, lambda found: found is not None, timeout_s=10, what="machine m9")
 
     response = await client.Place(
         pb.PlaceRequest(job_handle="ads/web", task_indexes=[0, 1], job_generation=1)
@@ -274,9 +278,8 @@ async def test_follows_the_store(
 async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
     # An index filled once and never updated, so another writer's change surprises it.
     index = AllocationIndex()
-    for prefix, apply in ((keys.MACHINES, index.set_machine),):
-        for kv in (await region.range(prefix)).kvs:
-            apply(keys.last_segment(kv.key), kv)
+    for kv in (await region.range(keys.MACHINES)).kvs:
+        index.set_machine(keys.last_segment(kv.key), kv)
     result = await region.range(keys.ALLOCATIONS)
     for kv in result.kvs:
         index.set_allocation(keys.last_segment(kv.key), kv, result.revision)
@@ -304,15 +307,18 @@ async def test_registration_follows_the_lease(region: Store, allocator: Allocato
     assert endpoint.address == allocator.address
     assert endpoint.since <= datetime.now(UTC)
 
-    # The lease is lost (revoked behind the replica's back): it registers again.
-    await region.lease_revoke(kv.lease)
-    assert await region.get(key) is None
-    again = None
-    for _ in range(200):
-        again = await region.get(key)
-        if again is not None:
-            break
-        await asyncio.sleep(0.05)
+    # The lease is lost (revoked behind the replica's back): the key goes with it at once, and
+    # the replica registers again on a new lease (perhaps before the key could be read).
+    async with region.watch(key, start_revision=kv.mod_revision + 1) as watch:
+        await region.lease_revoke(kv.lease)
+        first = await asyncio.wait_for(anext(watch), 10)
+    assert [(event.type, event.kv.key) for event in first] == [(EventType.DELETE, key)]
+    again = await eventually(
+        lambda: region.get(key),
+        lambda found: found is not None,
+        timeout_s=10,
+        what="the new registration",
+    )
     assert again is not None
     assert again.lease != kv.lease
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.unit.allocator.builders import entitlement, job, machine
+from tests.support.allocator_builders import entitlement, job, machine
+from tests.support.machines import eventually
 from tether.model import (
     Allocation,
     AllocationEntry,
@@ -23,7 +24,7 @@ from tether.model import (
 )
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
-from tether.store import Store, keys
+from tether.store import KeyValue, Store, keys
 
 REPO = Path(__file__).resolve().parents[3]
 MACHINES = 20
@@ -74,15 +75,22 @@ async def registered(
     store: Store, replica_id: str, process: asyncio.subprocess.Process, log_dir: Path
 ) -> str:
     """The address a replica registers under allocators/ once it serves."""
-    for _ in range(600):
+
+    async def registration() -> KeyValue | None:
         kv = await store.get(keys.allocator(replica_id))
-        if kv is not None:
-            return from_json(AllocatorEndpoint, kv.value, stored=True).address
-        if process.returncode is not None:
+        if kv is None and process.returncode is not None:
             log = (log_dir / f"{replica_id}.log").read_text()
             pytest.fail(f"{replica_id} exited with {process.returncode}:\n{log}")
-        await asyncio.sleep(0.05)
-    pytest.fail(f"{replica_id} did not register within 30 s")
+        return kv
+
+    kv = await eventually(
+        registration,
+        lambda found: found is not None,
+        timeout_s=30,
+        what=f"{replica_id}'s registration",
+    )
+    assert kv is not None
+    return from_json(AllocatorEndpoint, kv.value, stored=True).address
 
 
 async def nearly_full_region(store: Store) -> None:

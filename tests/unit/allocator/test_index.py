@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.allocator.builders import entitlement, machine
+from tests.support.allocator_builders import entitlement, machine
 from tether.allocator.index import AllocationIndex
 from tether.model import Allocation, AllocationEntry, Resources, to_json
 from tether.store import KeyValue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.allocator.builders import candidate, entitlement, job, machine
+from tests.support.allocator_builders import candidate, entitlement, job, machine
 from tether.allocator.placement import choose, explain, matches, predicate_text
 from tether.model import (
     Constraint,
