@@ -147,9 +147,10 @@ class AllocationIndex:
             del tasks[entry.index]
             if not tasks:
                 del self._placements[entry.job]
-        remaining = self._usage[entry.entitlement] - entry.resources
+        # Through usage(): tasks without resources may leave after the usage reached zero.
+        remaining = self.usage(entry.entitlement) - entry.resources
         if remaining.is_zero():
-            del self._usage[entry.entitlement]
+            self._usage.pop(entry.entitlement, None)
         else:
             self._usage[entry.entitlement] = remaining
 

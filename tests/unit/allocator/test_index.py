@@ -93,3 +93,15 @@ def test_machines_and_entitlements_come_and_go() -> None:
     assert index.entitlement("ads") == entitlement()
     index.set_entitlement("ads", None)
     assert index.entitlement("ads") is None
+
+
+def test_tasks_without_resources_come_and_go() -> None:
+    index = indexed("m1")
+    index.set_allocation(
+        "m1", kv("a/m1", to_json(allocation("m1", ("ads/web", 0, 0), ("ads/web", 1, 0))), 2), 2
+    )
+    assert index.placements("ads/web") == {0: "m1", 1: "m1"}
+    # Both leave at once: the entitlement's usage is already zero when the second one goes.
+    index.set_allocation("m1", kv("a/m1", to_json(allocation("m1")), 3), 3)
+    assert index.placements("ads/web") == {}
+    assert index.usage("ads").is_zero()
