@@ -64,12 +64,15 @@ class AllocatorClient:
     def __init__(self, store: Store, timeout_s: float) -> None:
         self._timeout_s = timeout_s
         self._mirror = PrefixMirror(store, keys.ALLOCATORS, self._endpoints_changed)
+        # Both keyed by the replica id in the registration's key.
+        self._endpoints: dict[str, AllocatorEndpoint] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         # Spreads calls over the replicas instead of sending everything to the first one.
         self._turn = itertools.count()
 
     async def start(self) -> None:
         await self._mirror.start()
+        await self._endpoints_changed(set(self._mirror.items))
 
     async def stop(self) -> None:
         await self._mirror.stop()
@@ -112,39 +115,41 @@ class AllocatorClient:
             raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
         start = next(self._turn) % len(endpoints)
         failures: list[str] = []
-        for endpoint in endpoints[start:] + endpoints[:start]:
-            stub = allocator_pb2_grpc.AllocatorStub(self._channel(endpoint))
+        for replica, endpoint in endpoints[start:] + endpoints[:start]:
+            stub = allocator_pb2_grpc.AllocatorStub(self._channel(replica, endpoint))
             try:
                 return await call(stub)
             except grpc.aio.AioRpcError as error:
                 code = error.code()
                 if code in _FAILOVER_CODES:
-                    _log.info("allocator %s: %s failed: %s", endpoint.id, method, error.details())
-                    failures.append(f"{endpoint.id}: {code.name} {error.details()}")
+                    _log.info("allocator %s: %s failed: %s", replica, method, error.details())
+                    failures.append(f"{replica}: {code.name} {error.details()}")
                     continue
                 raise _domain_error(method, job_handle, error) from None
         raise AllocatorUnavailable(f"{method} {job_handle}: every allocator failed: {failures}")
 
-    def _live_endpoints(self) -> list[AllocatorEndpoint]:
-        endpoints = []
-        for kv in self._mirror.items.values():
-            try:
-                endpoints.append(from_json(AllocatorEndpoint, kv.value, stored=True))
-            except ValidationError as error:
-                _log.warning("ignoring invalid allocator record %s: %s", kv.key, error)
-        return sorted(endpoints, key=lambda endpoint: endpoint.id)
+    def _live_endpoints(self) -> list[tuple[str, AllocatorEndpoint]]:
+        return sorted(self._endpoints.items())
 
-    def _channel(self, endpoint: AllocatorEndpoint) -> grpc.aio.Channel:
-        channel = self._channels.get(endpoint.id)
+    def _channel(self, replica: str, endpoint: AllocatorEndpoint) -> grpc.aio.Channel:
+        channel = self._channels.get(replica)
         if channel is None:
             channel = grpc.aio.insecure_channel(endpoint.address)
-            self._channels[endpoint.id] = channel
+            self._channels[replica] = channel
         return channel
 
     async def _endpoints_changed(self, changed: set[str]) -> None:
-        # A replica that left or re-registered (perhaps on another port) gets a fresh channel.
         for key in changed:
-            channel = self._channels.pop(keys.last_segment(key), None)
+            replica = keys.last_segment(key)
+            self._endpoints.pop(replica, None)
+            kv = self._mirror.items.get(key)
+            if kv is not None:
+                try:
+                    self._endpoints[replica] = from_json(AllocatorEndpoint, kv.value, stored=True)
+                except ValidationError as error:
+                    _log.warning("ignoring invalid allocator record %s: %s", key, error)
+            # A replica that left or re-registered (perhaps on another port) gets a fresh channel.
+            channel = self._channels.pop(replica, None)
             if channel is not None:
                 await channel.close(None)
 

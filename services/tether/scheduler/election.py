@@ -8,7 +8,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,7 @@ from tether.store import (
     Store,
     StoreError,
     TxnResult,
+    WatchEvent,
     key_missing,
     keys,
     value_is,
@@ -133,20 +134,12 @@ class Election:
                 _log.info("shard %s: leading as %s", self.shard, self.identity)
                 return Leadership(Fence(self.key, value))
             _log.info("shard %s: standing by; %s leads", self.shard, _leader_identity(result))
-            await _first_of(self._deleted(result.revision + 1), keeper.lost.wait())
+            await first_of(self._deleted(result.revision + 1), keeper.lost.wait())
         return None
 
     async def _deleted(self, start_revision: int) -> None:
         """Returns once the leader key is deleted at or after `start_revision`."""
-        with contextlib.suppress(CompactedError):
-            async with self._store.watch(self.key, start_revision=start_revision) as watch:
-                async for events in watch:
-                    # The watch is on a prefix: shard-0 also matches shard-01.
-                    if any(
-                        event.kv.key == self.key and event.type is EventType.DELETE
-                        for event in events
-                    ):
-                        return
+        await self._watch_until(start_revision, lambda event: event.type is EventType.DELETE)
 
     async def _changed(self, fence: Fence) -> None:
         """Returns once the leader key stops holding `fence.value`."""
@@ -154,20 +147,26 @@ class Election:
             kv = await self._store.get(self.key)
             if kv is None or kv.value != fence.value:
                 return
-            with contextlib.suppress(CompactedError):
-                async with self._store.watch(self.key, start_revision=kv.mod_revision + 1) as w:
-                    async for events in w:
-                        for event in events:
-                            if event.kv.key == self.key and (
-                                event.type is EventType.DELETE or event.kv.value != fence.value
-                            ):
-                                return
+            await self._watch_until(
+                kv.mod_revision + 1,
+                lambda event: event.type is EventType.DELETE or event.kv.value != fence.value,
+            )
+
+    async def _watch_until(self, start_revision: int, stop: Callable[[WatchEvent], bool]) -> None:
+        """Watches the leader key from `start_revision` until an event of it satisfies `stop`;
+        also returns when the history is compacted (callers then look again)."""
+        with contextlib.suppress(CompactedError):
+            async with self._store.watch(self.key, start_revision=start_revision) as watch:
+                async for events in watch:
+                    # The watch is on a prefix: shard-0 also matches shard-01.
+                    if any(event.kv.key == self.key and stop(event) for event in events):
+                        return
 
     async def _guard_term(self, keeper: LeaseKeeper, leadership: Leadership) -> None:
         """Sets `leadership.lost` when the lease is lost or someone else's value is in the key
         (an operator deleted it to force a failover)."""
         try:
-            await _first_of(keeper.lost.wait(), self._changed_retrying(leadership.fence))
+            await first_of(keeper.lost.wait(), self._changed_retrying(leadership.fence))
         finally:
             leadership.lost.set()
 
@@ -192,7 +191,7 @@ def _leader_identity(result: TxnResult) -> str:
     return "nobody"
 
 
-async def _first_of(*waits: Coroutine[Any, Any, object]) -> None:
+async def first_of(*waits: Coroutine[Any, Any, object]) -> None:
     """Runs the coroutines until the first one finishes, cancels the rest, re-raises its error."""
     tasks = [asyncio.create_task(wait) for wait in waits]
     try:

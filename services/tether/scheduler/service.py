@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime
 
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
-from tether.scheduler.election import Election, Leadership
+from tether.scheduler.election import Election, Leadership, first_of
 from tether.scheduler.executor import Executor, NotLeader
 from tether.scheduler.reconciler import plan_job
 from tether.scheduler.settings import SchedulerSettings
@@ -95,26 +95,13 @@ class Term:
 
     async def run(self) -> None:
         """Reconciles the shard's jobs until leadership is lost."""
-        tasks: list[asyncio.Task[object]] = []
         try:
             await self._allocator.start()
-            await self._state.start()
-            for handle in self._state.handles():
-                self._mark(handle)
+            await self._state.start()  # marks every job it loads as dirty
             self._leading.set()
-            tasks = [
-                asyncio.create_task(self._leadership.lost.wait()),
-                asyncio.create_task(self._work()),
-                asyncio.create_task(self._resync()),
-            ]
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
+            await first_of(self._leadership.lost.wait(), self._work(), self._resync())
         finally:
             self._leading.clear()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             for timer in self._timers.values():
                 timer.cancel()
             await self._state.stop()

@@ -149,8 +149,7 @@ class ShardState:
                 self._mark(stored.value.handle)
 
     def _job_changed(self, key: str, old: Stored[Job] | None, new: Stored[Job] | None) -> None:
-        entitlement, name = key.removeprefix(keys.JOBS).split("/")
-        self._mark(f"{entitlement}/{name}")
+        self._mark(key.removeprefix(keys.JOBS))
 
     def _task_changed(self, key: str, old: Stored[Task] | None, new: Stored[Task] | None) -> None:
         entitlement, name, index = keys.task_of_key(key)
