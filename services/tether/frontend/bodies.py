@@ -12,14 +12,7 @@ import yaml
 from fastapi import Request
 from pydantic import ValidationError
 
-from tether.frontend.problems import (
-    BadRequest,
-    InvalidInput,
-    PayloadTooLarge,
-    field_errors,
-    invalid_body_detail,
-    is_unparsable,
-)
+from tether.frontend.problems import BadRequest, PayloadTooLarge, validation_problem
 from tether.model import JobSpec, TetherModel, from_json, to_json
 
 M = TypeVar("M", bound=TetherModel)
@@ -67,14 +60,8 @@ def parse_model(cls: type[M], body: bytes, content_type: str | None) -> M:
     try:
         return from_json(cls, text)
     except ValidationError as exc:
-        raw = exc.errors()
-        if is_unparsable(raw):
-            raise BadRequest(
-                "the request body is not valid JSON (send YAML with Content-Type: "
-                f"application/yaml): {raw[0]['msg']}"
-            ) from None
-        errors = field_errors(raw)
-        raise InvalidInput(invalid_body_detail(errors), errors=errors) from None
+        hint = "send YAML with Content-Type: application/yaml"
+        raise validation_problem(exc.errors(), unparsable_hint=hint) from None
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -102,8 +89,3 @@ def spec_sha256(spec: JobSpec) -> str:
     """The hex SHA-256 of a spec's canonical JSON (every field, defaults filled in), so the same
     job sent as JSON or as YAML has the same digest."""
     return hashlib.sha256(to_json(spec)).hexdigest()
-
-
-def principal_digest(name: str) -> str:
-    """The idempotency keyspace of a principal: all of its tokens share it."""
-    return hashlib.sha256(name.encode()).hexdigest()

@@ -11,15 +11,8 @@ from typing import Final
 from pydantic import ValidationError
 
 from tether.frontend import records
-from tether.frontend.bodies import principal_digest, spec_sha256
-from tether.frontend.problems import (
-    Conflict,
-    InvalidInput,
-    NotFound,
-    OverQuota,
-    field_errors,
-    invalid_body_detail,
-)
+from tether.frontend.bodies import spec_sha256
+from tether.frontend.problems import Conflict, NotFound, OverQuota, validation_problem
 from tether.frontend.quota import quota_shortfall
 from tether.frontend.schemas.jobs import JobView
 from tether.model import (
@@ -32,6 +25,7 @@ from tether.model import (
     from_json,
     parse_job_handle,
     to_json,
+    token_digest,
 )
 from tether.store import Compare, Put, Store, key_missing, keys, mod_revision_is
 
@@ -55,8 +49,7 @@ class Submitted:
 
 async def job_view(store: Store, job: Job) -> JobView:
     """The job with its task counts."""
-    tasks = await records.tasks_by_job(store, job.spec.entitlement, job.spec.name)
-    return JobView.of(job, tasks.get(job.handle, []))
+    return JobView.of(job, await records.job_tasks(store, job.spec.entitlement, job.spec.name))
 
 
 async def _requested_by_others(store: Store, entitlement: str, excluding: str) -> list[JobSpec]:
@@ -105,10 +98,9 @@ async def submit(
     """Create the job at generation 1, with its idempotency record in the same transaction."""
     job_key = keys.job(spec.entitlement, spec.name)
     digest = spec_sha256(spec)
+    # Keyed by the principal's name, not its token: all of its tokens share one keyspace.
     idem_key = (
-        keys.idempotency(principal_digest(principal.name), idempotency_key)
-        if idempotency_key
-        else None
+        keys.idempotency(token_digest(principal.name), idempotency_key) if idempotency_key else None
     )
     for _ in range(ATTEMPTS):
         if idem_key is not None and idempotency_key is not None:
@@ -168,8 +160,7 @@ def with_count(spec: JobSpec, count: int) -> JobSpec:
     try:
         return from_json(JobSpec, json.dumps(data))
     except ValidationError as exc:
-        errors = field_errors(exc.errors(), prefix=("body",))
-        raise InvalidInput(invalid_body_detail(errors), errors=errors) from None
+        raise validation_problem(exc.errors(), prefix=("body",)) from None
 
 
 async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -> Job:
@@ -184,11 +175,8 @@ async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -
         # Scaling down always goes through, even when a lowered quota is already exceeded.
         if count > job.spec.count:
             await _require_quota(store, entitlement, spec)
-        return Job(
-            spec=spec,
-            generation=job.generation + 1,
-            created_at=job.created_at,
-            updated_at=datetime.now(UTC),
+        return job.model_copy(
+            update={"spec": spec, "generation": job.generation + 1, "updated_at": datetime.now(UTC)}
         )
 
     return await change_job(store, entitlement.name, name, rescale)
@@ -200,12 +188,6 @@ async def delete(store: Store, entitlement: str, name: str) -> Job:
     async def mark(job: Job) -> Job | None:
         if job.deleting:
             return None
-        return Job(
-            spec=job.spec,
-            generation=job.generation,
-            created_at=job.created_at,
-            updated_at=datetime.now(UTC),
-            deleting=True,
-        )
+        return job.model_copy(update={"updated_at": datetime.now(UTC), "deleting": True})
 
     return await change_job(store, entitlement, name, mark)

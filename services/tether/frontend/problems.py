@@ -175,6 +175,28 @@ def is_unparsable(errors: Iterable[Mapping[str, Any]]) -> bool:
     return any(error.get("type") == "json_invalid" for error in errors)
 
 
+def validation_problem(
+    errors: Sequence[Mapping[str, Any]],
+    prefix: Sequence[str] = (),
+    *,
+    unparsable_hint: str | None = None,
+) -> Problem:
+    """What input that failed validation answers: 400 when the body is not JSON at all, else
+    422 naming every invalid field (its path under `prefix`).
+
+    Bodies a route parses itself pass `unparsable_hint`; their 400 then also gives pydantic's
+    reason, which for FastAPI's own bodies would only say "JSON decode error".
+    """
+    if is_unparsable(errors):
+        if unparsable_hint is None:
+            return BadRequest("the request body is not valid JSON")
+        return BadRequest(
+            f"the request body is not valid JSON ({unparsable_hint}): {errors[0].get('msg')}"
+        )
+    fields = field_errors(errors, prefix)
+    return InvalidInput(invalid_body_detail(fields), errors=fields)
+
+
 async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Problem)
     # Only the frontend's own failures; 503s (store down, region not ready) are expected.
@@ -195,19 +217,14 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
 
 async def _on_request_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    raw = exc.errors()
-    if is_unparsable(raw):
-        return BadRequest("the request body is not valid JSON").response()
-    errors = field_errors(raw)
-    return InvalidInput(invalid_body_detail(errors), errors=errors).response()
+    return validation_problem(exc.errors()).response()
 
 
 async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     # Routes validate user input explicitly; this catches any model built from request data
     # that they did not wrap, so that it is still a 422 rather than a crash.
     assert isinstance(exc, ValidationError)
-    errors = field_errors(exc.errors())
-    return InvalidInput(invalid_body_detail(errors), errors=errors).response()
+    return validation_problem(exc.errors()).response()
 
 
 async def _on_store_unavailable(request: Request, exc: Exception) -> JSONResponse:

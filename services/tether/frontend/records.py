@@ -69,27 +69,38 @@ class TaskRecords:
         return effective_state(self.task, self.status)
 
 
-async def tasks_by_job(
-    store: Store, ent: str | None = None, job: str | None = None
-) -> dict[str, list[TaskRecords]]:
-    """Tasks with their statuses by job handle, sorted by index: of one job when `ent` and
-    `job` are given, else of the whole region."""
-    task_prefix, status_prefix = keys.TASKS, keys.TASK_STATUS
-    if ent is not None and job is not None:
-        task_prefix, status_prefix = keys.tasks_of(ent, job), keys.statuses_of(ent, job)
+async def _read_tasks(store: Store, task_prefix: str, status_prefix: str) -> list[TaskRecords]:
+    """The tasks under `task_prefix` with their statuses under `status_prefix`, by index."""
     tasks = await store.range(task_prefix)
     # Statuses from the same snapshot, so that a task and its status agree on the attempt.
     statuses = {
         keys.task_of_key(kv.key): load(TaskStatus, kv)
         for kv in (await store.range(status_prefix, revision=tasks.revision)).kvs
     }
+    found = [
+        TaskRecords(load(Task, kv), statuses.get(keys.task_of_key(kv.key))) for kv in tasks.kvs
+    ]
+    # Keys sort "10" before "2".
+    return sorted(found, key=lambda records: records.task.index)
+
+
+async def job_tasks(store: Store, ent: str, job: str) -> list[TaskRecords]:
+    """The tasks of one job with their statuses, by index."""
+    return await _read_tasks(store, keys.tasks_of(ent, job), keys.statuses_of(ent, job))
+
+
+async def tasks_by_job(store: Store, ent: str | None = None) -> dict[str, list[TaskRecords]]:
+    """Tasks with their statuses by job handle, by index: of one entitlement's jobs when `ent`
+    is given, else of the whole region."""
+    if ent is None:
+        found = await _read_tasks(store, keys.TASKS, keys.TASK_STATUS)
+    else:
+        found = await _read_tasks(
+            store, keys.tasks_of_entitlement(ent), keys.statuses_of_entitlement(ent)
+        )
     grouped: defaultdict[str, list[TaskRecords]] = defaultdict(list)
-    for kv in tasks.kvs:
-        task = load(Task, kv)
-        grouped[task.job].append(TaskRecords(task, statuses.get(keys.task_of_key(kv.key))))
-    for of_job in grouped.values():
-        # Keys sort "10" before "2".
-        of_job.sort(key=lambda records: records.task.index)
+    for records in found:
+        grouped[records.task.job].append(records)
     return dict(grouped)
 
 

@@ -107,6 +107,11 @@ def tasks_of(entitlement_name: str, job_name: str) -> str:
     return _join(TASKS, entitlement_name, job_name) + "/"
 
 
+def tasks_of_entitlement(entitlement_name: str) -> str:
+    """The prefix of every task of one entitlement's jobs."""
+    return _join(TASKS, entitlement_name) + "/"
+
+
 def task_status(entitlement_name: str, job_name: str, index: int) -> str:
     return _join(TASK_STATUS, entitlement_name, job_name, str(index))
 
@@ -114,6 +119,11 @@ def task_status(entitlement_name: str, job_name: str, index: int) -> str:
 def statuses_of(entitlement_name: str, job_name: str) -> str:
     """The prefix of every task status of one job."""
     return _join(TASK_STATUS, entitlement_name, job_name) + "/"
+
+
+def statuses_of_entitlement(entitlement_name: str) -> str:
+    """The prefix of every task status of one entitlement's jobs."""
+    return _join(TASK_STATUS, entitlement_name) + "/"
 
 
 def task_of_key(key: str) -> tuple[str, str, int]:

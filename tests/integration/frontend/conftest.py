@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
 from tether.frontend.service import Frontend
@@ -27,6 +24,7 @@ from tether.model import (
     to_json,
     token_digest,
 )
+from tether.service import HttpServer
 from tether.store import Store, keys, open_store
 
 SHARDS = ["shard-0", "shard-1"]
@@ -104,16 +102,9 @@ async def region(store: Store, store_url: str) -> AsyncIterator[Region]:
 @asynccontextmanager
 async def http_server(app: Starlette) -> AsyncIterator[str]:
     """Serves `app` on a free loopback port until the block ends; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    server = HttpServer(app, "127.0.0.1", 0, name="fake-agent", lifespan="off")
+    await server.start()
     try:
-        while not server.started:
-            assert not task.done(), "the test HTTP server did not start"
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield server.url
     finally:
-        server.should_exit = True
-        await task
-        sock.close()
+        await server.stop()

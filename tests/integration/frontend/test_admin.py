@@ -54,11 +54,8 @@ async def test_readyz_waits_for_the_region_config(store: Store, store_url: str) 
 
 async def test_openapi_and_docs_need_no_token(region: Region) -> None:
     document = (await region.api.get("/openapi.json")).json()
-    assert document["components"]["securitySchemes"]["bearer"] == {
-        "type": "http",
-        "scheme": "bearer",
-        "description": document["components"]["securitySchemes"]["bearer"]["description"],
-    }
+    scheme = document["components"]["securitySchemes"]["bearer"]
+    assert {"type": "http", "scheme": "bearer"}.items() <= scheme.items()
     assert {"/v1/jobs", "/v1/jobs/{ent}/{job}/tasks/{index}/logs", "/admin/principals"} <= set(
         document["paths"]
     )

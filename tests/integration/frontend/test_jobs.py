@@ -65,7 +65,6 @@ async def test_idempotent_resubmission(region: Region) -> None:
     key = {"Idempotency-Key": "deploy-42"}
     first = await region.api.post("/v1/jobs", headers=ALICE | key, json=job_spec())
     assert first.status_code == 201
-    revision = await region.store.revision()
 
     # The same spec as YAML is the same submission; a second token of alice shares her keys.
     token = await region.api.post("/admin/principals", headers=ADMIN, json={"name": "alice"})

@@ -114,6 +114,8 @@ async def test_tasks_show_effective_states(region: Region) -> None:
     }
     listed_jobs = (await region.api.get("/v1/jobs", headers=ALICE)).json()["jobs"]
     assert listed_jobs[0]["tasks"] == job["tasks"]
+    filtered = await region.api.get("/v1/jobs?entitlement=team-a", headers=ALICE)
+    assert filtered.json()["jobs"][0]["tasks"] == job["tasks"]
     assert_problem(await region.api.get("/v1/jobs/team-a/nope/tasks", headers=ALICE), 404)
 
 

@@ -8,13 +8,7 @@ from typing import Any
 
 import pytest
 
-from tether.frontend.bodies import (
-    check_idempotency_key,
-    is_yaml,
-    parse_model,
-    principal_digest,
-    spec_sha256,
-)
+from tether.frontend.bodies import check_idempotency_key, is_yaml, parse_model, spec_sha256
 from tether.frontend.problems import BadRequest, InvalidInput
 from tether.model import Entitlement, JobKind, JobSpec
 
@@ -138,9 +132,3 @@ def test_no_idempotency_key_is_fine() -> None:
 def test_invalid_idempotency_keys(key: str) -> None:
     with pytest.raises(BadRequest, match="Idempotency-Key"):
         check_idempotency_key(key)
-
-
-def test_principal_digest_depends_only_on_the_name() -> None:
-    assert principal_digest("alice") == principal_digest("alice")
-    assert principal_digest("alice") != principal_digest("bob")
-    assert len(principal_digest("alice")) == 64

@@ -32,6 +32,8 @@ def test_keys_sit_under_their_prefix() -> None:
     assert keys.job("ads", "web").startswith(keys.jobs_of("ads"))
     # The prefix of job "web" must not contain the tasks of job "web-2".
     assert not keys.task("ads", "web-2", 0).startswith(keys.tasks_of("ads", "web"))
+    assert keys.task_status("ads", "web", 3).startswith(keys.statuses_of_entitlement("ads"))
+    assert not keys.task("ads-2", "web", 0).startswith(keys.tasks_of_entitlement("ads"))
     assert keys.last_segment(keys.machine("m-17")) == "m-17"
 
 

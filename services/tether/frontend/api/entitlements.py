@@ -69,7 +69,8 @@ async def create_entitlement(
     )
     if not created.succeeded:
         raise Conflict(f"entitlement '{entitlement.name}' already exists")
-    view = await _view(store, entitlement)
+    # Nothing can request or hold anything yet: jobs need the entitlement to exist first.
+    view = EntitlementView(entitlement=entitlement, shard=shard, requested=ZERO, allocated=ZERO)
     return view.response(201, {"Location": f"/v1/entitlements/{entitlement.name}"})
 
 

@@ -78,7 +78,7 @@ async def list_jobs(
             entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
             visible = {ent.name for ent in entitlements if can_see(principal, ent)}
             found = [job for job in found if job.spec.entitlement in visible]
-    tasks = await records.tasks_by_job(store)
+    tasks = await records.tasks_by_job(store, entitlement)
     return JobList(jobs=[JobView.of(job, tasks.get(job.handle, [])) for job in found]).response()
 
 

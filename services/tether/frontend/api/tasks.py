@@ -15,13 +15,15 @@ from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import AgentsDep, StoreDep
 from tether.frontend.problems import BadGateway, NotFound, Unavailable
 from tether.frontend.schemas.tasks import TaskList, TaskView
-from tether.model import AgentHeartbeat, Job, Task
+from tether.model import AgentHeartbeat, Task
 from tether.store import keys
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/jobs/{ent}/{job}/tasks", tags=["tasks"], responses=AUTH_PROBLEMS)
 
+DEFAULT_TAIL_BYTES = 64 * 1024
+"""What a logs request without `tail_bytes` reads (the SDK's DEFAULT_TAIL_BYTES is the same)."""
 MAX_TAIL_BYTES = 16 * 1024 * 1024
 
 
@@ -33,7 +35,7 @@ async def list_tasks(
     await authorize_entitlement(store, principal, ent)
     if await store.get(keys.job(ent, job)) is None:
         raise NotFound(f"job '{ent}/{job}' does not exist")
-    tasks = (await records.tasks_by_job(store, ent, job)).get(f"{ent}/{job}", [])
+    tasks = await records.job_tasks(store, ent, job)
     return TaskList(tasks=[TaskView.of(task) for task in tasks]).response()
 
 
@@ -53,14 +55,14 @@ async def task_logs(
     job: JobName,
     index: Annotated[int, Path(ge=0, description="The task's index in its job.")],
     stream: Annotated[Literal["stdout", "stderr"], Query()] = "stdout",
-    tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL_BYTES)] = 65536,
+    tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL_BYTES)] = DEFAULT_TAIL_BYTES,
 ) -> Response:
     """The last `tail_bytes` of the task's current attempt's stdout or stderr, as its agent
     has them."""
     await authorize_entitlement(store, principal, ent)
     found = await records.get(store, keys.task(ent, job, index), Task)
     if found is None:
-        if await records.get(store, keys.job(ent, job), Job) is None:
+        if await store.get(keys.job(ent, job)) is None:
             raise NotFound(f"job '{ent}/{job}' does not exist")
         raise NotFound(f"job '{ent}/{job}' has no task {index}")
     task = found.model
