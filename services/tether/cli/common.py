@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 import typer
@@ -15,6 +15,8 @@ from rich.text import Text
 
 from tether.model import parse_job_handle
 from tether.sdk import ClientSettings, TetherAPIError, TetherClient, TetherError
+
+T = TypeVar("T")
 
 TOKEN_HINT = (
     "pass --token or set TETHER_TOKEN; `tether up` keeps the local region's admin token in "
@@ -89,17 +91,29 @@ def client(url: str | None, token: str | None) -> Iterator[TetherClient]:
         fail(str(exc))
 
 
-def check_handle(handle: str) -> str:
-    """Typer callback: refuse a malformed job handle before any request."""
-    try:
-        parse_job_handle(handle)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+def argument_parser(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """A typer `parser` giving the command `parse(value)`: a malformed argument is refused
+    (exit 2, with the ValueError's message) before any request, and parsed only once."""
+
+    def parser(value: str) -> T:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parser
+
+
+def _job_handle(handle: str) -> str:
+    parse_job_handle(handle)
     return handle
 
 
 HandleArgument = typer.Argument(
-    ..., callback=check_handle, help="The job's handle: <entitlement>/<job>.", show_default=False
+    ...,
+    parser=argument_parser(_job_handle),
+    help="The job's handle: <entitlement>/<job>.",
+    show_default=False,
 )
 
 

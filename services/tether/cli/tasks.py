@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import NamedTuple
 
 import typer
 
-from tether.cli.common import TokenOption, UrlOption, client
+from tether.cli.common import TokenOption, UrlOption, argument_parser, client
 from tether.model import parse_job_handle
+from tether.sdk import DEFAULT_TAIL_BYTES
 
 app = typer.Typer(help="Look at tasks.", no_args_is_help=True)
 
@@ -23,7 +25,14 @@ class Stream(enum.StrEnum):
     STDERR = "stderr"
 
 
-def parse_task(task: str) -> tuple[str, int]:
+class TaskRef(NamedTuple):
+    """A task named by its job's handle and its index in the job."""
+
+    handle: str
+    task_index: int  # not `index`, which would hide tuple.index
+
+
+def parse_task(task: str) -> TaskRef:
     """Split `<entitlement>/<job>/<index>` into the job handle and the index; ValueError
     says what is wrong."""
     handle, _, index = task.rpartition("/")
@@ -32,28 +41,20 @@ def parse_task(task: str) -> tuple[str, int]:
             f"invalid task {task!r}: must be <entitlement>/<job>/<index>, e.g. team-a/web/0"
         )
     parse_job_handle(handle)
-    return handle, int(index)
-
-
-def _check_task(task: str) -> str:
-    try:
-        parse_task(task)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return task
+    return TaskRef(handle, int(index))
 
 
 @app.command()
 def logs(
-    task: str = typer.Argument(
+    task: TaskRef = typer.Argument(
         ...,
-        callback=_check_task,
+        parser=argument_parser(parse_task),
         help="The task: <entitlement>/<job>/<index>.",
         show_default=False,
     ),
     stream: Stream = typer.Option(Stream.STDOUT, "--stream", help="Which output to read."),
     tail_bytes: int = typer.Option(
-        65536, "--tail-bytes", min=1, help="Read at most this many bytes from the end."
+        DEFAULT_TAIL_BYTES, "--tail-bytes", min=1, help="Read at most this many bytes from the end."
     ),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing new output until interrupted (Ctrl-C)."
@@ -62,7 +63,7 @@ def logs(
     token: str | None = TokenOption,
 ) -> None:
     """Print the end of a task's stdout or stderr, as its agent has it."""
-    handle, index = parse_task(task)
+    handle, index = task
     with client(url, token) as tether:
         shown = tether.task_logs(handle, index, stream.value, tail_bytes)
         typer.echo(shown, nl=False)

@@ -1,6 +1,6 @@
 """Tether's Python SDK: a typed client of the frontend's REST API."""
 
-from tether.sdk.client import JSON, YAML, LogStream, TetherClient
+from tether.sdk.client import DEFAULT_TAIL_BYTES, JSON, YAML, LogStream, TetherClient
 from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError, TetherError
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
@@ -17,6 +17,7 @@ from tether.sdk.views import (
 )
 
 __all__ = [
+    "DEFAULT_TAIL_BYTES",
     "JSON",
     "RUNNING",
     "YAML",

@@ -27,6 +27,9 @@ JSON = "application/json"
 YAML = "application/yaml"
 PROBLEM = "application/problem+json"
 
+DEFAULT_TAIL_BYTES = 64 * 1024
+"""How much of a task's log `task_logs` (and `tether task logs`) reads by default."""
+
 LogStream = Literal["stdout", "stderr"]
 V = TypeVar("V", bound=View)
 
@@ -119,7 +122,11 @@ class TetherClient:
         return _views(TaskView, self._request("GET", f"{_job_path(handle)}/tasks"), "tasks")
 
     def task_logs(
-        self, handle: str, index: int, stream: LogStream = "stdout", tail_bytes: int = 65536
+        self,
+        handle: str,
+        index: int,
+        stream: LogStream = "stdout",
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> bytes:
         """The last `tail_bytes` bytes of a task's stdout or stderr, as its agent has them."""
         response = self._request(
@@ -150,13 +157,7 @@ class TetherClient:
 
     def list_entitlements(self) -> list[dict[str, Any]]:
         """Entitlements the principal belongs to (all of them for admins)."""
-        response = self._request("GET", "/v1/entitlements")
-        entitlements = _json(response)
-        if isinstance(entitlements, dict):
-            entitlements = entitlements.get("entitlements")
-        if not isinstance(entitlements, list):
-            raise _unexpected(response.status_code, "a list of entitlements")
-        return entitlements
+        return _list(self._request("GET", "/v1/entitlements"), "entitlements")
 
     def create_entitlement(self, entitlement: Mapping[str, Any]) -> dict[str, Any]:
         """Admin: create an entitlement (an `Entitlement` body); the frontend assigns a shard."""
@@ -200,11 +201,17 @@ def _view(view: type[V], response: httpx.Response) -> V:
         raise _unexpected(response.status_code, f"a {view.__name__}", str(exc)) from None
 
 
-def _views(view: type[V], response: httpx.Response, key: str) -> list[V]:
+def _list(response: httpx.Response, key: str) -> list[Any]:
+    """The list under `key` of the response's JSON object."""
     body = _json(response)
     items = body.get(key) if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise _unexpected(response.status_code, f'an object with a "{key}" list')
+    return items
+
+
+def _views(view: type[V], response: httpx.Response, key: str) -> list[V]:
+    items = _list(response, key)
     try:
         return [view.model_validate(item) for item in items]
     except ValidationError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,17 +11,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests.support.api import problem
 from tether.cli import common, jobs, tasks
 from tether.cli.main import app
 
 Reply = httpx.Response | Callable[[httpx.Request], httpx.Response]
-
-
-def problem(status: int, title: str, detail: str = "", **extra: object) -> httpx.Response:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return httpx.Response(
-        status, content=json.dumps(body), headers={"content-type": "application/problem+json"}
-    )
 
 
 @dataclass

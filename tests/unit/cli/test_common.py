@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.unit.cli.conftest import FakeAPI, problem, run
+from tests.support.api import problem
+from tests.unit.cli.conftest import FakeAPI, run
 
 
 def test_settings_come_from_the_local_region_file(api: FakeAPI, tmp_path: Path) -> None:

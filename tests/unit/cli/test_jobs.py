@@ -8,32 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.unit.cli.conftest import FakeAPI, problem, run, table_rows
-
-JOB = {
-    "handle": "team-a/web",
-    "entitlement": "team-a",
-    "name": "web",
-    "count": 2,
-    "generation": 1,
-    "deleting": False,
-    "created_at": "2025-01-02T03:04:05Z",
-    "updated_at": "2025-01-02T03:04:05Z",
-    "spec": {
-        "name": "web",
-        "entitlement": "team-a",
-        "count": 2,
-        "kind": "service",
-        "task": {
-            "package": "hello",
-            "version": "1.0",
-            "command": "python",
-            "args": ["-m", "http.server"],
-        },
-    },
-    "tasks": {"running": 1, "pending": 1},
-    "running": 1,
-}
+from tests.support.api import JOB, problem
+from tests.unit.cli.conftest import FakeAPI, run, table_rows
 
 
 def task(

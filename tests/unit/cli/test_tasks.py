@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.unit.cli.conftest import FakeAPI, problem, run
+from tests.support.api import problem
+from tests.unit.cli.conftest import FakeAPI, run
 from tether.cli.tasks import new_bytes, parse_task
 
 LOGS = "/v1/jobs/team-a/web/tasks/2/logs"
@@ -36,10 +37,13 @@ def test_logs_refuses_an_unknown_stream(api: FakeAPI) -> None:
 
 
 def test_logs_of_a_task_without_a_machine(api: FakeAPI) -> None:
-    api.on("GET", LOGS, problem(409, "Task not running", "task team-a/web/2 has no machine"))
+    # What the frontend answers for a task that is not placed yet (frontend/api/tasks.py).
+    detail = "task team-a/web/2 has no machine yet (state 'pending'), so it has no logs"
+    not_found = problem(404, "Not found", detail, type="urn:tether:problem:not-found")
+    api.on("GET", LOGS, not_found)
     result = run("task", "logs", "team-a/web/2")
     assert result.exit_code == 1
-    assert result.stderr == "error: 409 Task not running: task team-a/web/2 has no machine\n"
+    assert result.stderr == f"error: 404 Not found: {detail}\n"
 
 
 def test_follow_prints_only_new_bytes_until_interrupted(api: FakeAPI) -> None:
