@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.cli import Served
 from tether.agent.service import Agent
 from tether.cli import agent as agent_cli
 from tether.cli.main import app
 from tether.model import Machine
-from tether.store import Store
 
 runner = CliRunner()
 
 
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> list[Agent]:
-    """Agents the command would run, captured instead of served."""
-    agents: list[Agent] = []
-
-    class FakeStore:
-        pass
-
-    def serve(make: Callable[[Store], Agent], url: str | None, log_level: str) -> None:
-        agents.append(make(FakeStore()))  # type: ignore[arg-type]
-
-    monkeypatch.setattr(agent_cli, "serve", serve)
-    return agents
+def served_agent(served: list[Served]) -> Agent:
+    """The one agent the command would have run."""
+    [(agent, _, _)] = served
+    assert isinstance(agent, Agent)
+    return agent
 
 
-def test_options_build_the_machine(served: list[Agent], tmp_path: Path) -> None:
+def test_options_build_the_machine(served: list[Served], tmp_path: Path) -> None:
     result = runner.invoke(
         app,
         [
@@ -52,7 +43,7 @@ def test_options_build_the_machine(served: list[Agent], tmp_path: Path) -> None:
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    (agent,) = served
+    agent = served_agent(served)
     machine = agent.machine
     assert machine.id == "m7"
     assert machine.hostname == "m7"
@@ -65,13 +56,13 @@ def test_options_build_the_machine(served: list[Agent], tmp_path: Path) -> None:
     assert agent.work_dir.root == (tmp_path / "w").resolve()
 
 
-def test_defaults_describe_this_host(served: list[Agent]) -> None:
+def test_defaults_describe_this_host(served: list[Served]) -> None:
     result = runner.invoke(app, ["agent", "--machine-id", "m1"])
     assert result.exit_code == 0, result.output
-    capacity = served[0].machine.capacity
-    assert capacity.cpu >= 1000
-    assert capacity.memory_mib > 0
-    assert served[0].work_dir.root.parts[-2:] == ("agents", "m1")
+    agent = served_agent(served)
+    assert agent.machine.capacity.cpu >= 1000
+    assert agent.machine.capacity.memory_mib > 0
+    assert agent.work_dir.root.parts[-2:] == ("agents", "m1")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +80,7 @@ def test_defaults_describe_this_host(served: list[Agent]) -> None:
     ],
 )
 def test_bad_values_exit_2_with_a_message(
-    served: list[Agent], arguments: list[str], message: str
+    served: list[Served], arguments: list[str], message: str
 ) -> None:
     result = runner.invoke(app, ["agent", *arguments])
     assert result.exit_code == 2
@@ -99,7 +90,7 @@ def test_bad_values_exit_2_with_a_message(
 
 
 def test_bad_setting_from_the_environment(
-    served: list[Agent], monkeypatch: pytest.MonkeyPatch
+    served: list[Served], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TETHER_AGENT_LEASE_TTL_S", "0")
     result = runner.invoke(app, ["agent", "--machine-id", "m1"])

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.support.cli import Served
 from tether.broker.service import Broker
 from tether.cli import broker as broker_cli
-from tether.service import Service
-from tether.store import Store
 
 app = typer.Typer()
 app.command("broker")(broker_cli.broker)
 app.command("other")(lambda: None)  # two commands keep "broker" a subcommand
 
 
-def test_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    served: list[tuple[Service, str | None, str]] = []
-
-    def serve(make_service: Callable[[Store], Service], url: str | None, log_level: str) -> None:
-        served.append((make_service(object()), url, log_level))  # type: ignore[arg-type]
-
-    monkeypatch.setattr(broker_cli, "serve", serve)
+def test_options_become_settings(served: list[Served]) -> None:
     options = ["--dc", "dc7", "--store", "sqlite:///x.db", "--log-level", "DEBUG"]
     result = CliRunner().invoke(app, ["broker", *options])
     assert result.exit_code == 0, result.output
@@ -42,11 +33,11 @@ def test_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_an_invalid_dc_exits_2_without_a_traceback(
-    monkeypatch: pytest.MonkeyPatch, options: list[str], message: str
+    monkeypatch: pytest.MonkeyPatch, served: list[Served], options: list[str], message: str
 ) -> None:
     monkeypatch.delenv("TETHER_BROKER_DC", raising=False)
-    monkeypatch.setattr(broker_cli, "serve", lambda *_: pytest.fail("must not serve"))
     result = CliRunner().invoke(app, ["broker", *options])
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+    assert not served

@@ -1,0 +1,3 @@
+"""Fixtures of the agent's unit tests, from tests/support (a conftest makes them visible here)."""
+
+from tests.support.cli import served as served
