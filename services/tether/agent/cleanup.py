@@ -1,4 +1,5 @@
-"""Stopping every task in an agent's work dir while no agent runs (`tether down --tasks`)."""
+"""Killing a task and its shim: at once, or gracefully for every task of a work dir while no
+agent runs (`tether down --tasks`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import signal
 import time
 from pathlib import Path
 
-from tether.agent.procfs import is_alive, signal_group, signal_process
+from tether.agent.procfs import is_alive, signal_process
 from tether.agent.workdir import ShimState, WorkDir, read_record
+
+
+def kill_now(state: ShimState) -> None:
+    """SIGKILLs the task's process group, then its shim (each only if it is still the one
+    `state` identifies)."""
+    signal_process(state.pid, state.pid_start, signal.SIGKILL, group=True)
+    signal_process(state.shim_pid, state.shim_start, signal.SIGKILL)
 
 
 def stop_tasks(work_dir: Path, *, grace_s: float = 5.0) -> int:
@@ -24,6 +32,5 @@ def stop_tasks(work_dir: Path, *, grace_s: float = 5.0) -> int:
     ):
         time.sleep(0.1)
     for state in running:
-        signal_group(state.pid, state.pid_start, signal.SIGKILL)
-        signal_process(state.shim_pid, state.shim_start, signal.SIGKILL)
+        kill_now(state)
     return len(running)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import TypeGuard
 
 PROC = Path("/proc")
 
@@ -24,28 +25,21 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def is_alive(pid: int | None, ticks: int | None) -> bool:
-    """Whether `pid` still runs and is the process that started at `ticks`."""
+def is_alive(pid: int | None, ticks: int | None) -> TypeGuard[int]:
+    """Whether `pid` still runs and is the process that started at `ticks`; when it does, type
+    checkers know that `pid` is an int."""
     return pid is not None and ticks is not None and start_ticks(pid) == ticks
 
 
-def signal_process(pid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
-    """Sends `signum` to the process if it is still the one identified; returns whether it was."""
-    if pid is None or not is_alive(pid, ticks):
+def signal_process(
+    pid: int | None, ticks: int | None, signum: signal.Signals, *, group: bool = False
+) -> bool:
+    """Sends `signum` to the process, or with `group` to the process group it leads, while it is
+    still the one identified; returns whether it was."""
+    if not is_alive(pid, ticks):
         return False
     try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def signal_group(pgid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
-    """Sends `signum` to the process group led by `pgid` while its leader is the one identified."""
-    if pgid is None or not is_alive(pgid, ticks):
-        return False
-    try:
-        os.killpg(pgid, signum)
+        (os.killpg if group else os.kill)(pid, signum)
     except ProcessLookupError:
         return False
     return True

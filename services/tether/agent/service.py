@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,9 +18,10 @@ from typing import Any, Final
 
 import pydantic
 
+from tether.agent.cleanup import kill_now
 from tether.agent.limits import Limiter, Limits
 from tether.agent.logserver import log_server
-from tether.agent.procfs import is_alive, signal_group, signal_process
+from tether.agent.procfs import is_alive, signal_process
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import (
     AttemptFiles,
@@ -101,14 +103,14 @@ class Agent(Service):
         )
         self._limiter: Limiter | None = None
         self._keeper: LeaseKeeper | None = None
-        self._parsed: dict[str, tuple[int, Assignment | None]] = {}
+        self._desired: dict[TaskRef, Assignment] = {}
+        """The valid assignments of this machine, by task, as of the mirror."""
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
         self._known: set[tuple[TaskRef, int]] = set()
         """Attempts that were started (or reported as never started) here: never start again."""
         self._wake = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
         self.address = ""
-        self._started_at = datetime.now(UTC)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -125,6 +127,7 @@ class Agent(Service):
         await self._register()
         self._adopt()
         await self._assignments.start()
+        self._update_desired(self._assignments.items)
         self._workers = [
             asyncio.create_task(self._stay_registered(), name=f"{self.name} heartbeat"),
             asyncio.create_task(self._reconcile_forever(), name=f"{self.name} reconcile"),
@@ -176,40 +179,36 @@ class Agent(Service):
     # --- assignments -------------------------------------------------------------------------
 
     async def _assignments_changed(self, changed: set[str]) -> None:
-        # Only a wake-up: the mirror's watch must not wait for (or fail with) our work.
+        # Only bookkeeping and a wake-up: the mirror's watch must not wait for (or fail with) our
+        # work.
+        self._update_desired(changed)
         self._wake.set()
 
-    def _desired(self) -> dict[TaskRef, Assignment]:
-        """The valid assignments of this machine, by task; malformed ones are logged once."""
-        items = self._assignments.items
-        for key in self._parsed.keys() - items.keys():
-            del self._parsed[key]
-        desired: dict[TaskRef, Assignment] = {}
-        for key, kv in items.items():
-            cached = self._parsed.get(key)
-            if cached is None or cached[0] != kv.mod_revision:
-                cached = (kv.mod_revision, self._parse_assignment(kv))
-                self._parsed[key] = cached
-            if cached[1] is not None:
-                task = TaskRef(*keys.task_of_key(key))
-                desired[task] = cached[1]
-        return desired
+    def _update_desired(self, changed: Iterable[str]) -> None:
+        """Updates the desired assignments of the changed keys; malformed ones are logged (once
+        per change) and left out."""
+        for key in changed:
+            kv = self._assignments.items.get(key)
+            task = self._task_of(key)
+            if task is None:
+                if kv is not None:
+                    _log.warning("ignoring assignment with a malformed key %r", key)
+                continue
+            assignment = None if kv is None else _parse_assignment(kv, task)
+            if assignment is None:
+                self._desired.pop(task, None)
+            else:
+                self._desired[task] = assignment
 
-    def _parse_assignment(self, kv: KeyValue) -> Assignment | None:
-        segments = kv.key.removeprefix(self._assignments.prefix).split("/")
-        if len(segments) != 3 or not segments[2].isdecimal():
-            _log.warning("ignoring assignment with a malformed key %r", kv.key)
-            return None
+    def _task_of(self, key: str) -> TaskRef | None:
+        """The task an assignment key of this machine names; None when the key is not one that
+        `keys.assignment` makes."""
         try:
-            assignment = from_json(Assignment, kv.value, stored=True)
-        except pydantic.ValidationError as error:
-            _log.warning("ignoring malformed assignment %s: %s", kv.key, error)
+            task = TaskRef(*keys.task_of_key(key))
+            canonical = keys.assignment(self.machine.id, task.entitlement, task.job, task.index)
+        except ValueError:
             return None
-        ent, job, index = segments
-        if assignment.job != f"{ent}/{job}" or assignment.index != int(index):
-            _log.warning("ignoring assignment %s: it names task %s", kv.key, assignment.task_id)
-            return None
-        return assignment
+        return task if key == canonical else None
 
     # --- reconciling -------------------------------------------------------------------------
 
@@ -226,7 +225,8 @@ class Agent(Service):
                 _log.exception("reconciling failed; retrying")
 
     async def _reconcile(self) -> None:
-        desired = self._desired()
+        # A copy: the mirror's callback updates the assignments while this awaits the store.
+        desired = dict(self._desired)
         for task, attempts in list(self._attempts.items()):
             for attempt in list(attempts.values()):
                 await self._observe(attempt, desired.get(task))
@@ -259,14 +259,15 @@ class Agent(Service):
     async def _observe(self, attempt: Attempt, assignment: Assignment | None) -> None:
         """Notices the attempt's start and end, and stops it when it is no longer wanted."""
         files = attempt.files
-        shim_running = self._shim_running(attempt)
-        if files.exit.exists():
-            end = read_record(ShimExit, files.exit)
-            if end is not None:
-                await self._finished(attempt, end)
-                return
+        end = read_record(ShimExit, files.exit)
         if attempt.state is None or attempt.state.pid is None:
+            # Read after exit.json, which the shim writes last: a finished attempt's state is
+            # final. This is the observation's only read of state.json.
             attempt.state = read_record(ShimState, files.state) or attempt.state
+        if end is not None:
+            await self._finished(attempt, end)
+            return
+        shim_running = self._shim_running(attempt)
         wanted = (
             assignment is not None
             and assignment.attempt == attempt.number
@@ -283,10 +284,9 @@ class Agent(Service):
         if attempt.shim is not None:
             # Our own child: poll() also reaps it once it has exited.
             return attempt.shim.poll() is None
-        state = attempt.state or read_record(ShimState, attempt.files.state)
-        if state is None:
+        if attempt.state is None:
             return time.monotonic() - attempt.seen_at < SHIM_START_GRACE_S
-        return is_alive(state.shim_pid, state.shim_start)
+        return is_alive(attempt.state.shim_pid, attempt.state.shim_start)
 
     def _stop(self, attempt: Attempt) -> None:
         """Asks the shim to stop the task; kills both when the shim does not manage to."""
@@ -301,8 +301,7 @@ class Agent(Service):
                 signal_process(state.shim_pid, state.shim_start, signal.SIGTERM)
         elif now - attempt.stop_sent_at > self._settings.kill_grace_s + KILL_BACKSTOP_S:
             if state is not None:
-                signal_group(state.pid, state.pid_start, signal.SIGKILL)
-                signal_process(state.shim_pid, state.shim_start, signal.SIGKILL)
+                kill_now(state)
             if attempt.shim is not None:
                 attempt.shim.kill()
 
@@ -313,7 +312,7 @@ class Agent(Service):
             state = attempt.state
             if state is not None:
                 # Its task must not run on unsupervised, invisible to every agent.
-                signal_group(state.pid, state.pid_start, signal.SIGKILL)
+                signal_process(state.pid, state.pid_start, signal.SIGKILL, group=True)
             end = ShimExit(
                 exit_code=None,
                 stopped=attempt.stop_sent_at is not None,
@@ -330,8 +329,6 @@ class Agent(Service):
             state = TaskState.EXITED
         else:
             state = TaskState.FAILED
-        if attempt.state is None:
-            attempt.state = read_record(ShimState, attempt.files.state)
         await self._report(
             attempt,
             state,
@@ -491,6 +488,20 @@ class Agent(Service):
         if current is None or current.attempt != attempt or current.machine != self.machine.id:
             return allow_create and (current is None or current.attempt < attempt)
         return current.state not in TERMINAL_STATES
+
+
+def _parse_assignment(kv: KeyValue, task: TaskRef) -> Assignment | None:
+    """The assignment in `kv`, stored under `task`'s key; None (logged) when it is malformed or
+    names another task."""
+    try:
+        assignment = from_json(Assignment, kv.value, stored=True)
+    except pydantic.ValidationError as error:
+        _log.warning("ignoring malformed assignment %s: %s", kv.key, error)
+        return None
+    if assignment.task_id != task.task_id:
+        _log.warning("ignoring assignment %s: it names task %s", kv.key, assignment.task_id)
+        return None
+    return assignment
 
 
 def _stored_status(kv: KeyValue | None) -> TaskStatus | None:

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tether.agent.procfs import signal_group, signal_process, start_ticks
+from tests.support.machines import eventually
+from tether.agent.cleanup import kill_now
+from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import ShimState, TaskRef, WorkDir, read_record
@@ -25,7 +26,6 @@ from tether.model import (
     DesiredState,
     Machine,
     Resources,
-    Task,
     TaskState,
     TaskStatus,
     TaskTemplate,
@@ -54,8 +54,7 @@ def kill_leftovers(work_dir: Path, machine_id: str) -> None:
     for state_file in work_dir.rglob("state.json"):
         state = read_record(ShimState, state_file)
         if state is not None:
-            signal_group(state.pid, state.pid_start, signal.SIGKILL)
-            signal_process(state.shim_pid, state.shim_start, signal.SIGKILL)
+            kill_now(state)
     for base in (CGROUP_ROOT, CGROUP_ROOT / "memory", CGROUP_ROOT / "cpu"):
         machine_dir = base / "tether" / machine_id
         for cgroup in sorted(machine_dir.glob("*"), reverse=True):
@@ -114,16 +113,15 @@ async def stop(agent: Agent) -> None:
     await agent.stop()
 
 
-async def assign(
-    store: Store,
+def assignment_put(
     machine: Machine,
     index: int,
     attempt: int,
     script: str = PRINT_ENV_AND_SLEEP,
     desired: DesiredState = DesiredState.RUNNING,
     command: str = sys.executable,
-) -> None:
-    """Writes the task and its assignment, as the scheduler does."""
+) -> Put:
+    """The write of the task's assignment, as the scheduler makes it."""
     template = TaskTemplate(
         package="demo",
         version="1.0",
@@ -139,55 +137,40 @@ async def assign(
         desired=desired,
         template=template,
     )
-    task = Task(
-        job=HANDLE,
-        index=index,
-        generation=1,
-        attempt=attempt,
-        machine=machine.id,
-        desired=desired,
-        state=TaskState.PLACED,
-        version="1",
-        updated_at=datetime.now(UTC),
-    )
-    await store.txn(
-        [],
-        [
-            Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment)),
-            Put(keys.task(ENT, JOB, index), to_json(task)),
-        ],
-    )
+    return Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment))
+
+
+async def assign(store: Store, machine: Machine, index: int, attempt: int, **fields: Any) -> None:
+    """Writes the task's assignment; `fields` as `assignment_put` takes them."""
+    await store.txn([], [assignment_put(machine, index, attempt, **fields)])
 
 
 async def unassign(store: Store, machine: Machine, index: int) -> None:
     await store.txn([], [Delete(keys.assignment(machine.id, ENT, JOB, index))])
 
 
-async def wait_status(
-    store: Store, index: int, attempt: int, state: TaskState, timeout_s: float = 20
-) -> TaskStatus:
+async def read_status(store: Store, index: int) -> TaskStatus | None:
+    kv = await store.get(keys.task_status(ENT, JOB, index))
+    return None if kv is None else from_json(TaskStatus, kv.value, stored=True)
+
+
+async def wait_status(store: Store, index: int, attempt: int, state: TaskState) -> TaskStatus:
     """The task's status once it reports `state` for `attempt`."""
-    key = keys.task_status(ENT, JOB, index)
-    seen: TaskStatus | None = None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while loop.time() < deadline:
-        kv = await store.get(key)
-        if kv is not None:
-            seen = from_json(TaskStatus, kv.value, stored=True)
-            if seen.attempt == attempt and seen.state is state:
-                return seen
-        await asyncio.sleep(0.05)
-    pytest.fail(f"task {index} never reported {state} for attempt {attempt}; last: {seen}")
+    status = await eventually(
+        lambda: read_status(store, index),
+        lambda seen: seen is not None and seen.attempt == attempt and seen.state is state,
+        timeout_s=20,
+        what=f"task {index} to report {state} for attempt {attempt}",
+    )
+    assert status is not None
+    return status
 
 
-async def wait_gone(pid: int, timeout_s: float = 10) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while start_ticks(pid) is not None:
-        if loop.time() > deadline:
-            pytest.fail(f"process {pid} still runs")
-        await asyncio.sleep(0.05)
+async def wait_gone(pid: int) -> None:
+    async def ticks() -> int | None:
+        return start_ticks(pid)
+
+    await eventually(ticks, lambda found: found is None, timeout_s=10, what=f"process {pid} to end")
 
 
 async def fetch_log(address: str, index: int, **params: str | int) -> httpx.Response:
@@ -196,13 +179,17 @@ async def fetch_log(address: str, index: int, **params: str | int) -> httpx.Resp
 
 
 async def wait_log(address: str, index: int, needle: str) -> str:
-    for _ in range(200):
-        response = await fetch_log(address, index)
+    def shows_needle(response: httpx.Response) -> bool:
         assert response.status_code == 200, response.text
-        if needle in response.text:
-            return response.text
-        await asyncio.sleep(0.05)
-    pytest.fail(f"log of task {index} never showed {needle!r}")
+        return needle in response.text
+
+    response = await eventually(
+        lambda: fetch_log(address, index),
+        shows_needle,
+        timeout_s=10,
+        what=f"the log of task {index} to show {needle!r}",
+    )
+    return response.text
 
 
 def proc_file(pid: int, name: str) -> str:
@@ -235,13 +222,12 @@ async def test_heartbeat_is_on_a_lease_and_names_the_log_server(
 
     # Someone else ends the lease: the agent notices and registers again on a new one.
     await store.lease_revoke(kv.lease)
-    for _ in range(200):
-        again = await store.get(keys.heartbeat(machine.id))
-        if again is not None and again.lease not in (0, kv.lease):
-            break
-        await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the agent did not put its heartbeat back on a new lease")
+    await eventually(
+        lambda: store.get(keys.heartbeat(machine.id)),
+        lambda again: again is not None and again.lease not in (0, kv.lease),
+        timeout_s=10,
+        what="the agent's heartbeat on a new lease",
+    )
 
     await stop(agent)
     assert await store.get(keys.heartbeat(machine.id)) is None
@@ -335,8 +321,9 @@ async def test_tasks_survive_a_restart_and_are_adopted(
     await wait_status(store, 2, 1, TaskState.KILLED)
     await wait_gone(pids[2])
 
-    # Task 0 was adopted as it was: same process, no new attempt, status left alone.
-    await asyncio.sleep(0.5)
+    # Task 0 was adopted as it was: same process, no new attempt, status left alone. No wait is
+    # needed: task 2's end can only be reported in a pass after the one that stopped it, and
+    # every pass observes task 0 and starts whatever the agent would start.
     assert start_ticks(pids[0]) is not None
     assert WorkDir(work_dir).attempts(TaskRef(ENT, JOB, 0)) == [1]
     after = await store.get(status_key)
@@ -374,7 +361,14 @@ async def test_exits_and_bad_assignments(
     await assign(store, machine, 3, attempt=1, desired=DesiredState.STOPPED)
     never = await wait_status(store, 3, 1, TaskState.KILLED)
     assert never.pid is None
-    # An older attempt never overwrites a newer attempt's status.
-    await assign(store, machine, 0, attempt=0)
-    await asyncio.sleep(0.5)
+    # An older attempt never overwrites a newer attempt's status. Task 4, in the same write, is
+    # the barrier: the agent handles every assignment it knows in each pass.
+    await store.txn(
+        [],
+        [
+            assignment_put(machine, 0, attempt=0),
+            assignment_put(machine, 4, attempt=1, desired=DesiredState.STOPPED),
+        ],
+    )
+    await wait_status(store, 4, 1, TaskState.KILLED)
     assert (await wait_status(store, 0, 1, TaskState.EXITED)).exit_code == 0
