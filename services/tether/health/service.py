@@ -14,12 +14,11 @@ from tether.health.settings import HealthSettings
 from tether.model import Machine, MachineState, from_json, to_json
 from tether.service import Service
 from tether.store import (
-    Compare,
-    CompareOp,
-    CompareTarget,
+    KeyValue,
     Put,
     Store,
     StoreError,
+    key_exists,
     key_missing,
     keys,
     mod_revision_is,
@@ -45,21 +44,22 @@ class HealthChecker(Service):
         self.settings = settings
         self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
         self._machines = PrefixMirror(store, keys.MACHINES, self._machines_changed)
-        self._states: dict[str, MachineState] = {}
-        self._absences = Absences(time.monotonic())
+        self._records: dict[str, tuple[KeyValue, Machine]] = {}
+        """The machines mirror's valid records, parsed, by machine id."""
         self._dirty: set[str] = set()
         """Machines to decide on at the next check, besides those without a heartbeat."""
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        # Absences count from here: machines silent since before the start get the whole grace.
         self._absences = Absences(time.monotonic())
         await self._heartbeats.start()
         await self._machines.start()
         for kv in self._machines.items.values():
             self._load(kv.key)
         heartbeats = {keys.last_segment(key) for key in self._heartbeats.items}
-        self._absences.machines_present(self._states, heartbeats)
-        self._dirty.update(self._states)
+        self._absences.machines_present(self._records, heartbeats)
+        self._dirty.update(self._records)
         self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
@@ -76,17 +76,17 @@ class HealthChecker(Service):
         return keys.heartbeat(machine_id) in self._heartbeats.items
 
     def _load(self, machine_key: str) -> None:
-        """Takes the machine's state from the mirror (or forgets the machine)."""
+        """Takes the machine's record from the mirror (or forgets the machine)."""
         machine_id = keys.last_segment(machine_key)
         kv = self._machines.items.get(machine_key)
         if kv is not None:
             try:
-                self._states[machine_id] = from_json(Machine, kv.value, stored=True).state
+                self._records[machine_id] = (kv, from_json(Machine, kv.value, stored=True))
                 self._dirty.add(machine_id)
                 return
             except pydantic.ValidationError as error:
                 _log.error("ignoring malformed machine record %s: %s", machine_id, error)
-        self._states.pop(machine_id, None)
+        self._records.pop(machine_id, None)
         self._absences.forget(machine_id)
 
     async def _machines_changed(self, changed: set[str]) -> None:
@@ -94,14 +94,14 @@ class HealthChecker(Service):
         for key in changed:
             self._load(key)
             machine_id = keys.last_segment(key)
-            if machine_id in self._states and not self._has_heartbeat(machine_id):
+            if machine_id in self._records and not self._has_heartbeat(machine_id):
                 self._absences.machine_seen(machine_id, now)
 
     async def _heartbeats_changed(self, changed: set[str]) -> None:
         now = time.monotonic()
         for key in changed:
             machine_id = keys.last_segment(key)
-            if machine_id not in self._states:
+            if machine_id not in self._records:
                 continue
             if key not in self._heartbeats.items:
                 self._absences.heartbeat_gone(machine_id, now)
@@ -125,17 +125,17 @@ class HealthChecker(Service):
                 return
 
     async def _check_machine(self, machine_id: str, now: float) -> None:
-        state = self._states.get(machine_id)
-        if state is None:
+        record = self._records.get(machine_id)
+        if record is None:
             return
         heartbeat = self._has_heartbeat(machine_id)
         missing_for = self._absences.missing_for(machine_id, now)
-        target = next_state(state, heartbeat, missing_for or 0.0, self.settings.grace_s)
+        target = next_state(record[1].state, heartbeat, missing_for or 0.0, self.settings.grace_s)
         if target is None:
             if heartbeat:
                 self._absences.forget(machine_id)
             return
-        if not await self._set_state(machine_id, target):
+        if not await self._set_state(machine_id, *record, target):
             # Changed meanwhile: the mirrors bring the change, and with it another decision.
             return
         if target is MachineState.DOWN:
@@ -153,19 +153,18 @@ class HealthChecker(Service):
             "" if missing_for is None else f" after {missing_for:.1f}s",
         )
 
-    async def _set_state(self, machine_id: str, state: MachineState) -> bool:
-        """Writes `state` if neither the machine nor its heartbeat's presence changed."""
-        machine_key, heartbeat_key = keys.machine(machine_id), keys.heartbeat(machine_id)
-        kv = self._machines.items[machine_key]
-        machine = from_json(Machine, kv.value, stored=True)
+    async def _set_state(
+        self, machine_id: str, kv: KeyValue, machine: Machine, state: MachineState
+    ) -> bool:
+        """Writes `state` over the record `kv` (which holds `machine`) if neither the record nor
+        the heartbeat's presence changed."""
+        heartbeat_key = keys.heartbeat(machine_id)
         updated = Machine.model_validate({**dict(machine), "state": state})
         heartbeat_is_as_seen = (
-            key_missing(heartbeat_key)
-            if state is MachineState.DOWN
-            else Compare(heartbeat_key, CompareTarget.CREATE_REVISION, CompareOp.NOT_EQUAL, 0)
+            key_missing(heartbeat_key) if state is MachineState.DOWN else key_exists(heartbeat_key)
         )
         result = await self._store.txn(
-            [mod_revision_is(machine_key, kv.mod_revision), heartbeat_is_as_seen],
-            [Put(machine_key, to_json(updated))],
+            [mod_revision_is(kv.key, kv.mod_revision), heartbeat_is_as_seen],
+            [Put(kv.key, to_json(updated))],
         )
         return result.succeeded

@@ -116,6 +116,11 @@ def key_missing(key: str) -> Compare:
     return Compare(key, CompareTarget.CREATE_REVISION, CompareOp.EQUAL, 0)
 
 
+def key_exists(key: str) -> Compare:
+    """True when `key` exists."""
+    return Compare(key, CompareTarget.CREATE_REVISION, CompareOp.NOT_EQUAL, 0)
+
+
 def mod_revision_is(key: str, revision: int) -> Compare:
     """True when `key` was last written at `revision` (0: the key is missing)."""
     return Compare(key, CompareTarget.MOD_REVISION, CompareOp.EQUAL, revision)

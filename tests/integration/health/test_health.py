@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,8 +13,9 @@ from tether.model import Machine, MachineState, to_json
 from tether.store import Store, keys, open_store
 
 GRACE_S = 1.0
-SLACK_S = 1.0
-"""How late a transition may be: the check interval plus store and scheduling delays."""
+TIMEOUT_S = 10.0
+"""How long a transition may take at most: generous, so that a loaded machine does not fail the
+tests; how early it may happen is what they measure."""
 
 
 @asynccontextmanager
@@ -52,7 +52,7 @@ async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
         down = await eventually(
             lambda: read_machine(store, "m1"),
             in_state(MachineState.DOWN),
-            timeout_s=ttl_s + GRACE_S + SLACK_S,
+            timeout_s=ttl_s + GRACE_S + TIMEOUT_S,
             what="m1 down",
         )
         assert time.monotonic() - lapsed_at >= GRACE_S
@@ -62,7 +62,7 @@ async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
             up = await eventually(
                 lambda: read_machine(store, "m1"),
                 in_state(MachineState.UP),
-                timeout_s=SLACK_S,
+                timeout_s=TIMEOUT_S,
                 what="m1 up again",
             )
     assert up == machine
@@ -72,15 +72,16 @@ async def test_a_revoked_heartbeat_gets_the_grace_period(store: Store, store_url
     machine = make_machine("m1")
     await record(store, machine)
     async with checker(store_url), heartbeating(store, machine) as agent:
+        revoked_at = time.monotonic()  # before: the checker may see it gone before stop() returns
         await agent.stop()
-        await asyncio.sleep(GRACE_S / 2)
-        assert await read_machine(store, "m1") == machine
-        await eventually(
+        down = await eventually(
             lambda: read_machine(store, "m1"),
             in_state(MachineState.DOWN),
-            timeout_s=GRACE_S / 2 + SLACK_S,
+            timeout_s=GRACE_S + TIMEOUT_S,
             what="m1 down",
         )
+        assert time.monotonic() - revoked_at >= GRACE_S
+        assert down == machine.model_copy(update={"state": MachineState.DOWN})
 
 
 async def test_at_start_missing_heartbeats_get_the_grace_and_present_ones_count(
@@ -91,20 +92,21 @@ async def test_at_start_missing_heartbeats_get_the_grace_and_present_ones_count(
     back = make_machine("m3", state=MachineState.DOWN)
     for machine in (silent, draining, back):
         await record(store, machine)
-    async with heartbeating(store, back), checker(store_url):
-        started_at = time.monotonic()
-        await eventually(
-            lambda: read_machine(store, "m3"),
-            in_state(MachineState.UP),
-            timeout_s=SLACK_S,
-            what="m3 up",
-        )
-        await eventually(
-            lambda: read_machine(store, "m1"),
-            in_state(MachineState.DOWN),
-            timeout_s=GRACE_S + SLACK_S,
-            what="m1 down",
-        )
+    async with heartbeating(store, back):
+        started_at = time.monotonic()  # before the checker's start: it cannot count from earlier
+        async with checker(store_url):
+            await eventually(
+                lambda: read_machine(store, "m3"),
+                in_state(MachineState.UP),
+                timeout_s=TIMEOUT_S,
+                what="m3 up",
+            )
+            await eventually(
+                lambda: read_machine(store, "m1"),
+                in_state(MachineState.DOWN),
+                timeout_s=GRACE_S + TIMEOUT_S,
+                what="m1 down",
+            )
         assert time.monotonic() - started_at >= GRACE_S
         # A drain is not the checker's to undo, heartbeat or not.
         assert await read_machine(store, "m2") == draining
