@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tether.model import AgentHeartbeat, Allocation, Machine, MachineState, Resources
+from tether.model import AgentHeartbeat, Machine, MachineState
 
 INVENTORY_FIELDS: Final = ("hostname", "topology", "hardware_type", "capacity", "attributes")
 """What an agent announces and the broker copies; every other field belongs to someone else."""
@@ -42,8 +42,3 @@ def record_for(announced: Machine, recorded: Machine | None) -> Machine | None:
     if _inventory(recorded) == _inventory(announced):
         return None
     return Machine.model_validate({**dict(recorded), **_inventory(announced)})
-
-
-def overcommitted(allocation: Allocation, capacity: Resources) -> list[str]:
-    """Where `allocation` holds more than `capacity` (after a capacity shrink); empty if none."""
-    return allocation.used().shortfall(capacity)

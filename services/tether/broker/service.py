@@ -9,12 +9,7 @@ from typing import Final
 
 import pydantic
 
-from tether.broker.inventory import (
-    HeartbeatMismatch,
-    announced_machine,
-    overcommitted,
-    record_for,
-)
+from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.settings import BrokerSettings
 from tether.model import AgentHeartbeat, Allocation, Machine, from_json, to_json
 from tether.service import Service
@@ -162,7 +157,7 @@ class Broker(Service):
         except pydantic.ValidationError as error:
             _log.error("machine %s: malformed allocation: %s", record.id, error)
             return
-        shortfall = overcommitted(allocation, record.capacity)
+        shortfall = allocation.used().shortfall(record.capacity)
         if shortfall:
             _log.warning(
                 "machine %s: capacity shrank below what is allocated (%s)",

@@ -1,25 +1,26 @@
-"""The broker's decisions: what it records for an announced machine, and what it leaves alone."""
+"""The broker's decisions: what it records for an announced machine, what it leaves alone, and
+when it warns."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, cast
 
 import pytest
 
 from tests.support.machines import heartbeat_of, make_machine
-from tether.broker.inventory import (
-    HeartbeatMismatch,
-    announced_machine,
-    overcommitted,
-    record_for,
-)
+from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
+from tether.broker.service import Broker
+from tether.broker.settings import BrokerSettings
 from tether.model import (
     Allocation,
     AllocationEntry,
     MachineState,
     Resources,
     Topology,
+    to_json,
 )
+from tether.store import KeyValue, Store, keys
 
 
 def test_a_new_machine_is_recorded_up_in_the_free_pool() -> None:
@@ -68,8 +69,8 @@ def test_a_changed_machine_keeps_state_entitlement_and_host_profiles(
     assert record.state is MachineState.DRAINING
     assert record.entitlement == "team"
     assert (record.host_profile_current, record.host_profile_target) == ("web", "batch")
-    # The record is a validated model, not a partial copy.
-    assert record == type(record).model_validate(record.model_dump())
+    # Nothing else changes: the record is the recorded one with the announced change.
+    assert record == recorded.model_copy(update=change)
 
 
 def test_heartbeats_of_other_datacenters_are_ignored() -> None:
@@ -83,10 +84,23 @@ def test_a_heartbeat_under_another_machines_key_is_refused() -> None:
         announced_machine("m2", heartbeat_of(make_machine("m1")), "dc1")
 
 
-def test_a_capacity_shrink_below_the_allocation_is_reported() -> None:
+@pytest.mark.parametrize(
+    ("cpu", "warnings"),
+    [
+        (4000, []),
+        (2000, ["capacity shrank below what is allocated (cpu: need 3000 millicores, 2000 free)"]),
+    ],
+)
+def test_a_capacity_shrink_below_the_allocation_is_reported(
+    caplog: pytest.LogCaptureFixture, cpu: int, warnings: list[str]
+) -> None:
     entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=3000))
     allocation = Allocation(machine="m1", tasks={entry.task_id: entry})
-    assert overcommitted(allocation, Resources(cpu=4000)) == []
-    assert overcommitted(allocation, Resources(cpu=2000)) == [
-        "cpu: need 3000 millicores, 2000 free"
+    stored = KeyValue(keys.allocation("m1"), to_json(allocation), 1, 1, 1)
+    # Deciding whether to warn reads nothing from the store.
+    broker = Broker(cast(Store, object()), BrokerSettings(dc="dc1"))
+    with caplog.at_level(logging.WARNING, logger="tether.broker"):
+        broker._warn_if_overcommitted(make_machine("m1", capacity=Resources(cpu=cpu)), stored)
+    assert [record.getMessage() for record in caplog.records] == [
+        f"machine m1: {warning}" for warning in warnings
     ]
