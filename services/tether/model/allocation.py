@@ -6,7 +6,7 @@ from functools import reduce
 
 from pydantic import Field
 
-from tether.model.base import JobHandle, Name, Quantity, TetherModel
+from tether.model.base import JobHandle, Name, Quantity, TetherModel, Timestamp
 from tether.model.resources import ZERO, Resources
 
 
@@ -36,6 +36,16 @@ class Allocation(TetherModel):
     """
 
     machine: Name
+    entitlement: Name | None = None
+    """The entitlement the machine belongs to; None is the free pool. Allocators move machines
+    between the two in the same transaction that places tasks, so ownership and what a machine
+    holds never disagree."""
+    host_profile: Name | None = None
+    """The host profile the machine should carry (its entitlement's); the agent switches to it
+    before it starts tasks."""
+    idle_since: Timestamp | None = None
+    """When the last task left a machine of an entitlement; it returns to the free pool after
+    the allocator's idle delay."""
     tasks: dict[str, AllocationEntry] = Field(default_factory=dict)
 
     def used(self) -> Resources:

@@ -31,7 +31,5 @@ class Machine(TetherModel):
     capacity: Resources
     attributes: dict[AttributeKey, AttributeValue] = Field(default_factory=dict)
     host_profile_current: Name | None = None
-    host_profile_target: Name | None = None
+    """The host profile the agent last finished switching to (None: never switched)."""
     state: MachineState = MachineState.UP
-    entitlement: Name | None = None
-    """The entitlement the machine is assigned to; None is the free pool."""

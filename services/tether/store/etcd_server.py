@@ -11,6 +11,12 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Final
+
+ETCD_MAX_TXN_OPS: Final = 100_000
+"""Operations one transaction may hold (compares, puts and reads each count)."""
+ETCD_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+ETCD_QUOTA_BACKEND_BYTES: Final = 8 * 1024 * 1024 * 1024
 
 
 def free_port() -> int:
@@ -73,6 +79,11 @@ class EtcdServer:
             f"--initial-cluster={self.name}={peer}",
             "--logger=zap",
             "--log-level=warn",
+            # A job of 15,000 tasks commits one transaction over thousands of machines: etcd's
+            # defaults (128 operations, 1.5 MiB a request, 2 GiB of data) are far too small.
+            f"--max-txn-ops={ETCD_MAX_TXN_OPS}",
+            f"--max-request-bytes={ETCD_MAX_REQUEST_BYTES}",
+            f"--quota-backend-bytes={ETCD_QUOTA_BACKEND_BYTES}",
         ]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -113,9 +113,7 @@ machines = st.builds(
     capacity=resources,
     attributes=st.dictionaries(attribute_keys, attribute_values, max_size=4),
     host_profile_current=st.none() | names,
-    host_profile_target=st.none() | names,
     state=st.sampled_from(MachineState),
-    entitlement=st.none() | names,
 )
 quotas = st.builds(
     Quota, resources=resources, machines=st.dictionaries(names, quantities, max_size=3)
@@ -303,6 +301,9 @@ allocation_entries = st.builds(AllocationEntry, job=handles, index=quantities, r
 allocations = st.builds(
     Allocation,
     machine=names,
+    entitlement=st.none() | names,
+    host_profile=st.none() | names,
+    idle_since=st.none() | timestamps,
     tasks=st.lists(allocation_entries, max_size=3).map(
         lambda entries: {entry.task_id: entry for entry in entries}
     ),

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)tether/proto/allocator/v1/allocator.proto\x12\x13tether.allocator.v1\"d\n\x0cPlaceRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x16\n\x0ejob_generation\x18\x03 \x01(\x04\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"3\n\tPlacement\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x12\n\nmachine_id\x18\x02 \x01(\t\"2\n\x0cUnplacedTask\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x9d\x01\n\rPlaceResponse\x12\x32\n\nplacements\x18\x01 \x03(\x0b\x32\x1e.tether.allocator.v1.Placement\x12\x33\n\x08unplaced\x18\x02 \x03(\x0b\x32!.tether.allocator.v1.UnplacedTask\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12\x11\n\tconflicts\x18\x04 \x01(\r\":\n\x0eReleaseRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"$\n\x0e\x45xplainRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\"E\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x19\n\x11machines_rejected\x18\x02 \x01(\r\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\xb3\x01\n\x0f\x45xplainResponse\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x1b\n\x13machines_considered\x18\x02 \x01(\r\x12.\n\x05rules\x18\x03 \x03(\x0b\x32\x1f.tether.allocator.v1.RuleResult\x12.\n\x06\x63hosen\x18\x04 \x03(\x0b\x32\x1e.tether.allocator.v1.Placement\x12\x0f\n\x07summary\x18\x05 \x01(\t2\x87\x02\n\tAllocator\x12N\n\x05Place\x12!.tether.allocator.v1.PlaceRequest\x1a\".tether.allocator.v1.PlaceResponse\x12T\n\x07Release\x12#.tether.allocator.v1.ReleaseRequest\x1a$.tether.allocator.v1.ReleaseResponse\x12T\n\x07\x45xplain\x12#.tether.allocator.v1.ExplainRequest\x1a$.tether.allocator.v1.ExplainResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)tether/proto/allocator/v1/allocator.proto\x12\x13tether.allocator.v1\"d\n\x0cPlaceRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x16\n\x0ejob_generation\x18\x03 \x01(\x04\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"3\n\tPlacement\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x12\n\nmachine_id\x18\x02 \x01(\t\"2\n\x0cUnplacedTask\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x9d\x01\n\rPlaceResponse\x12\x32\n\nplacements\x18\x01 \x03(\x0b\x32\x1e.tether.allocator.v1.Placement\x12\x33\n\x08unplaced\x18\x02 \x03(\x0b\x32!.tether.allocator.v1.UnplacedTask\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12\x11\n\tconflicts\x18\x04 \x01(\r\":\n\x0eReleaseRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"$\n\x0e\x45xplainRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\"E\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x19\n\x11machines_rejected\x18\x02 \x01(\r\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"K\n\x10PreferenceResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x04\x12\x19\n\x11machines_matching\x18\x03 \x01(\r\"\\\n\rChosenMachine\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x13\n\x0bpreferences\x18\x04 \x03(\t\"\xc2\x02\n\x0f\x45xplainResponse\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x1b\n\x13machines_considered\x18\x02 \x01(\r\x12.\n\x05rules\x18\x03 \x03(\x0b\x32\x1f.tether.allocator.v1.RuleResult\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12;\n\x0f\x63hosen_machines\x18\x06 \x03(\x0b\x32\".tether.allocator.v1.ChosenMachine\x12:\n\x0bpreferences\x18\x07 \x03(\x0b\x32%.tether.allocator.v1.PreferenceResult\x12\x18\n\x10machines_fitting\x18\x08 \x01(\r\x12\x1c\n\x14\x65ntitlement_machines\x18\t \x01(\rJ\x04\x08\x04\x10\x05R\x06\x63hosen2\x87\x02\n\tAllocator\x12N\n\x05Place\x12!.tether.allocator.v1.PlaceRequest\x1a\".tether.allocator.v1.PlaceResponse\x12T\n\x07Release\x12#.tether.allocator.v1.ReleaseRequest\x1a$.tether.allocator.v1.ReleaseResponse\x12T\n\x07\x45xplain\x12#.tether.allocator.v1.ExplainRequest\x1a$.tether.allocator.v1.ExplainResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,8 +47,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXPLAINREQUEST']._serialized_end=566
   _globals['_RULERESULT']._serialized_start=568
   _globals['_RULERESULT']._serialized_end=637
-  _globals['_EXPLAINRESPONSE']._serialized_start=640
-  _globals['_EXPLAINRESPONSE']._serialized_end=819
-  _globals['_ALLOCATOR']._serialized_start=822
-  _globals['_ALLOCATOR']._serialized_end=1085
+  _globals['_PREFERENCERESULT']._serialized_start=639
+  _globals['_PREFERENCERESULT']._serialized_end=714
+  _globals['_CHOSENMACHINE']._serialized_start=716
+  _globals['_CHOSENMACHINE']._serialized_end=808
+  _globals['_EXPLAINRESPONSE']._serialized_start=811
+  _globals['_EXPLAINRESPONSE']._serialized_end=1133
+  _globals['_ALLOCATOR']._serialized_start=1136
+  _globals['_ALLOCATOR']._serialized_end=1399
 # @@protoc_insertion_point(module_scope)

@@ -231,7 +231,7 @@ Global___ExplainRequest: _TypeAlias = ExplainRequest  # noqa: Y015
 
 @_typing.final
 class RuleResult(_message.Message):
-    """The effect of one placement rule (a hard constraint or a resource check)."""
+    """The effect of one hard placement rule (a constraint, a resource check, the quota, the spread)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -260,6 +260,76 @@ class RuleResult(_message.Message):
 Global___RuleResult: _TypeAlias = RuleResult  # noqa: Y015
 
 @_typing.final
+class PreferenceResult(_message.Message):
+    """One preference rule of the job and how many of the fitting machines satisfy it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULE_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    MACHINES_MATCHING_FIELD_NUMBER: _builtins.int
+    rule: _builtins.str
+    """The rule as written, e.g. "rack_type == fast"."""
+    weight: _builtins.int
+    """Its effective weight: larger than the effective weights of every later rule together."""
+    machines_matching: _builtins.int
+    """Fitting machines that satisfy it."""
+    def __init__(
+        self,
+        *,
+        rule: _builtins.str = ...,
+        weight: _builtins.int = ...,
+        machines_matching: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["machines_matching", b"machines_matching", "rule", b"rule", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreferenceResult: _TypeAlias = PreferenceResult  # noqa: Y015
+
+@_typing.final
+class ChosenMachine(_message.Message):
+    """A machine holding tasks of the job, and how it ranks for one more task now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MACHINE_ID_FIELD_NUMBER: _builtins.int
+    TASK_INDEXES_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    PREFERENCES_FIELD_NUMBER: _builtins.int
+    machine_id: _builtins.str
+    """The machine."""
+    rank: _builtins.int
+    """Its position among the machines that could take one more task (1: the first choice);
+    0 when it could take no more.
+    """
+    @_builtins.property
+    def task_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The job's tasks on it."""
+
+    @_builtins.property
+    def preferences(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The preference rules it satisfies."""
+
+    def __init__(
+        self,
+        *,
+        machine_id: _builtins.str = ...,
+        task_indexes: _abc.Iterable[_builtins.int] | None = ...,
+        rank: _builtins.int = ...,
+        preferences: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["machine_id", b"machine_id", "preferences", b"preferences", "rank", b"rank", "task_indexes", b"task_indexes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChosenMachine: _TypeAlias = ChosenMachine  # noqa: Y015
+
+@_typing.final
 class ExplainResponse(_message.Message):
     """The result of Explain."""
 
@@ -268,21 +338,32 @@ class ExplainResponse(_message.Message):
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     MACHINES_CONSIDERED_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
-    CHOSEN_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    CHOSEN_MACHINES_FIELD_NUMBER: _builtins.int
+    PREFERENCES_FIELD_NUMBER: _builtins.int
+    MACHINES_FITTING_FIELD_NUMBER: _builtins.int
+    ENTITLEMENT_MACHINES_FIELD_NUMBER: _builtins.int
     job_handle: _builtins.str
     """The job explained."""
     machines_considered: _builtins.int
-    """Machines in the job's entitlement that were considered."""
+    """Machines of the region that were considered."""
     summary: _builtins.str
     """One line for people, e.g. "3 of 4 machines: insufficient memory"."""
+    machines_fitting: _builtins.int
+    """Machines every hard rule accepts: where one more task could go now."""
+    entitlement_machines: _builtins.int
+    """Machines the job's entitlement holds."""
     @_builtins.property
     def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___RuleResult]:
-        """Each rule in the order it was applied."""
+        """Each hard rule in the order it was applied."""
 
     @_builtins.property
-    def chosen(self) -> _containers.RepeatedCompositeFieldContainer[Global___Placement]:
-        """Where the job's tasks are placed now."""
+    def chosen_machines(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChosenMachine]:
+        """Machines holding the job's tasks, by machine id."""
+
+    @_builtins.property
+    def preferences(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreferenceResult]:
+        """The job's preference rules in order."""
 
     def __init__(
         self,
@@ -290,12 +371,15 @@ class ExplainResponse(_message.Message):
         job_handle: _builtins.str = ...,
         machines_considered: _builtins.int = ...,
         rules: _abc.Iterable[Global___RuleResult] | None = ...,
-        chosen: _abc.Iterable[Global___Placement] | None = ...,
         summary: _builtins.str = ...,
+        chosen_machines: _abc.Iterable[Global___ChosenMachine] | None = ...,
+        preferences: _abc.Iterable[Global___PreferenceResult] | None = ...,
+        machines_fitting: _builtins.int = ...,
+        entitlement_machines: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "job_handle", b"job_handle", "machines_considered", b"machines_considered", "rules", b"rules", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen_machines", b"chosen_machines", "entitlement_machines", b"entitlement_machines", "job_handle", b"job_handle", "machines_considered", b"machines_considered", "machines_fitting", b"machines_fitting", "preferences", b"preferences", "rules", b"rules", "summary", b"summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
