@@ -1,7 +1,8 @@
-"""`tether job ...`: submit, list, show, scale and delete jobs through the REST API."""
+"""`tether job ...`: submit, list, show, explain, scale and delete jobs through the REST API."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -19,7 +20,16 @@ from tether.cli.common import (
     out,
     poll,
 )
-from tether.sdk import JSON, RUNNING, YAML, JobView, TaskView, TetherAPIError, TetherClient
+from tether.sdk import (
+    JSON,
+    RUNNING,
+    YAML,
+    JobView,
+    PlacementView,
+    TaskView,
+    TetherAPIError,
+    TetherClient,
+)
 
 app = typer.Typer(help="Submit, inspect, scale and delete jobs.", no_args_is_help=True)
 
@@ -161,6 +171,76 @@ def show(
     console = out()
     console.print(fields)
     console.print(table if tasks else "no tasks yet")
+
+
+@app.command()
+def explain(
+    handle: str = HandleArgument,
+    as_json: bool = typer.Option(False, "--json", help="Print the placement view as JSON."),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Explain a job's placement, as an allocator sees it now (e.g. why tasks stay pending).
+
+    Shows how many machines each hard rule rejected, in the order the rules apply;
+    how many fitting machines match each preference of the job;
+    the machines holding its tasks, and their rank for one more task
+    (1: the first choice, -: it takes no more).
+    """
+    with client(url, token) as tether:
+        view = tether.explain(handle)
+    if as_json:
+        typer.echo(view.model_dump_json(indent=2))
+        return
+    _print_placement(view)
+
+
+def _print_placement(view: PlacementView) -> None:
+    console = out()
+    console.print(f"[bold]{view.job}[/bold]: {view.summary}", soft_wrap=True)
+    console.print(
+        f"machines: {view.machines_considered} considered, {view.machines_fitting} fitting, "
+        f"{view.entitlement_machines} in the entitlement"
+    )
+    rules = Table("rule", "rejected", "detail", title="hard rules, in order")
+    for rule in view.rules:
+        rules.add_row(
+            rule.rule,
+            str(rule.machines_rejected),
+            rule.detail,
+            style="dim" if rule.machines_rejected == 0 else None,
+        )
+    console.print(rules if view.rules else "no hard rules were applied")
+    if view.preferences:
+        preferences = Table("preference", "weight", "matching", title="preferences, in order")
+        for preference in view.preferences:
+            preferences.add_row(
+                preference.rule, str(preference.weight), str(preference.machines_matching)
+            )
+        console.print(preferences)
+    if not view.chosen:
+        console.print("no machine holds tasks of this job")
+        return
+    chosen = Table("machine", "tasks", "rank", "preferences", title="chosen machines")
+    for machine in view.chosen:
+        chosen.add_row(
+            machine.machine,
+            index_ranges(machine.tasks),
+            str(machine.rank) if machine.rank else "-",
+            ", ".join(machine.preferences),
+        )
+    console.print(chosen)
+
+
+def index_ranges(indexes: Iterable[int]) -> str:
+    """Task indexes compactly: `0-3,7` for 0, 1, 2, 3 and 7."""
+    ranges: list[list[int]] = []
+    for index in sorted(set(indexes)):
+        if ranges and index == ranges[-1][1] + 1:
+            ranges[-1][1] = index
+        else:
+            ranges.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 @app.command()

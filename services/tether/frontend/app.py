@@ -13,7 +13,17 @@ from pydantic.json_schema import models_json_schema
 
 from tether import __version__
 from tether.frontend import problems
-from tether.frontend.api import admin, entitlements, health, jobs, machines, region, tasks
+from tether.frontend.allocators import Allocators
+from tether.frontend.api import (
+    admin,
+    entitlements,
+    health,
+    jobs,
+    machines,
+    placement,
+    region,
+    tasks,
+)
 from tether.frontend.settings import FrontendSettings
 from tether.model import Entitlement, JobSpec, PrincipalRecord
 from tether.store import Store
@@ -49,15 +59,20 @@ def create_app(store: Store, settings: FrontendSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
-            app.state.agents = agents
-            yield
+        allocators = Allocators(store, settings.allocator_timeout_s)
+        app.state.allocators = allocators
+        try:
+            async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
+                app.state.agents = agents
+                yield
+        finally:
+            await allocators.close()
 
     app = FastAPI(title="Tether", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     app.state.store = store
     app.state.settings = settings
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     problems.install(app)
-    for module in (health, entitlements, jobs, tasks, machines, region, admin):
+    for module in (health, entitlements, jobs, tasks, placement, machines, region, admin):
         app.include_router(module.router)
     return app

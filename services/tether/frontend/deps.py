@@ -1,4 +1,4 @@
-"""FastAPI dependencies giving routes the app's store, settings and agent HTTP client."""
+"""FastAPI dependencies: the app's store, settings, agent HTTP client and allocator client."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Annotated
 import httpx
 from fastapi import Depends, Request
 
+from tether.frontend.allocators import Allocators
 from tether.frontend.settings import FrontendSettings
 from tether.store import Store
 
@@ -26,7 +27,14 @@ def _agents(request: Request) -> httpx.AsyncClient:
     return agents
 
 
+def _allocators(request: Request) -> Allocators:
+    allocators: Allocators = request.app.state.allocators
+    return allocators
+
+
 StoreDep = Annotated[Store, Depends(_store)]
 SettingsDep = Annotated[FrontendSettings, Depends(_settings)]
 AgentsDep = Annotated[httpx.AsyncClient, Depends(_agents)]
 """The HTTP client for agents' log endpoints, open while the app runs."""
+AllocatorsDep = Annotated[Allocators, Depends(_allocators)]
+"""The client of the allocator replicas; its channels close with the app."""

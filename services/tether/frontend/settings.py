@@ -7,7 +7,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class FrontendSettings(BaseSettings):
-    """Where the REST API listens and how it treats requests and agents."""
+    """Where the REST API listens and how it treats requests, agents and allocators."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_FRONTEND_", extra="ignore")
 
@@ -18,4 +18,9 @@ class FrontendSettings(BaseSettings):
     )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
+    )
+    allocator_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Deadline of one call to an allocator replica (placement explanations).",
     )

@@ -17,6 +17,7 @@ from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     JobView,
     MachineView,
+    PlacementView,
     PrincipalToken,
     RegionView,
     TaskView,
@@ -116,6 +117,11 @@ class TetherClient:
     def delete_job(self, handle: str) -> None:
         """Start deleting the job; it disappears once the scheduler has stopped every task."""
         self._request("DELETE", _job_path(handle))
+
+    def explain(self, handle: str) -> PlacementView:
+        """Why the job's tasks are placed where they are, or why they cannot be placed, as an
+        allocator sees it now: each hard rule's rejections, the preferences, the chosen machines."""
+        return _view(PlacementView, self._request("GET", f"{_job_path(handle)}/placement"))
 
     def list_tasks(self, handle: str) -> list[TaskView]:
         """Every task of the job with its effective state."""

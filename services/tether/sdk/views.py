@@ -118,6 +118,45 @@ class RegionView(View):
     """Task count by effective state."""
 
 
+class PlacementRuleView(View):
+    """One hard placement rule and how many machines it rejected that earlier rules let through."""
+
+    rule: str
+    machines_rejected: int = 0
+    detail: str = ""
+
+
+class PlacementPreferenceView(View):
+    """One preference rule of the job, its weight, and how many fitting machines match it."""
+
+    rule: str
+    weight: int = 0
+    machines_matching: int = 0
+
+
+class ChosenMachineView(View):
+    """A machine holding tasks of the job, and its rank for one more task (0: it takes none)."""
+
+    machine: str
+    tasks: list[int] = Field(default_factory=list)
+    rank: int = 0
+    preferences: list[str] = Field(default_factory=list)
+
+
+class PlacementView(View):
+    """An allocator's explanation of a job's placement."""
+
+    job: str
+    summary: str = ""
+    machines_considered: int = 0
+    machines_fitting: int = 0
+    entitlement_machines: int = 0
+    rules: list[PlacementRuleView] = Field(default_factory=list)
+    """Hard rules in the order they were applied."""
+    preferences: list[PlacementPreferenceView] = Field(default_factory=list)
+    chosen: list[ChosenMachineView] = Field(default_factory=list)
+
+
 class PrincipalToken(View):
     """A new principal and its token, which the API shows only once."""
 

@@ -74,9 +74,14 @@ async def seed_region(store: Store) -> None:
 
 
 @asynccontextmanager
-async def serving(store_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    """A Frontend on a free loopback port with its own store connection, and a client of it."""
-    frontend = Frontend(open_store(store_url), FrontendSettings(host="127.0.0.1", port=0))
+async def serving(
+    store_url: str, settings: FrontendSettings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A Frontend with its own store connection (by default on a free loopback port), and a
+    client of it."""
+    frontend = Frontend(
+        open_store(store_url), settings or FrontendSettings(host="127.0.0.1", port=0)
+    )
     await frontend.start()
     try:
         async with httpx.AsyncClient(base_url=frontend.url, timeout=10) as client:

@@ -1,0 +1,77 @@
+"""/v1/jobs/{ent}/{job}/placement: an allocator's explanation of a job's placement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import Final
+
+import grpc
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from tether.frontend.allocators import AllocatorRefused, AllocatorUnavailable
+from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
+from tether.frontend.deps import AllocatorsDep, StoreDep
+from tether.frontend.problems import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    Problem,
+    Unavailable,
+)
+from tether.frontend.schemas.placement import PlacementView
+from tether.store import keys
+
+router = APIRouter(
+    prefix="/v1/jobs/{ent}/{job}/placement", tags=["placement"], responses=AUTH_PROBLEMS
+)
+
+
+class AllocatorFailed(Problem):
+    status = HTTPStatus.BAD_GATEWAY
+    type = "allocator-error"
+    title = "Unexpected answer from an allocator"
+
+
+REFUSALS: Final[Mapping[grpc.StatusCode, type[Problem]]] = MappingProxyType(
+    {
+        grpc.StatusCode.NOT_FOUND: NotFound,
+        grpc.StatusCode.INVALID_ARGUMENT: BadRequest,
+        grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    }
+)
+"""The problem each allocator status answers with; any other status is a 502."""
+
+
+def _refusal(error: AllocatorRefused) -> Problem:
+    problem = REFUSALS.get(error.code)
+    if problem is None:
+        return AllocatorFailed(f"the allocator failed ({error.code.name}): {error.message}")
+    return problem(error.message)
+
+
+@router.get("", response_model=PlacementView, responses=problems(400, 404, 409, 502))
+async def explain_placement(
+    store: StoreDep,
+    allocators: AllocatorsDep,
+    principal: CurrentPrincipal,
+    ent: EntitlementName,
+    job: JobName,
+) -> Response:
+    """Why the job's tasks are placed where they are, or why they cannot be placed: how many
+    machines each hard rule rejected, how many match each preference, and the machines that
+    hold the job's tasks with their rank for one more task. Asks a live allocator replica;
+    503 (with Retry-After) when none answers."""
+    await authorize_entitlement(store, principal, ent)
+    if await store.get(keys.job(ent, job)) is None:
+        raise NotFound(f"job '{ent}/{job}' does not exist")
+    try:
+        explained = await allocators.explain(f"{ent}/{job}")
+    except AllocatorUnavailable as exc:
+        raise Unavailable(f"cannot explain the placement of '{ent}/{job}': {exc}") from None
+    except AllocatorRefused as exc:
+        raise _refusal(exc) from None
+    return PlacementView.of(explained).response()
