@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from tether.cli.common import (
     HandleArgument,
@@ -202,7 +202,7 @@ def _print_placement(view: PlacementView) -> None:
         f"machines: {view.machines_considered} considered, {view.machines_fitting} fitting, "
         f"{view.entitlement_machines} in the entitlement"
     )
-    rules = Table("rule", "rejected", "detail", title="hard rules, in order")
+    rules = Table("rule", _number("rejected"), "detail", title="hard rules, in order")
     for rule in view.rules:
         rules.add_row(
             rule.rule,
@@ -212,7 +212,9 @@ def _print_placement(view: PlacementView) -> None:
         )
     console.print(rules if view.rules else "no hard rules were applied")
     if view.preferences:
-        preferences = Table("preference", "weight", "matching", title="preferences, in order")
+        preferences = Table(
+            "preference", _number("weight"), _number("matching"), title="preferences, in order"
+        )
         for preference in view.preferences:
             preferences.add_row(
                 preference.rule, str(preference.weight), str(preference.machines_matching)
@@ -221,7 +223,7 @@ def _print_placement(view: PlacementView) -> None:
     if not view.chosen:
         console.print("no machine holds tasks of this job")
         return
-    chosen = Table("machine", "tasks", "rank", "preferences", title="chosen machines")
+    chosen = Table("machine", "tasks", _number("rank"), "preferences", title="chosen machines")
     for machine in view.chosen:
         chosen.add_row(
             machine.machine,
@@ -230,6 +232,10 @@ def _print_placement(view: PlacementView) -> None:
             ", ".join(machine.preferences),
         )
     console.print(chosen)
+
+
+def _number(header: str) -> Column:
+    return Column(header, justify="right")
 
 
 def index_ranges(indexes: Iterable[int]) -> str:
