@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tether.allocator.index import Candidate
 from tether.model import (
-    ZERO,
     Entitlement,
     Job,
     JobSpec,
@@ -31,7 +29,6 @@ def machine(
     memory: int = 4096,
     cpu: int = 4000,
     state: MachineState = MachineState.UP,
-    entitlement: str | None = None,
     hardware: str = "std",
     attributes: dict[str, str] | None = None,
 ) -> Machine:
@@ -43,7 +40,6 @@ def machine(
         capacity=Resources(cpu=cpu, memory_mib=memory),
         attributes=attributes or {},
         state=state,
-        entitlement=entitlement,
     )
 
 
@@ -86,7 +82,3 @@ def entitlement(
         quota=Quota(resources=Resources(cpu=cpu, memory_mib=memory)),
         allowed_dcs=allowed_dcs or [],
     )
-
-
-def candidate(of: Machine, used: Resources = ZERO) -> Candidate:
-    return Candidate(of.id, of, of.capacity - used)

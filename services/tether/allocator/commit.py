@@ -1,49 +1,51 @@
-"""Committing new allocation records with one optimistic-concurrency transaction."""
+"""Committing allocation records with one optimistic-concurrency transaction."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tether.allocator.index import AllocationIndex
-from tether.model import Allocation, to_json
 from tether.store import Get, Put, RangeResult, Store, key_missing, keys, mod_revision_is
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A new allocation record for a machine, based on the record at `revision` (0: none)."""
+    """A new allocation record for a row, based on the record at `revision` (0: none)."""
 
     revision: int
-    allocation: Allocation
+    record: dict[str, Any]
 
 
-async def commit(store: Store, index: AllocationIndex, changes: Mapping[str, Change]) -> bool:
+def encode(record: Mapping[str, Any]) -> bytes:
+    """An allocation record as stored: the JSON of `tether.model.Allocation`."""
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+async def commit(store: Store, index: AllocationIndex, changes: Mapping[int, Change]) -> bool:
     """Writes every change if no record changed since its base revision; returns whether it did.
 
     Either way `index` learns the outcome: the records written, or, after a conflict, the
     current records of the changed machines, read in the same transaction, so that the next
     attempt starts from what the store holds.
     """
+    values = {row: encode(change.record) for row, change in changes.items()}
+    machine_keys = {row: keys.allocation(index.ids[row]) for row in changes}
     compares = [
-        mod_revision_is(keys.allocation(machine_id), change.revision)
+        mod_revision_is(machine_keys[row], change.revision)
         if change.revision
-        else key_missing(keys.allocation(machine_id))
-        for machine_id, change in changes.items()
+        else key_missing(machine_keys[row])
+        for row, change in changes.items()
     ]
-    puts = [
-        Put(keys.allocation(machine_id), to_json(change.allocation))
-        for machine_id, change in changes.items()
-    ]
-    reads = [Get(keys.allocation(machine_id)) for machine_id in changes]
+    puts = [Put(machine_keys[row], value) for row, value in values.items()]
+    reads = [Get(machine_keys[row]) for row in changes]
     result = await store.txn(compares, puts, reads)
     if result.succeeded:
-        index.record_commit(
-            {machine_id: change.allocation for machine_id, change in changes.items()},
-            result.revision,
-        )
+        index.record_commit(values, result.revision)
         return True
-    for machine_id, read in zip(changes, result.results, strict=True):
+    for row, read in zip(changes, result.results, strict=True):
         assert isinstance(read, RangeResult)
-        index.set_allocation(machine_id, read.kvs[0] if read.kvs else None, result.revision)
+        index.set_allocation(index.ids[row], read.kvs[0] if read.kvs else None, result.revision)
     return False

@@ -6,10 +6,12 @@ import asyncio
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+import numpy as np
 from pydantic import ValidationError
 
-from tether.allocator import placement
+from tether.allocator.cache import ChoiceCache
 from tether.allocator.commit import Change, commit
 from tether.allocator.errors import (
     CorruptRecord,
@@ -20,11 +22,13 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
-from tether.allocator.index import AllocationIndex
-from tether.allocator.placement import RuleOutcome
-from tether.model import Allocation, AllocationEntry, Entitlement, Job, from_json, parse_job_handle
+from tether.allocator.index import NONE, AllocationIndex
+from tether.allocator.placement import Choice, Explanation, Planner, explain
+from tether.model import Entitlement, Job, from_json, parse_job_handle
 from tether.store import Store, keys
 
+# Idle machines returned to the free pool in one transaction.
+_RETURN_BATCH = 500
 # Enough for every Place a scheduler may retry: retries follow the first call within seconds.
 RESPONSE_MEMORY = 512
 
@@ -39,15 +43,19 @@ class PlaceResult:
     conflicts: int
 
 
-@dataclass(frozen=True, slots=True)
-class ExplainResult:
-    """Explain's answer: every rule's effect for one more task, and where the tasks are."""
+@dataclass(slots=True)
+class EngineStats:
+    """Counters since the replica started."""
 
-    job_handle: str
-    considered: int
-    outcomes: list[RuleOutcome]
-    chosen: list[tuple[int, str]]
-    summary: str
+    places: int = 0
+    attempts: int = 0
+    conflicts: int = 0
+    merged: int = 0
+    """Placements kept after a conflict because the machine still had room for them."""
+    machines_joined: int = 0
+    machines_returned: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
 
 
 class Engine:
@@ -58,12 +66,23 @@ class Engine:
     replicas.
     """
 
-    def __init__(self, store: Store, index: AllocationIndex, max_attempts: int) -> None:
+    def __init__(
+        self, store: Store, index: AllocationIndex, max_attempts: int, idle_return_s: float
+    ) -> None:
         self._store = store
         self._index = index
         self._max_attempts = max_attempts
+        self._idle_return_s = idle_return_s
+        self.cache = ChoiceCache()
+        index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
+        self._stats = EngineStats()
+
+    @property
+    def stats(self) -> EngineStats:
+        self._stats.cache_hits, self._stats.cache_misses = self.cache.hits, self.cache.misses
+        return self._stats
 
     async def place(
         self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
@@ -104,56 +123,81 @@ class Engine:
         """Removes tasks of the job (all of them when `indexes` is empty) from their machines."""
         _parse(job_handle)
         _check_unique(indexes)
+        index = self._index
         async with self._writing:
             for _ in range(self._max_attempts):
-                held = self._index.placements(job_handle)
+                held = dict(index.jobs.get(job_handle, {}))
                 chosen = held if not indexes else {i: held[i] for i in indexes if i in held}
                 if not chosen:
                     return 0
                 changes = {}
-                for machine_id in set(chosen.values()):
-                    record = self._index.record(machine_id)
-                    assert record.allocation is not None  # it lists tasks, so it was readable
-                    gone = {i for i, m in chosen.items() if m == machine_id}
-                    tasks = {
-                        task_id: entry
-                        for task_id, entry in record.allocation.tasks.items()
-                        if not (entry.job == job_handle and entry.index in gone)
+                for row in set(chosen.values()):
+                    record = index.record(row)
+                    gone = {f"{job_handle}/{i}" for i, r in chosen.items() if r == row}
+                    record["tasks"] = {
+                        task: entry for task, entry in record["tasks"].items() if task not in gone
                     }
-                    changes[machine_id] = Change(
-                        record.revision, Allocation(machine=machine_id, tasks=tasks)
-                    )
-                if await commit(self._store, self._index, changes):
+                    if not record["tasks"] and record.get("entitlement"):
+                        record["idle_since"] = _now()
+                    changes[row] = Change(int(index.revision[row]), record)
+                if await commit(self._store, index, changes):
                     return len(chosen)
+                self._stats.conflicts += 1
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
             f"{self._max_attempts} times; retry"
         )
 
-    async def explain(self, job_handle: str) -> ExplainResult:
+    async def explain(self, job_handle: str) -> Explanation:
         """Why one more task of the job would go where it would, or why it cannot go anywhere."""
         job = await self._read_job(job_handle)
         entitlement = await self._entitlement(job)
-        explanation = placement.explain(
-            list(self._index.candidates()), job, entitlement, self._index.usage(entitlement.name)
-        )
-        return ExplainResult(
-            job_handle,
-            explanation.considered,
-            explanation.outcomes,
-            sorted(self._index.placements(job_handle).items()),
-            explanation.summary,
-        )
+        return explain(Planner(self._index, self.cache, job, entitlement))
+
+    async def return_idle(self, now: float) -> int:
+        """Moves machines that have been idle in an entitlement for the idle delay back to the
+        free pool; returns how many moved. Conflicting records wait for the next round."""
+        index = self._index
+        rows = index.rows
+        empty = (index.owner[:rows] != NONE) & (index.task_count[:rows] == 0)
+        due = empty & (index.idle_since[:rows] <= now - self._idle_return_s)
+        # An empty owned machine with no idle time (written by an older allocator) starts its
+        # idle period now.
+        unmarked = empty & np.isnan(index.idle_since[:rows])
+        changes = {}
+        for row in np.flatnonzero(due | unmarked)[:_RETURN_BATCH].tolist():
+            record = index.record(row)
+            if due[row]:
+                record.update(entitlement=None, host_profile=None, idle_since=None)
+            else:
+                record["idle_since"] = _now()
+            changes[row] = Change(int(index.revision[row]), record)
+        if not changes:
+            return 0
+        async with self._writing:
+            stale = [
+                row for row, change in changes.items() if index.revision[row] != change.revision
+            ]
+            for row in stale:
+                del changes[row]
+            if changes and await commit(self._store, index, changes):
+                returned = int(due[list(changes)].sum())
+                self._stats.machines_returned += returned
+                return returned
+        return 0
 
     async def _place(
         self, job: Job, entitlement: Entitlement, indexes: Sequence[int]
     ) -> PlaceResult:
+        index = self._index
         attempts = conflicts = 0
         unplaced: dict[int, str] = {}
-        committed: dict[int, str] = {}
+        committed: dict[int, int] = {}
+        keep: dict[int, int] = {}
+        self._stats.places += 1
         while True:
-            held = self._index.placements(job.handle)
-            pending = [index for index in indexes if index not in held]
+            held = dict(index.jobs.get(job.handle, {}))
+            pending = [i for i in indexes if i not in held]
             if not pending:
                 break
             if attempts == self._max_attempts:
@@ -163,44 +207,52 @@ class Engine:
                     "chosen machines; retry later",
                 )
                 break
-            choice = placement.choose(
-                list(self._index.candidates()),
-                job,
-                entitlement,
-                self._index.usage(entitlement.name),
-                pending,
-                held,
-            )
+            planner = Planner(index, self.cache, job, entitlement)
+            choice = planner.choose(pending, held, keep)
             unplaced = choice.unplaced
             if not choice.placements:
                 break
+            if keep:
+                self._stats.merged += sum(
+                    1 for task, row in choice.placements.items() if keep.get(task) == row
+                )
             attempts += 1
-            if await commit(self._store, self._index, self._changes(job, choice.placements)):
+            self._stats.attempts += 1
+            if await commit(self._store, index, self._changes(job, entitlement, choice)):
                 committed = choice.placements
+                self._stats.machines_joined += len(choice.joined)
                 break
             conflicts += 1
-        where = {**held, **committed}
+            self._stats.conflicts += 1
+            keep = choice.placements
+        where = {**index.jobs.get(job.handle, {}), **committed}
         return PlaceResult(
-            [(index, where[index]) for index in indexes if index in where],
-            [(index, unplaced[index]) for index in indexes if index not in where],
+            [(i, index.ids[where[i]]) for i in indexes if i in where],
+            [(i, unplaced[i]) for i in indexes if i not in where and i in unplaced],
             attempts,
             conflicts,
         )
 
-    def _changes(self, job: Job, chosen: dict[int, str]) -> dict[str, Change]:
-        resources = job.spec.task.resources
-        added: dict[str, dict[str, AllocationEntry]] = {}
-        for index, machine_id in chosen.items():
-            entry = AllocationEntry(job=job.handle, index=index, resources=resources)
-            added.setdefault(machine_id, {})[entry.task_id] = entry
-        changes: dict[str, Change] = {}
-        for machine_id, entries in added.items():
-            record = self._index.record(machine_id)
-            assert record.allocation is not None  # unreadable records have no free space
-            tasks = {**record.allocation.tasks, **entries}
-            changes[machine_id] = Change(
-                record.revision, Allocation(machine=machine_id, tasks=tasks)
-            )
+    def _changes(self, job: Job, entitlement: Entitlement, choice: Choice) -> dict[int, Change]:
+        index = self._index
+        resources = job.spec.task.resources.model_dump(mode="json")
+        by_row: dict[int, list[int]] = {}
+        for task, row in choice.placements.items():
+            by_row.setdefault(row, []).append(task)
+        changes: dict[int, Change] = {}
+        for row, tasks in by_row.items():
+            record = index.record(row)
+            if row in choice.joined:
+                record["entitlement"] = entitlement.name
+                record["host_profile"] = entitlement.host_profile
+            record["idle_since"] = None
+            for task in tasks:
+                record["tasks"][f"{job.handle}/{task}"] = {
+                    "job": job.handle,
+                    "index": task,
+                    "resources": resources,
+                }
+            changes[row] = Change(int(index.revision[row]), record)
         return changes
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
@@ -220,10 +272,10 @@ class Engine:
 
     async def _entitlement(self, job: Job) -> Entitlement:
         name = job.spec.entitlement
-        known = self._index.entitlement(name)
+        known = self._index.entitlements.get(name)
         if known is not None:
             return known
-        # The mirror may not have seen an entitlement created a moment ago.
+        # The feed may not have seen an entitlement created a moment ago.
         kv = await self._store.get(keys.entitlement(name))
         if kv is None:
             raise UnknownEntitlement(f"entitlement {name} of job {job.handle} does not exist")
@@ -233,6 +285,10 @@ class Engine:
             raise CorruptRecord(
                 f"the record of entitlement {name} is not valid: {_problems(error)}"
             ) from None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
 
 
 def _problems(error: ValidationError) -> str:

@@ -1,185 +1,625 @@
-"""The allocator's in-memory index: machines, their allocation records, and entitlement usage."""
+"""The allocator's columnar index: every machine of the region as rows of numpy columns.
+
+A row is a machine id. Columns hold its inventory (capacity, topology, hardware type, host
+profile, state, attributes) from `machines/`, and its allocation record (owner entitlement,
+resources in use, task count, record revision) from `allocations/`. Around the columns sit the
+sets placement starts from: the rows each entitlement owns, and the free pool by MSB, so that a
+placement reads a few thousand rows instead of a million.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator, Mapping
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from datetime import datetime
+from typing import Any, Final
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import ValidationError
 
-from tether.model import (
-    ZERO,
-    Allocation,
-    AllocationEntry,
-    Entitlement,
-    InsufficientResources,
-    Machine,
-    Resources,
-    from_json,
-)
-from tether.store import KeyValue
+from tether.model import Allocation, Entitlement, Machine, MachineState, Resources, from_json
+from tether.store import KeyValue, keys
 
 _log = logging.getLogger(__name__)
 
-M = TypeVar("M", Machine, Allocation, Entitlement)
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+BASE_DIMENSIONS: Final = ("cpu", "memory", "disk", "gpus")
+"""Resource labels in column order; extra resources ("extra/<name>") follow as they appear."""
+_FIELDS: Final = (("cpu", "cpu"), ("memory_mib", "memory"), ("disk_gib", "disk"), ("gpus", "gpus"))
+
+ABSENT: Final = -1
+"""State code of a row without a machine record (an allocation record seen first, or deleted)."""
+STATE_CODES: Final = {
+    MachineState.UP: 0,
+    MachineState.DRAINING: 1,
+    MachineState.MAINTENANCE: 2,
+    MachineState.DOWN: 3,
+}
+UP: Final = STATE_CODES[MachineState.UP]
+NONE: Final = -1
+"""Code of "no value": the free pool as owner, no host profile, a missing attribute."""
+
+_INITIAL_ROWS = 1024
+
+
+class Codes:
+    """Interned names: each distinct string gets a small integer, in order of appearance."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._codes: dict[str, int] = {}
+
+    def code(self, name: str) -> int:
+        """The name's code, assigned now if the name is new."""
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def find(self, name: str | None) -> int:
+        """The name's code, or NONE for None or a name never seen."""
+        return NONE if name is None else self._codes.get(name, NONE)
+
+    def name(self, code: int) -> str | None:
+        return None if code == NONE else self.names[code]
 
 
 @dataclass(frozen=True, slots=True)
-class AllocationRecord:
-    """A machine's allocation record as of `revision`, its mod revision (0: no record yet)."""
+class TaskRef:
+    """A task held in an allocation record, and what it holds."""
 
-    revision: int
-    allocation: Allocation | None
-    """None when the stored value is not a valid `Allocation`: nothing is placed there then."""
+    job: str
+    index: int
+    entitlement: str
+    resources: I64
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
-    """A machine as placement sees it: the inventory and what is free on it now."""
+class MachineInfo:
+    """The static part of a machine record, as the columns keep it."""
 
-    id: str
-    machine: Machine
-    free: Resources
+    state: int
+    dc: int
+    msb: int
+    rack: int
+    hardware: int
+    profile: int
+    capacity: dict[str, int]
+    attributes: dict[str, str]
+
+
+class IndexListener:
+    """Told when the index changes in ways a cache of machine choices depends on."""
+
+    def joined(self, owner: int, row: int) -> None:
+        """`row` was added to entitlement `owner` (its static properties unchanged)."""
+
+    def owner_changed(self, owner: int) -> None:
+        """A machine of entitlement `owner` left it or changed its static properties."""
+
+    def pool_changed(self, msb: int) -> None:
+        """A machine joined the free pool of `msb`, or one of its machines changed."""
 
 
 class AllocationIndex:
-    """Everything placement reads, kept current from the store one changed key at a time.
-
-    Allocation records only move forward: a value older than the one held (a watch event
-    arriving after the allocator's own commit or a refresh read) is ignored, so the revision and
-    the content of a record always belong together, which the commit's compare relies on.
-    """
+    """Every machine of the region in columns, kept current from the store key by key."""
 
     def __init__(self) -> None:
-        self._machines: dict[str, Machine] = {}
-        self._records: dict[str, AllocationRecord] = {}
-        self._entitlements: dict[str, Entitlement] = {}
-        # Derived from the above and updated with them.
-        self._free: dict[str, Resources] = {}
-        self._placements: dict[str, dict[int, str]] = {}
-        self._usage: dict[str, Resources] = {}
+        self.ids: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self.dimensions: list[str] = list(BASE_DIMENSIONS)
+        self.dimension_of: dict[str, int] = {label: i for i, label in enumerate(BASE_DIMENSIONS)}
+        self.dcs, self.msbs, self.racks = Codes(), Codes(), Codes()
+        self.hardware, self.profiles, self.owners = Codes(), Codes(), Codes()
+        self.msb_dc: list[int] = []
+        """The datacenter of each MSB code."""
+        self.rack_msb: list[int] = []
+        """The MSB of each rack code."""
+        self.attribute_values: dict[str, Codes] = {}
+        self._allocate(_INITIAL_ROWS)
+        self.attributes: dict[str, I32] = {}
+        self._numbers: dict[str, npt.NDArray[np.float64]] = {}
+        self._records: list[bytes | None] = []
+        self._statics: list[MachineInfo | None] = []
+        # Derived from the columns and kept with them.
+        self.owned: dict[int, set[int]] = {}
+        self.pool: dict[int, set[int]] = {}
+        """Rows of the free pool by MSB, machines of every state (placement filters by state)."""
+        self.owned_hardware: dict[int, Counter[int]] = {}
+        self.usage: dict[str, I64] = {}
+        self.jobs: dict[str, dict[int, int]] = {}
+        self.entitlements: dict[str, Entitlement] = {}
+        self.listeners: list[IndexListener] = []
+        self._seen: set[int] | None = None
 
-    # --- updates ---------------------------------------------------------------------------
+    # --- columns -----------------------------------------------------------------------------
 
-    def set_machine(self, machine_id: str, kv: KeyValue | None) -> None:
+    def _allocate(self, rows: int) -> None:
+        width = len(self.dimensions)
+        self.capacity: I64 = np.zeros((rows, width), np.int64)
+        self.used: I64 = np.zeros((rows, width), np.int64)
+        self.state: npt.NDArray[np.int8] = np.full(rows, ABSENT, np.int8)
+        self.dc: I32 = np.full(rows, NONE, np.int32)
+        self.msb: I32 = np.full(rows, NONE, np.int32)
+        self.rack: I32 = np.full(rows, NONE, np.int32)
+        self.hw: I32 = np.full(rows, NONE, np.int32)
+        self.profile: I32 = np.full(rows, NONE, np.int32)
+        self.owner: I32 = np.full(rows, NONE, np.int32)
+        self.target: I32 = np.full(rows, NONE, np.int32)
+        self.revision: I64 = np.zeros(rows, np.int64)
+        self.readable: npt.NDArray[np.bool_] = np.ones(rows, np.bool_)
+        self.task_count: I32 = np.zeros(rows, np.int32)
+        self.idle_since: npt.NDArray[np.float64] = np.full(rows, math.nan)
+
+    def _grow(self) -> None:
+        old = len(self.state)
+        for name in (
+            "capacity", "used", "state", "dc", "msb", "rack", "hw", "profile", "owner",
+            "target", "revision", "readable", "task_count", "idle_since",
+        ):  # fmt: skip
+            column = getattr(self, name)
+            grown = np.resize(column, (old * 2, *column.shape[1:]))
+            grown[old:] = _FILL[name]
+            setattr(self, name, grown)
+        for attribute, column in self.attributes.items():
+            grown = np.resize(column, old * 2)
+            grown[old:] = NONE
+            self.attributes[attribute] = grown
+        self._numbers.clear()
+
+    def _dimension(self, label: str) -> int:
+        column = self.dimension_of.get(label)
+        if column is None:
+            column = self.dimension_of[label] = len(self.dimensions)
+            self.dimensions.append(label)
+            rows = len(self.state)
+            self.capacity = np.hstack([self.capacity, np.zeros((rows, 1), np.int64)])
+            self.used = np.hstack([self.used, np.zeros((rows, 1), np.int64)])
+            self.usage = {
+                name: np.append(amount, np.int64(0)) for name, amount in self.usage.items()
+            }
+        return column
+
+    def vector(self, resources: Resources) -> I64:
+        """`resources` as a row of the resource columns (new extra resources add a column)."""
+        amounts = resources.amounts()
+        for label in amounts:
+            self._dimension(label)
+        vector = np.zeros(len(self.dimensions), np.int64)
+        for label, amount in amounts.items():
+            vector[self.dimension_of[label]] = amount
+        return vector
+
+    def _vector_of(self, data: Mapping[str, Any]) -> I64:
+        vector = np.zeros(len(self.dimensions), np.int64)
+        for field, label in _FIELDS:
+            amount = data.get(field, 0)
+            if amount:
+                vector[self.dimension_of[label]] = amount
+        extra = data.get("extra") or {}
+        for name, amount in extra.items():
+            column = self._dimension(f"extra/{name}")
+            if column >= len(vector):
+                vector = np.append(vector, np.zeros(column + 1 - len(vector), np.int64))
+            vector[column] = amount
+        return vector
+
+    def row(self, machine_id: str) -> int:
+        """The machine's row, added now if the id is new."""
+        row = self.row_of.get(machine_id)
+        if row is None:
+            row = self.row_of[machine_id] = len(self.ids)
+            self.ids.append(machine_id)
+            self._records.append(None)
+            self._statics.append(None)
+            if row >= len(self.state):
+                self._grow()
+        return row
+
+    @property
+    def rows(self) -> int:
+        """How many rows are in use (machines and allocation records ever seen)."""
+        return len(self.ids)
+
+    def numbers(self, attribute: str) -> npt.NDArray[np.float64]:
+        """The attribute as numbers per row (NaN: missing or not a number), computed once."""
+        numbers = self._numbers.get(attribute)
+        if numbers is None:
+            codes = self.attributes.get(attribute)
+            values = self.attribute_values.get(attribute)
+            numbers = np.full(len(self.state), math.nan)
+            if codes is not None and values is not None:
+                table = np.array([_number(name) for name in values.names] + [math.nan])
+                numbers = table[codes]  # NONE (-1) picks the trailing NaN
+            self._numbers[attribute] = numbers
+        return numbers
+
+    def attribute_column(self, attribute: str) -> I32:
+        column = self.attributes.get(attribute)
+        if column is None:
+            column = self.attributes[attribute] = np.full(len(self.state), NONE, np.int32)
+            self.attribute_values[attribute] = Codes()
+        return column
+
+    # --- machines ----------------------------------------------------------------------------
+
+    def set_machine(self, machine_id: str, value: bytes | None) -> None:
         """Applies the current value of `machines/<machine_id>` (None: deleted)."""
-        machine = None if kv is None else _decode(Machine, kv)
-        if machine is None:
-            self._machines.pop(machine_id, None)
+        info = None if value is None else self._decode_machine(machine_id, value)
+        if info is None and machine_id not in self.row_of:
+            return
+        row = self.row(machine_id)
+        old = self._statics[row]
+        if old == info:
+            return
+        self._statics[row] = info
+        owner = int(self.owner[row])
+        old_msb = int(self.msb[row])
+        if info is None:
+            self.state[row] = ABSENT
+            self.capacity[row] = 0
         else:
-            self._machines[machine_id] = machine
-        self._refresh_free(machine_id)
+            self.state[row] = info.state
+            self.dc[row], self.msb[row], self.rack[row] = info.dc, info.msb, info.rack
+            self.hw[row], self.profile[row] = info.hardware, info.profile
+            columns = [self._dimension(label) for label in info.capacity]
+            self.capacity[row] = 0
+            self.capacity[row, columns] = list(info.capacity.values())
+            self._set_attributes(row, old.attributes if old else {}, info.attributes)
+        if owner != NONE:
+            if old is not None and info is not None and old.hardware != info.hardware:
+                self.owned_hardware[owner][old.hardware] -= 1
+                self.owned_hardware[owner][info.hardware] += 1
+            for listener in self.listeners:
+                listener.owner_changed(owner)
+        else:
+            self._place_in_pool(row, old_msb)
+        self._numbers.clear()
+
+    def _set_attributes(self, row: int, old: Mapping[str, str], new: Mapping[str, str]) -> None:
+        for attribute in old.keys() - new.keys():
+            self.attributes[attribute][row] = NONE
+        for attribute, value in new.items():
+            column = self.attribute_column(attribute)
+            column[row] = self.attribute_values[attribute].code(value)
+
+    def _place_in_pool(self, row: int, old_msb: int) -> None:
+        if old_msb != NONE:
+            self.pool.get(old_msb, set()).discard(row)
+        if self.state[row] != ABSENT and self.owner[row] == NONE:
+            msb = int(self.msb[row])
+            self.pool.setdefault(msb, set()).add(row)
+            for listener in self.listeners:
+                listener.pool_changed(msb)
+
+    def _decode_machine(self, machine_id: str, value: bytes) -> MachineInfo | None:
+        try:
+            data = json.loads(value)
+            topology = data["topology"]
+            dc, msb, rack = topology["dc"], topology["msb"], topology["rack"]
+            capacity = data["capacity"]
+            amounts = {label: int(capacity.get(field, 0)) for field, label in _FIELDS}
+            amounts.update({f"extra/{k}": int(v) for k, v in capacity.get("extra", {}).items()})
+            state = STATE_CODES[MachineState(data.get("state", "up"))]
+            attributes = dict(data.get("attributes") or {})
+            hardware = data["hardware_type"]
+            current = data.get("host_profile_current")
+            if (
+                not all(isinstance(v, str) for v in (dc, msb, rack, hardware))
+                or data.get("id") != machine_id
+                or any(amount < 0 for amount in amounts.values())
+            ):
+                raise ValueError("malformed")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # The fast path could not read it; the model says exactly what is wrong.
+            try:
+                machine = from_json(Machine, value, stored=True)
+            except ValidationError as error:
+                _log.warning("ignoring machine %s: not a valid Machine: %s", machine_id, error)
+                return None
+            if machine.id != machine_id:
+                _log.warning("ignoring machines/%s: it holds machine %s", machine_id, machine.id)
+                return None
+            return self._decode_machine(machine_id, machine.model_dump_json().encode())
+        dc_code = self.dcs.code(dc)
+        msb_code = self._msb_code(dc_code, dc, msb)
+        rack_code = self.racks.code(f"{dc}/{msb}/{rack}")
+        if rack_code == len(self.rack_msb):
+            self.rack_msb.append(msb_code)
+        return MachineInfo(
+            state=state,
+            dc=dc_code,
+            msb=msb_code,
+            rack=rack_code,
+            hardware=self.hardware.code(hardware),
+            profile=NONE if current is None else self.profiles.code(current),
+            capacity=amounts,
+            attributes=attributes,
+        )
+
+    def _msb_code(self, dc_code: int, dc: str, msb: str) -> int:
+        code = self.msbs.code(f"{dc}/{msb}")
+        if code == len(self.msb_dc):
+            self.msb_dc.append(dc_code)
+        return code
+
+    # --- allocation records ------------------------------------------------------------------
 
     def set_allocation(self, machine_id: str, kv: KeyValue | None, revision: int) -> None:
-        """Applies `allocations/<machine_id>` as read at `revision` (kv None: it was missing)."""
+        """Applies `allocations/<machine_id>` as read at `revision` (kv None: it was missing).
+
+        Records only move forward: a value older than the one held (a watch event arriving
+        after the allocator's own commit) is ignored, so a row's revision and content always
+        belong together, which the commit's compare relies on.
+        """
+        row = self.row(machine_id)
+        held = int(self.revision[row])
         if kv is None:
-            held = self._records.get(machine_id)
-            if held is not None and held.revision < revision:
-                self._replace_record(machine_id, None)
+            if held and held < revision:
+                self._replace_record(row, None, 0)
             return
-        self._put_record(machine_id, AllocationRecord(kv.mod_revision, _decode(Allocation, kv)))
+        if kv.mod_revision > held:
+            self._replace_record(row, kv.value, kv.mod_revision)
 
-    def record_commit(self, allocations: Mapping[str, Allocation], revision: int) -> None:
-        """Applies allocation records this allocator wrote itself in the transaction `revision`."""
-        for machine_id, allocation in allocations.items():
-            self._put_record(machine_id, AllocationRecord(revision, allocation))
+    def record_commit(self, records: Mapping[int, bytes], revision: int) -> None:
+        """Applies allocation records (by row) this allocator wrote in transaction `revision`."""
+        for row, value in records.items():
+            if revision > self.revision[row]:
+                self._replace_record(row, value, revision)
 
-    def set_entitlement(self, name: str, kv: KeyValue | None) -> None:
-        """Applies the current value of `entitlements/<name>` (None: deleted)."""
-        entitlement = None if kv is None else _decode(Entitlement, kv)
-        if entitlement is None:
-            self._entitlements.pop(name, None)
+    def record(self, row: int) -> dict[str, Any]:
+        """The row's allocation record as plain JSON data (an empty one when there is none)."""
+        value = self._records[row]
+        if value is None:
+            return {"machine": self.ids[row], "tasks": {}}
+        data: dict[str, Any] = json.loads(value)
+        return data
+
+    def tasks_of(self, row: int) -> list[TaskRef]:
+        """The tasks the row's allocation record holds."""
+        return self._decode_tasks(self._records[row])
+
+    def _replace_record(self, row: int, value: bytes | None, revision: int) -> None:
+        old_tasks = self._decode_tasks(self._records[row])
+        old_owner = int(self.owner[row])
+        parsed = self._decode_record(row, value)
+        self._records[row] = value
+        self.revision[row] = revision
+        for task in old_tasks:
+            self._forget_task(row, task)
+        if parsed is None:
+            self.readable[row] = value is None
+            owner, target, idle, tasks = NONE, NONE, math.nan, list[TaskRef]()
         else:
-            self._entitlements[name] = entitlement
+            self.readable[row] = True
+            owner, target, idle, tasks = parsed
+        used = np.zeros(len(self.dimensions), np.int64)
+        for task in tasks:
+            self._remember_task(row, task)
+            used[: len(task.resources)] += task.resources
+        self.used[row] = used
+        self.task_count[row] = len(tasks)
+        self.target[row] = target
+        self.idle_since[row] = idle
+        if owner != old_owner:
+            self._change_owner(row, old_owner, owner)
 
-    # --- queries ---------------------------------------------------------------------------
+    def _change_owner(self, row: int, old: int, new: int) -> None:
+        self.owner[row] = new
+        hardware = int(self.hw[row])
+        if old != NONE:
+            self.owned[old].discard(row)
+            self.owned_hardware[old][hardware] -= 1
+            for listener in self.listeners:
+                listener.owner_changed(old)
+        if new != NONE:
+            self.owned.setdefault(new, set()).add(row)
+            self.owned_hardware.setdefault(new, Counter())[hardware] += 1
+            msb = int(self.msb[row])
+            if msb != NONE:
+                self.pool.get(msb, set()).discard(row)
+            for listener in self.listeners:
+                listener.joined(new, row)
+        else:
+            self._place_in_pool(row, int(self.msb[row]))
 
-    def candidates(self) -> Iterator[Candidate]:
-        """Every machine of the inventory with its free resources, in no particular order."""
-        for machine_id, machine in self._machines.items():
-            yield Candidate(machine_id, machine, self._free[machine_id])
+    def _remember_task(self, row: int, task: TaskRef) -> None:
+        self.jobs.setdefault(task.job, {})[task.index] = row
+        usage = self.usage.get(task.entitlement)
+        if usage is None:
+            usage = self.usage[task.entitlement] = np.zeros(len(self.dimensions), np.int64)
+        usage[: len(task.resources)] += task.resources
 
-    def machine(self, machine_id: str) -> Machine | None:
-        return self._machines.get(machine_id)
+    def _forget_task(self, row: int, task: TaskRef) -> None:
+        placed = self.jobs.get(task.job)
+        if placed is not None and placed.get(task.index) == row:
+            del placed[task.index]
+            if not placed:
+                del self.jobs[task.job]
+        usage = self.usage.get(task.entitlement)
+        if usage is not None:
+            usage[: len(task.resources)] -= task.resources
+            if not usage.any():
+                del self.usage[task.entitlement]
 
-    def record(self, machine_id: str) -> AllocationRecord:
-        """The machine's allocation record; an empty one at revision 0 when there is none."""
-        return self._records.get(machine_id) or AllocationRecord(0, Allocation(machine=machine_id))
+    def _decode_record(
+        self, row: int, value: bytes | None
+    ) -> tuple[int, int, float, list[TaskRef]] | None:
+        if value is None:
+            return None
+        try:
+            data = json.loads(value)
+            owner = data.get("entitlement")
+            target = data.get("host_profile")
+            idle = data.get("idle_since")
+            tasks = self._tasks_from(data["tasks"])
+            if (
+                not (owner is None or isinstance(owner, str))
+                or data.get("machine") != self.ids[row]
+            ):
+                raise ValueError("malformed")
+            return (
+                NONE if owner is None else self.owners.code(owner),
+                NONE if target is None else self.profiles.code(target),
+                math.nan if idle is None else datetime.fromisoformat(idle).timestamp(),
+                tasks,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            try:
+                from_json(Allocation, value, stored=True)
+                reason = f"machine {self.ids[row]} expected"
+            except ValidationError as error:
+                reason = str(error)
+            # Unknown content: placing anything there could over-commit the machine.
+            _log.warning("machine %s: unreadable allocation record: %s", self.ids[row], reason)
+            return None
+
+    def _decode_tasks(self, value: bytes | None) -> list[TaskRef]:
+        if value is None:
+            return []
+        try:
+            return self._tasks_from(json.loads(value)["tasks"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return []
+
+    def _tasks_from(self, tasks: Mapping[str, Any]) -> list[TaskRef]:
+        refs = []
+        for entry in tasks.values():
+            job = entry["job"]
+            refs.append(
+                TaskRef(
+                    job,
+                    int(entry["index"]),
+                    job.split("/", 1)[0],
+                    self._vector_of(entry["resources"]),
+                )
+            )
+        return refs
+
+    # --- entitlements ------------------------------------------------------------------------
+
+    def set_entitlement(self, name: str, value: bytes | None) -> None:
+        """Applies the current value of `entitlements/<name>` (None: deleted)."""
+        entitlement = None
+        if value is not None:
+            try:
+                entitlement = from_json(Entitlement, value, stored=True)
+            except ValidationError as error:
+                _log.warning("ignoring entitlement %s: not a valid Entitlement: %s", name, error)
+        if entitlement is None:
+            self.entitlements.pop(name, None)
+        else:
+            self.entitlements[name] = entitlement
+            self.owners.code(name)
+        for listener in self.listeners:
+            listener.owner_changed(self.owners.find(name))
+
+    # --- listing -----------------------------------------------------------------------------
+
+    def owned_rows(self, owner: int) -> Iterable[int]:
+        return self.owned.get(owner, ())
+
+    def usage_of(self, entitlement: str) -> I64:
+        """What the entitlement's tasks hold, summed over every allocation record."""
+        usage = self.usage.get(entitlement)
+        if usage is None:
+            return np.zeros(len(self.dimensions), np.int64)
+        if len(usage) < len(self.dimensions):
+            usage = self.usage[entitlement] = np.append(
+                usage, np.zeros(len(self.dimensions) - len(usage), np.int64)
+            )
+        return usage
 
     def placements(self, job: str) -> dict[int, str]:
-        """Task index -> machine for every task of `job` held in some allocation record."""
-        return dict(self._placements.get(job, {}))
+        """Task index -> machine id for every task of `job` held in some allocation record."""
+        return {index: self.ids[row] for index, row in self.jobs.get(job, {}).items()}
 
-    def usage(self, entitlement: str) -> Resources:
-        """The sum of the resources of every task of `entitlement` in any allocation record."""
-        return self._usage.get(entitlement, ZERO)
+    def live_rows(self) -> npt.NDArray[np.intp]:
+        """Rows that have a machine record."""
+        return np.flatnonzero(self.state[: self.rows] != ABSENT)
 
-    def entitlement(self, name: str) -> Entitlement | None:
-        return self._entitlements.get(name)
+    def machines_present(self) -> list[str]:
+        return [self.ids[row] for row in self.live_rows()]
 
-    # --- derived data ----------------------------------------------------------------------
-
-    def _put_record(self, machine_id: str, record: AllocationRecord) -> None:
-        held = self._records.get(machine_id)
-        if held is None or held.revision < record.revision:
-            self._replace_record(machine_id, record)
-
-    def _replace_record(self, machine_id: str, record: AllocationRecord | None) -> None:
-        held = self._records.pop(machine_id, None)
-        old, new = _tasks(held), _tasks(record)
-        # Only what differs: most changes add or remove a few tasks of a full machine.
-        for task_id, entry in old.items():
-            if new.get(task_id) != entry:
-                self._remove_entry(machine_id, entry)
-        for task_id, entry in new.items():
-            if old.get(task_id) != entry:
-                self._placements.setdefault(entry.job, {})[entry.index] = machine_id
-                self._usage[entry.entitlement] = self.usage(entry.entitlement) + entry.resources
-        if record is not None:
-            self._records[machine_id] = record
-        self._refresh_free(machine_id)
-
-    def _remove_entry(self, machine_id: str, entry: AllocationEntry) -> None:
-        tasks = self._placements.get(entry.job, {})
-        if tasks.get(entry.index) == machine_id:
-            del tasks[entry.index]
-            if not tasks:
-                del self._placements[entry.job]
-        # Through usage(): tasks without resources may leave after the usage reached zero.
-        remaining = self.usage(entry.entitlement) - entry.resources
-        if remaining.is_zero():
-            self._usage.pop(entry.entitlement, None)
-        else:
-            self._usage[entry.entitlement] = remaining
-
-    def _refresh_free(self, machine_id: str) -> None:
-        machine = self._machines.get(machine_id)
-        if machine is None:
-            self._free.pop(machine_id, None)
-            return
-        allocation = self.record(machine_id).allocation
-        if allocation is None:
-            # Unknown content: placing anything there could over-commit it.
-            self._free[machine_id] = ZERO
-            return
-        try:
-            self._free[machine_id] = machine.capacity - allocation.used()
-        except InsufficientResources:
-            # The machine shrank below what it holds: it takes nothing until tasks leave.
-            self._free[machine_id] = ZERO
+    def records_present(self) -> list[str]:
+        return [self.ids[row] for row in np.flatnonzero(self.revision[: self.rows])]
 
 
-def _tasks(record: AllocationRecord | None) -> Mapping[str, AllocationEntry]:
-    if record is None or record.allocation is None:
-        return {}
-    return record.allocation.tasks
+_FILL: Final[dict[str, Any]] = {
+    "capacity": 0,
+    "used": 0,
+    "state": ABSENT,
+    "dc": NONE,
+    "msb": NONE,
+    "rack": NONE,
+    "hw": NONE,
+    "profile": NONE,
+    "owner": NONE,
+    "target": NONE,
+    "revision": 0,
+    "readable": True,
+    "task_count": 0,
+    "idle_since": math.nan,
+}
 
 
-def _decode(model: type[M], kv: KeyValue) -> M | None:
+def _number(text: str) -> float:
     try:
-        return from_json(model, kv.value, stored=True)
-    except ValidationError as error:
-        _log.warning("ignoring %s: not a valid %s: %s", kv.key, model.__name__, error)
-        return None
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+Apply = Callable[[str, KeyValue | None, int], None]
+"""Applies one key's current value: (last key segment, value or None, revision)."""
+
+
+class _Sink:
+    """Feeds one prefix of the store into the index, key by key."""
+
+    def __init__(self, apply: Apply, present: Callable[[], Iterable[str]]) -> None:
+        self._apply = apply
+        self._present = present
+        self._listed: set[str] = set()
+
+    def begin_listing(self) -> None:
+        self._listed = set()
+
+    def put(self, kv: KeyValue) -> None:
+        name = keys.last_segment(kv.key)
+        self._listed.add(name)
+        self._apply(name, kv, kv.mod_revision)
+
+    def delete(self, key: str, revision: int) -> None:
+        self._apply(keys.last_segment(key), None, revision)
+
+    def end_listing(self, revision: int) -> None:
+        gone = [name for name in self._present() if name not in self._listed]
+        for name in gone:
+            self._apply(name, None, revision)
+        self._listed = set()
+
+
+def sinks(index: AllocationIndex) -> dict[str, _Sink]:
+    """A feed sink per prefix the index is built from."""
+    return {
+        keys.ENTITLEMENTS: _Sink(
+            lambda name, kv, _: index.set_entitlement(name, None if kv is None else kv.value),
+            lambda: list(index.entitlements),
+        ),
+        keys.MACHINES: _Sink(
+            lambda machine_id, kv, _: index.set_machine(
+                machine_id, None if kv is None else kv.value
+            ),
+            index.machines_present,
+        ),
+        keys.ALLOCATIONS: _Sink(index.set_allocation, index.records_present),
+    }

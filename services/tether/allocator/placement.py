@@ -1,347 +1,497 @@
-"""Choosing machines for tasks: hard rules filter the candidates, soft rules rank them (pure)."""
+"""Choosing machines for tasks: the entitlement's machines first, then the free pool, spread
+over fault domains with a maximum skew, ranked by ordered preferences and best fit."""
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from tether.allocator.index import Candidate
-from tether.model import (
-    AttributePredicate,
-    ConstraintOp,
-    Entitlement,
-    Job,
-    Machine,
-    MachineState,
-    Resources,
+import numpy as np
+import numpy.typing as npt
+
+from tether.allocator.cache import ChoiceCache, PoolEntry, Signature, signature
+from tether.allocator.index import NONE, UP, AllocationIndex
+from tether.allocator.rules import (
+    Rows,
+    Rule,
+    RuleOutcome,
+    affinity_rule,
+    apply_rules,
+    effective_weights,
+    machine_rules,
+    ownership_rule,
+    passes,
+    predicate_text,
+    preference_scores,
+    quota_room,
+    quota_text,
+    readable_rule,
+    rejections,
+    resource_rules,
+    slots,
 )
-from tether.model.resources import quantity_text
+from tether.model import Entitlement, FaultDomain, Job
 
+I64 = npt.NDArray[np.int64]
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """A hard placement rule: which candidates it accepts, and how to explain its rejections."""
-
-    name: str
-    """For Explain, e.g. "resources.memory" or "constraint zone in [a, b]"."""
-    reason: str
-    """Why a rejected machine does not fit, for people, e.g. "insufficient memory"."""
-    accepts: Callable[[Candidate], bool]
-    describe: Callable[[Sequence[Candidate], Sequence[Candidate]], str]
-    """(machines the rule examined, machines it rejected) -> detail, e.g. the closest miss."""
-
-
-@dataclass(frozen=True, slots=True)
-class RuleOutcome:
-    """What one rule did: how many machines it rejected that earlier rules let through."""
-
-    rule: str
-    reason: str
-    rejected: int
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class Filtered:
-    """The machines every rule accepted, and what each rule rejected."""
-
-    survivors: list[Candidate]
-    outcomes: list[RuleOutcome]
-    considered: int
+# Rows of a free-pool list examined at once when looking for the next machine that fits.
+_POOL_CHUNK = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """Machines chosen for tasks (in the order chosen), and why the others have none."""
+    """Rows chosen for tasks, rows moved from the free pool into the entitlement, and why the
+    other tasks have none."""
 
-    placements: dict[int, str]
+    placements: dict[int, int]
+    joined: set[int]
     unplaced: dict[int, str]
+
+
+@dataclass(slots=True)
+class _Domain:
+    """One fault domain's candidates for the job: its owned rows (best first), then the pool."""
+
+    code: int
+    count: int
+    owned: list[int] = field(default_factory=list)
+    owned_slots: list[int] = field(default_factory=list)
+    owned_scores: list[int] = field(default_factory=list)
+    position: int = 0
+    pool_msbs: list[int] = field(default_factory=list)
+
+    def head_score(self) -> int:
+        return self.owned_scores[self.position] if self.position < len(self.owned) else 0
+
+
+class Planner:
+    """Places the tasks of one Place request on the index as it is now (pure: no store)."""
+
+    def __init__(
+        self, index: AllocationIndex, cache: ChoiceCache, job: Job, entitlement: Entitlement
+    ) -> None:
+        self.index = index
+        self.cache = cache
+        self.job = job
+        self.entitlement = entitlement
+        self.owner = index.owners.code(entitlement.name)
+        self.need = index.vector(job.spec.task.resources)
+        self.level = job.spec.placement.spread.level
+        self.skew = job.spec.placement.spread.max_skew
+        self.rules = machine_rules(index, job, entitlement)
+        self.affinity_rules = [affinity_rule(index, a) for a in job.spec.placement.affinities]
+        self.key: Signature = signature(job, entitlement)
+        self.profile = index.profiles.find(entitlement.host_profile)
+        self._free: dict[int, I64] = {}
+        self._taken: set[int] = set()
+        self._machines_left = self._machine_quota()
+
+    # --- the level's domains -----------------------------------------------------------------
+
+    def _domain_column(self) -> npt.NDArray[np.int32]:
+        match self.level:
+            case FaultDomain.DC:
+                return self.index.dc
+            case FaultDomain.MSB:
+                return self.index.msb
+            case FaultDomain.RACK:
+                return self.index.rack
+
+    def _pool_msbs(self) -> dict[int, list[int]]:
+        """MSBs with free-pool machines, by the domain of the level they belong to."""
+        index = self.index
+        msbs = [msb for msb, rows in index.pool.items() if rows]
+        by_domain: dict[int, list[int]] = {}
+        match self.level:
+            case FaultDomain.DC:
+                for msb in msbs:
+                    by_domain.setdefault(index.msb_dc[msb], []).append(msb)
+            case FaultDomain.MSB:
+                by_domain = {msb: [msb] for msb in msbs}
+            case FaultDomain.RACK:
+                with_pool = set(msbs)
+                by_domain = {
+                    rack: [msb] for rack, msb in enumerate(index.rack_msb) if msb in with_pool
+                }
+        return by_domain
+
+    # --- quota -------------------------------------------------------------------------------
+
+    def _machine_quota(self) -> dict[int, int] | None:
+        limits = self.entitlement.quota.machines
+        if not limits:
+            return None
+        owned = self.index.owned_hardware.get(self.owner, Counter())
+        return {
+            self.index.hardware.code(name): count - owned[self.index.hardware.code(name)]
+            for name, count in limits.items()
+        }
+
+    # --- candidates --------------------------------------------------------------------------
+
+    def free(self, row: int) -> I64:
+        free = self._free.get(row)
+        if free is None:
+            free = self._free[row] = self.index.capacity[row] - self.index.used[row]
+        return free
+
+    def _free_rows(self, rows: Rows) -> I64:
+        """Free resources of `rows` as this plan leaves them."""
+        free: I64 = self.index.capacity[rows] - self.index.used[rows]
+        if self._free:
+            for position in np.flatnonzero(np.isin(rows, list(self._free))).tolist():
+                free[position] = self._free[int(rows[position])]
+        return free
+
+    def _owned_candidates(self) -> Rows:
+        index = self.index
+        rows = self.cache.owned(
+            self.key,
+            self.owner,
+            self.rules,
+            lambda: np.fromiter(index.owned_rows(self.owner), np.intp),
+        )
+        return rows[index.readable[rows]]
+
+    def _pool_list(self, msb: int) -> PoolEntry:
+        index = self.index
+
+        def build() -> Rows:
+            rows = np.fromiter(index.pool.get(msb, ()), np.intp)
+            rows = rows[(index.state[rows] == UP) & index.readable[rows]]
+            for rule in self.rules:
+                rows = rows[rule.accepts(rows)]
+            free = index.capacity[rows] - index.used[rows]
+            order = np.lexsort(
+                (
+                    rows,
+                    free[:, 0],
+                    free[:, 1],
+                    -(index.profile[rows] == self.profile).astype(np.int64)
+                    if self.profile != NONE
+                    else np.zeros(len(rows), np.int64),
+                    -preference_scores(index, self.job, rows),
+                )
+            )
+            best_first: Rows = rows[order]
+            return best_first
+
+        return self.cache.pool(self.key, self.owner, msb, build)
+
+    def _pull(self, domain: _Domain) -> int | None:
+        """The best free-pool machine of the domain that takes a task now, or None."""
+        index = self.index
+        column = self._domain_column()
+        for msb in domain.pool_msbs:
+            entry = self._pool_list(msb)
+            start = entry.start
+            while start < len(entry.rows):
+                chunk = entry.rows[start : start + _POOL_CHUNK]
+                in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
+                if not in_pool[0]:
+                    # Rows ahead of the first pool member left the pool for good.
+                    leading = int(np.argmax(in_pool)) if in_pool.any() else len(chunk)
+                    start = entry.start = start + leading
+                    continue
+                fits = (
+                    in_pool
+                    & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
+                    & (column[chunk] == domain.code)
+                )
+                for position in np.flatnonzero(fits).tolist():
+                    row = int(chunk[position])
+                    if row in self._taken or not self._within_machine_quota(row):
+                        continue
+                    return row
+                start += len(chunk)
+        return None
+
+    def _within_machine_quota(self, row: int) -> bool:
+        if self._machines_left is None:
+            return True
+        return self._machines_left.get(int(self.index.hw[row]), 0) > 0
+
+    # --- choosing ----------------------------------------------------------------------------
+
+    def choose(
+        self,
+        indexes: Sequence[int],
+        placed: Mapping[int, int],
+        keep: Mapping[int, int] | None = None,
+    ) -> Choice:
+        """Picks a row for each task of `indexes`.
+
+        `placed` holds the rows of the job's other tasks (they count for the spread); `keep`
+        proposes rows for some of `indexes` (an earlier attempt's choice after a conflict),
+        which are kept where they still fit and chosen again where not.
+        """
+        index = self.index
+        column = self._domain_column()
+        placements: dict[int, int] = {}
+        joined: set[int] = set()
+        budget = quota_room(index, self.entitlement, self.need)
+        counts = Counter(int(column[row]) for row in placed.values())
+        for task, kept in (keep or {}).items():
+            if task in indexes and budget > 0 and self._take(kept, joined, check=True):
+                placements[task] = kept
+                counts[int(column[kept])] += 1
+                budget -= 1
+        pending = [task for task in indexes if task not in placements]
+        domains = self._domains(counts)
+        heap = [self._heap_key(domain) for domain in domains.values()]
+        heapq.heapify(heap)
+        reason = ""
+        for task in pending:
+            if budget <= 0:
+                reason = quota_text(index, self.entitlement, self.need, 1) or "quota exceeded"
+                break
+            row: int | None = None
+            while heap and row is None:
+                domain = domains[heapq.heappop(heap)[-1]]
+                row = self._next_row(domain, joined)
+                if row is not None:
+                    domain.count += 1
+                    heapq.heappush(heap, self._heap_key(domain))
+            if row is None:
+                reason = "no machine fits: " + self.why_not()
+                break
+            placements[task] = row
+            budget -= 1
+        # The tasks are identical and space only shrinks: once one fits nowhere, none does.
+        unplaced = {task: reason for task in pending if task not in placements}
+        if unplaced and self.job.spec.placement.gang:
+            why = f"gang job: {len(placements)} of {len(indexes)} tasks fit, so none is placed"
+            return Choice({}, set(), dict.fromkeys(indexes, f"{why}; {reason}"))
+        return Choice(placements, joined, unplaced)
+
+    def _heap_key(self, domain: _Domain) -> tuple[int, int, int, int, int]:
+        # Bands of max_skew keep every domain within max_skew of the least loaded one; within
+        # a band, domains with room on the entitlement's own machines go first (stacking),
+        # then the one whose best machine satisfies the most important preferences.
+        owned_left = 0 if domain.position < len(domain.owned) else 1
+        return (
+            domain.count // self.skew,
+            owned_left,
+            -domain.head_score(),
+            domain.count,
+            domain.code,
+        )
+
+    def _domains(self, counts: Counter[int]) -> dict[int, _Domain]:
+        index = self.index
+        column = self._domain_column()
+        rows = self._owned_candidates()
+        rows = rows[self._affinity_mask(rows)]
+        domains: dict[int, _Domain] = {}
+        if len(rows):
+            free = self._free_rows(rows)
+            room = slots(free, self.need)
+            fitting = room > 0
+            rows, free, room = rows[fitting], free[fitting], room[fitting]
+            scores = preference_scores(index, self.job, rows)
+            codes = column[rows]
+            order = np.lexsort((rows, free[:, 1], free[:, 0], -scores, codes))
+            for row, code, left, score in zip(
+                rows[order].tolist(),
+                codes[order].tolist(),
+                room[order].tolist(),
+                scores[order].tolist(),
+                strict=True,
+            ):
+                domain = domains.get(code)
+                if domain is None:
+                    domain = domains[code] = _Domain(code, counts[code])
+                domain.owned.append(row)
+                domain.owned_slots.append(left)
+                domain.owned_scores.append(score)
+        if self._can_grow():
+            # Domains whose pool holds no machine for the job drop out at their first pull.
+            for code, msbs in self._pool_msbs().items():
+                domain = domains.get(code)
+                if domain is None:
+                    domain = domains[code] = _Domain(code, counts[code])
+                domain.pool_msbs = msbs
+        return domains
+
+    def _can_grow(self) -> bool:
+        left = self._machines_left
+        return left is None or any(count > 0 for count in left.values())
+
+    def _next_row(self, domain: _Domain, joined: set[int]) -> int | None:
+        while domain.position < len(domain.owned):
+            row = domain.owned[domain.position]
+            if domain.owned_slots[domain.position] > 0:
+                domain.owned_slots[domain.position] -= 1
+                self._take(row, joined, check=False)
+                if domain.owned_slots[domain.position] == 0:
+                    domain.position += 1
+                return row
+            domain.position += 1
+        if not domain.pool_msbs:
+            return None
+        pulled = self._pull(domain)
+        if pulled is None:
+            domain.pool_msbs = []
+            return None
+        self._take(pulled, joined, check=False)
+        room = int(slots(self.free(pulled)[None, :], self.need)[0])
+        if room > 0:
+            score = int(preference_scores(self.index, self.job, np.array([pulled]))[0])
+            domain.owned.insert(domain.position, pulled)
+            domain.owned_slots.insert(domain.position, room)
+            domain.owned_scores.insert(domain.position, score)
+        return pulled
+
+    def _take(self, row: int, joined: set[int], *, check: bool) -> bool:
+        """Charges one task to `row`, moving it into the entitlement if it is in the pool."""
+        index = self.index
+        free = self.free(row)
+        if check:
+            owner = int(index.owner[row])
+            usable = owner == self.owner or (
+                owner == NONE
+                and index.state[row] == UP
+                and row not in self._taken
+                and self._within_machine_quota(row)
+            )
+            rows = np.array([row], np.intp)
+            if (
+                not usable
+                or not len(passes([*self.rules, *self.affinity_rules], rows))
+                or slots(free[None, :], self.need)[0] <= 0
+            ):
+                return False
+        if index.owner[row] == NONE and row not in joined:
+            joined.add(row)
+            self._taken.add(row)
+            if self._machines_left is not None:
+                self._machines_left[int(index.hw[row])] -= 1
+        self._free[row] = free - self.need
+        return True
+
+    def _affinity_mask(self, rows: Rows) -> npt.NDArray[np.bool_]:
+        mask = np.ones(len(rows), np.bool_)
+        for rule in self.affinity_rules:
+            mask &= rule.accepts(rows)
+        return mask
+
+    # --- explaining --------------------------------------------------------------------------
+
+    def all_rules(self) -> list[Rule]:
+        rules = [
+            *self.rules,
+            ownership_rule(self.index, self.entitlement),
+            readable_rule(self.index),
+            *self.affinity_rules,
+            *resource_rules(self.index, self.need, self._free_rows),
+        ]
+        shortfall = quota_text(self.index, self.entitlement, self.need, 1)
+        rules.append(
+            Rule(
+                "quota",
+                "entitlement quota exceeded",
+                lambda rows: np.full(len(rows), shortfall is None),
+                lambda *_: shortfall or "",
+            )
+        )
+        return rules
+
+    def why_not(self) -> str:
+        """Why one more task fits nowhere: each rule's rejections over the whole region."""
+        filtered = apply_rules(self.index.live_rows(), self.all_rules())
+        if len(filtered.survivors):
+            return (
+                f"{len(filtered.survivors)} machines fit one task but not within the spread "
+                f"over {self.level.value} (max skew {self.skew}) or the entitlement's "
+                "machine quota"
+            )
+        return rejections(filtered.outcomes, filtered.considered, details=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A machine holding tasks of the job, and how it ranks for one more task."""
+
+    machine: str
+    tasks: list[int]
+    rank: int
+    preferences: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PreferenceCount:
+    rule: str
+    weight: int
+    matching: int
 
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
-    """Explain's answer for one task of a job: every rule's effect and a one-line summary."""
+    """Explain's answer: every hard rule's effect for one more task, and the ranking."""
 
     considered: int
+    fitting: int
+    entitlement_machines: int
     outcomes: list[RuleOutcome]
+    preferences: list[PreferenceCount]
+    chosen: list[Ranked]
     summary: str
 
 
-def _no_detail(examined: Sequence[Candidate], rejected: Sequence[Candidate]) -> str:
-    return ""
-
-
-def _listed(names: Iterable[str]) -> str:
-    return ", ".join(sorted(names))
-
-
-# --- attribute predicates --------------------------------------------------------------------
-
-
-def predicate_text(predicate: AttributePredicate) -> str:
-    """The predicate as people write it, e.g. "zone in [a, b]"."""
-    if predicate.op is ConstraintOp.EXISTS:
-        return f"{predicate.attribute} exists"
-    if predicate.op in (ConstraintOp.IN, ConstraintOp.NOT_IN):
-        return f"{predicate.attribute} {predicate.op.value} [{', '.join(predicate.values)}]"
-    return f"{predicate.attribute} {predicate.op.value} {predicate.value}"
-
-
-def matches(predicate: AttributePredicate, attributes: Mapping[str, str]) -> bool:
-    """Whether machine `attributes` satisfy `predicate`.
-
-    A missing attribute fails every operator except `!=` and `not_in`, which it satisfies (it
-    is not the excluded value); `>=` and `<=` fail for an attribute that is not a number.
-    """
-    actual = attributes.get(predicate.attribute)
-    match predicate.op:
-        case ConstraintOp.EXISTS:
-            return actual is not None
-        case ConstraintOp.EQ:
-            return actual == predicate.value
-        case ConstraintOp.NE:
-            return actual != predicate.value
-        case ConstraintOp.IN:
-            return actual in predicate.values
-        case ConstraintOp.NOT_IN:
-            return actual not in predicate.values
-        case ConstraintOp.GE | ConstraintOp.LE:
-            number = _number(actual)
-            # The model guarantees a numeric operand for these operators.
-            bound = float(predicate.value or "nan")
-            if number is None:
-                return False
-            return number >= bound if predicate.op is ConstraintOp.GE else number <= bound
-
-
-def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def preference_weight(job: Job, machine: Machine) -> int:
-    """The total weight of the job's preferences that `machine` satisfies."""
-    return sum(
-        preference.weight
-        for preference in job.spec.placement.preferences
-        if matches(preference, machine.attributes)
+def explain(planner: Planner) -> Explanation:
+    """Applies every rule for one more task of the job over the whole region and ranks the
+    machines that pass, as `choose` would order them (the spread aside)."""
+    index, job = planner.index, planner.job
+    filtered = apply_rules(index.live_rows(), planner.all_rules())
+    fitting = filtered.survivors
+    scores = preference_scores(index, job, fitting)
+    free = index.capacity[fitting] - index.used[fitting]
+    order = np.lexsort(
+        (fitting, free[:, 1], free[:, 0], -scores, index.owner[fitting] != planner.owner)
     )
-
-
-# --- hard rules ------------------------------------------------------------------------------
-
-
-def machine_rules(job: Job, entitlement: Entitlement) -> list[Rule]:
-    """The rules about the machine itself, in the order they apply: they hold for every task."""
-    placement = job.spec.placement
-    rules = [
-        Rule(
-            "state up",
-            "not up",
-            lambda c: c.machine.state is MachineState.UP,
-            lambda _, rejected: ", ".join(
-                f"{count} {state.value}"
-                for state, count in sorted(Counter(c.machine.state for c in rejected).items())
-            ),
-        ),
-        Rule(
-            f"entitlement free pool or {entitlement.name}",
-            "assigned to another entitlement",
-            lambda c: c.machine.entitlement in (None, entitlement.name),
-            lambda _, rejected: (
-                "assigned to " + _listed({c.machine.entitlement or "" for c in rejected})
-            ),
-        ),
+    rank_of = {int(row): rank + 1 for rank, row in enumerate(fitting[order].tolist())}
+    preferences = job.spec.placement.preferences
+    weights = effective_weights(job)
+    counts = [
+        PreferenceCount(
+            predicate_text(preference),
+            weight,
+            int(((scores >> (len(preferences) - 1 - i)) & 1).sum()),
+        )
+        for i, (preference, weight) in enumerate(zip(preferences, weights, strict=True))
     ]
-    allowed_by = [
-        (f"entitlement {entitlement.name}", entitlement.allowed_dcs),
-        (f"job {job.handle}", placement.datacenters),
-    ]
-    limits = [(who, dcs) for who, dcs in allowed_by if dcs]
-    if limits:
-        rules.append(
-            Rule(
-                "datacenter",
-                "datacenter not allowed",
-                lambda c: all(c.machine.topology.dc in dcs for _, dcs in limits),
-                lambda *_: "; ".join(f"{who} allows {_listed(dcs)}" for who, dcs in limits),
+    by_row: dict[int, list[int]] = {}
+    for task, row in sorted(index.jobs.get(job.handle, {}).items()):
+        by_row.setdefault(row, []).append(task)
+    chosen = []
+    for row, tasks in sorted(by_row.items(), key=lambda item: index.ids[item[0]]):
+        score = int(preference_scores(index, job, np.array([row], np.intp))[0])
+        chosen.append(
+            Ranked(
+                index.ids[row],
+                tasks,
+                rank_of.get(row, 0),
+                [
+                    predicate_text(preference)
+                    for i, preference in enumerate(preferences)
+                    if score >> (len(preferences) - 1 - i) & 1
+                ],
             )
         )
-    if placement.hardware_types:
-        hardware_types = placement.hardware_types
-        rules.append(
-            Rule(
-                "hardware type",
-                "hardware type not allowed",
-                lambda c: c.machine.hardware_type in hardware_types,
-                lambda *_: f"allowed: {_listed(hardware_types)}",
-            )
-        )
-    rules.extend(_constraint_rule(constraint) for constraint in placement.constraints)
-    return rules
-
-
-def _constraint_rule(constraint: AttributePredicate) -> Rule:
-    text = predicate_text(constraint)
-    return Rule(
-        f"constraint {text}",
-        f"fails constraint {text}",
-        lambda c: matches(constraint, c.machine.attributes),
-        _no_detail,
-    )
-
-
-def resource_rules(need: Resources) -> list[Rule]:
-    """One rule per dimension the task needs: the machine's free amount must cover it."""
-    return [_resource_rule(label, amount) for label, amount in need.amounts().items() if amount]
-
-
-def _resource_rule(label: str, need: int) -> Rule:
-    def free(candidate: Candidate) -> int:
-        return candidate.free.amounts().get(label, 0)
-
-    def closest_miss(examined: Sequence[Candidate], rejected: Sequence[Candidate]) -> str:
-        best = max((free(c) for c in examined), default=0)
-        return f"need {quantity_text(label, need)}, best has {quantity_text(label, best)} free"
-
-    return Rule(
-        f"resources.{label}", f"insufficient {label}", lambda c: free(c) >= need, closest_miss
-    )
-
-
-def quota_shortfall(entitlement: Entitlement, usage: Resources, need: Resources) -> str | None:
-    """Why `need` more does not fit in the entitlement's quota on top of `usage`, or None."""
-    quota, used = entitlement.quota.resources.amounts(), usage.amounts()
-    over = [
-        f"{label}: {quantity_text(label, amount)} more, {quantity_text(label, used.get(label, 0))}"
-        f" of {quantity_text(label, quota.get(label, 0))} in use"
-        for label, amount in need.amounts().items()
-        if amount and used.get(label, 0) + amount > quota.get(label, 0)
-    ]
-    if not over:
-        return None
-    return f"entitlement {entitlement.name} quota exceeded: {'; '.join(over)}"
-
-
-def apply_rules(candidates: Sequence[Candidate], rules: Sequence[Rule]) -> Filtered:
-    """Applies `rules` in order; each one sees only the machines every earlier rule accepted."""
-    survivors = list(candidates)
-    outcomes: list[RuleOutcome] = []
-    for rule in rules:
-        kept: list[Candidate] = []
-        rejected: list[Candidate] = []
-        for candidate in survivors:
-            (kept if rule.accepts(candidate) else rejected).append(candidate)
-        detail = rule.describe(survivors, rejected) if rejected else ""
-        outcomes.append(RuleOutcome(rule.name, rule.reason, len(rejected), detail))
-        survivors = kept
-    return Filtered(survivors, outcomes, len(candidates))
-
-
-def rejections(outcomes: Sequence[RuleOutcome], considered: int, *, details: bool) -> str:
-    """E.g. "3 of 4 machines: insufficient memory (need ...); 1 of 4: not up", largest first."""
-    if not considered:
-        return "the region has no machines"
-    parts: list[str] = []
-    for outcome in sorted((o for o in outcomes if o.rejected), key=lambda o: -o.rejected):
-        machines = " machines" if not parts else ""
-        detail = f" ({outcome.detail})" if details and outcome.detail else ""
-        parts.append(f"{outcome.rejected} of {considered}{machines}: {outcome.reason}{detail}")
-    return "; ".join(parts)
-
-
-# --- choosing --------------------------------------------------------------------------------
-
-
-def choose(
-    candidates: Sequence[Candidate],
-    job: Job,
-    entitlement: Entitlement,
-    usage: Resources,
-    indexes: Sequence[int],
-    placed: Mapping[int, str],
-) -> Choice:
-    """Picks a machine for each task of `indexes` in turn, as if the earlier ones were placed.
-
-    `placed` is where the job's other tasks are (for the spread), `usage` what the entitlement
-    holds now. Ranking: fewest of the job's tasks in the machine's spread domain, then the most
-    preference weight, then the least free memory and CPU (best fit), then the machine id.
-    """
-    need = job.spec.task.resources
-    level = job.spec.placement.spread.level
-    by_id = {candidate.id: candidate for candidate in candidates}
-    spread = Counter(
-        level.of(by_id[machine_id].machine.topology)
-        for machine_id in placed.values()
-        if machine_id in by_id
-    )
-    eligible = apply_rules(candidates, machine_rules(job, entitlement))
-    free = {c.id: c.free for c in eligible.survivors}
-    weight = {c.id: preference_weight(job, c.machine) for c in eligible.survivors}
-
-    def rank(c: Candidate) -> tuple[int, int, int, int, str]:
-        # The task's own size is the same for every machine, so ordering by free space before
-        # placing it orders by free space after it too.
-        left = free[c.id]
-        return (
-            spread[level.of(c.machine.topology)],
-            -weight[c.id],
-            left.memory_mib,
-            left.cpu,
-            c.id,
-        )
-
-    # Placing a task shrinks only the chosen machine's free space: the others keep fitting.
-    fitting = {c.id: c for c in eligible.survivors if need.fits_in(free[c.id])}
-    placements: dict[int, str] = {}
-    for position, index in enumerate(indexes):
-        reason = quota_shortfall(entitlement, usage, need)
-        if reason is None:
-            if fitting:
-                best = min(fitting.values(), key=rank)
-                placements[index] = best.id
-                free[best.id] = free[best.id] - need
-                if not need.fits_in(free[best.id]):
-                    del fitting[best.id]
-                spread[level.of(best.machine.topology)] += 1
-                usage = usage + need
-                continue
-            reason = "no machine fits: " + _no_fit(eligible, free, need)
-        # The tasks are identical and space only shrinks: none of the rest fits either.
-        return Choice(placements, dict.fromkeys(indexes[position:], reason))
-    return Choice(placements, {})
-
-
-def _no_fit(eligible: Filtered, free: Mapping[str, Resources], need: Resources) -> str:
-    now = [Candidate(c.id, c.machine, free[c.id]) for c in eligible.survivors]
-    resources = apply_rules(now, resource_rules(need))
-    return rejections([*eligible.outcomes, *resources.outcomes], eligible.considered, details=True)
-
-
-def explain(
-    candidates: Sequence[Candidate], job: Job, entitlement: Entitlement, usage: Resources
-) -> Explanation:
-    """Applies every rule for one more task of `job` and says what each one rejected."""
-    need = job.spec.task.resources
-    shortfall = quota_shortfall(entitlement, usage, need)
-    quota = Rule(
-        "quota",
-        "entitlement quota exceeded",
-        lambda _: shortfall is None,
-        lambda *_: shortfall or "",
-    )
-    rules = [*machine_rules(job, entitlement), *resource_rules(need), quota]
-    filtered = apply_rules(candidates, rules)
-    fitting = len(filtered.survivors)
     rejected = rejections(filtered.outcomes, filtered.considered, details=False)
-    if fitting:
-        summary = f"{fitting} of {filtered.considered} machines fit"
+    if len(fitting):
+        summary = f"{len(fitting)} of {filtered.considered} machines fit"
         summary += f"; {rejected}" if rejected else ""
     else:
         summary = rejected
-    return Explanation(filtered.considered, filtered.outcomes, summary)
+    return Explanation(
+        filtered.considered,
+        len(fitting),
+        len(index.owned.get(planner.owner, ())),
+        filtered.outcomes,
+        counts,
+        chosen,
+        summary,
+    )

@@ -6,21 +6,21 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+import time
 from datetime import UTC, datetime
 
 import grpc
 
 from tether.allocator.engine import Engine
-from tether.allocator.index import AllocationIndex
+from tether.allocator.index import AllocationIndex, sinks
 from tether.allocator.servicer import AllocatorServicer
 from tether.allocator.settings import AllocatorSettings
 from tether.model import AllocatorEndpoint, to_json
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.service import Service
-from tether.store import KeyValue, Store, StoreError, keys
+from tether.store import Store, StoreError, keys
+from tether.store.feed import PrefixFeed
 from tether.store.lease import LeaseKeeper
-from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
 
@@ -28,29 +28,6 @@ _log = logging.getLogger(__name__)
 _STOP_GRACE_S = 2.0
 # Pause between attempts to register again after the lease was lost.
 _REGISTER_RETRY_S = 1.0
-
-_Apply = Callable[[str, KeyValue | None, int], None]
-"""Applies one key's current value to the index: (last key segment, value or None, revision)."""
-
-
-class _Feed:
-    """A prefix mirror whose every key, those of its first listing included, goes to `apply`."""
-
-    def __init__(self, store: Store, prefix: str, apply: _Apply) -> None:
-        self._mirror = PrefixMirror(store, prefix, self._changed)
-        self._apply = apply
-
-    async def start(self) -> None:
-        await self._mirror.start()
-        # The mirror reports changes after its first listing only.
-        await self._changed(set(self._mirror.items))
-
-    async def stop(self) -> None:
-        await self._mirror.stop()
-
-    async def _changed(self, changed: set[str]) -> None:
-        for key in changed:
-            self._apply(keys.last_segment(key), self._mirror.items.get(key), self._mirror.revision)
 
 
 class Allocator(Service):
@@ -64,15 +41,9 @@ class Allocator(Service):
         self.name = f"allocator {settings.id}"
         self._store = store
         self.index = AllocationIndex()
-        index = self.index
-        self._feeds = [
-            _Feed(store, keys.ENTITLEMENTS, lambda name, kv, _: index.set_entitlement(name, kv)),
-            _Feed(
-                store, keys.MACHINES, lambda machine_id, kv, _: index.set_machine(machine_id, kv)
-            ),
-            _Feed(store, keys.ALLOCATIONS, index.set_allocation),
-        ]
-        self._engine = Engine(self._store, self.index, settings.max_attempts)
+        self.feeds = [PrefixFeed(store, prefix, sink) for prefix, sink in sinks(self.index).items()]
+        self.engine = Engine(self._store, self.index, settings.max_attempts, settings.idle_return_s)
+        self._idle_returns: asyncio.Task[None] | None = None
         self._server: grpc.aio.Server | None = None
         self._lease = LeaseKeeper(self._store, settings.lease_ttl_s)
         self._registration: asyncio.Task[None] | None = None
@@ -80,11 +51,18 @@ class Allocator(Service):
         """`host:port` of the gRPC server, set by `start()`."""
 
     async def start(self) -> None:
-        for feed in self._feeds:
+        started = time.monotonic()
+        for feed in self.feeds:
             await feed.start()
+        _log.info(
+            "%s indexed %d machines in %.1f s",
+            self.name,
+            len(self.index.live_rows()),
+            time.monotonic() - started,
+        )
         self._server = grpc.aio.server()
         allocator_pb2_grpc.add_AllocatorServicer_to_server(
-            AllocatorServicer(self._engine), self._server
+            AllocatorServicer(self.engine), self._server
         )
         port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await self._server.start()
@@ -93,19 +71,23 @@ class Allocator(Service):
         self._registration = asyncio.create_task(
             self._keep_registered(), name=f"{self.name} registration"
         )
+        self._idle_returns = asyncio.create_task(
+            self._return_idle_machines(), name=f"{self.name} idle machines"
+        )
         _log.info("%s serving on %s", self.name, self.address)
 
     async def stop(self) -> None:
-        if self._registration is not None:
-            self._registration.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._registration
-            self._registration = None
+        for task in (self._registration, self._idle_returns):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._registration = self._idle_returns = None
         await self._lease.stop(revoke=True)
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
             self._server = None
-        for feed in reversed(self._feeds):
+        for feed in reversed(self.feeds):
             await feed.stop()
         await self._store.close()
 
@@ -127,3 +109,14 @@ class Allocator(Service):
                 # Sets `lost` again (the lease may have been granted before the put failed).
                 await self._lease.stop(revoke=True)
                 await asyncio.sleep(_REGISTER_RETRY_S)
+
+    async def _return_idle_machines(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.idle_check_s)
+            try:
+                returned = await self.engine.return_idle(time.time())
+            except StoreError as error:
+                _log.warning("%s could not return idle machines: %s", self.name, error)
+                continue
+            if returned:
+                _log.info("%s returned %d idle machines to the free pool", self.name, returned)

@@ -22,6 +22,9 @@ from tether.store import StoreError, StoreUnavailable
 
 _log = logging.getLogger(__name__)
 
+_MAX_UINT64 = 2**64 - 1
+"""Effective preference weights grow fast; the message field is 64 bits."""
+
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 
@@ -106,12 +109,28 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
         except Exception as error:
             await _abort(context, error)
         return pb.ExplainResponse(
-            job_handle=result.job_handle,
+            job_handle=request.job_handle,
             machines_considered=result.considered,
+            machines_fitting=result.fitting,
+            entitlement_machines=result.entitlement_machines,
             rules=[
                 pb.RuleResult(rule=o.rule, machines_rejected=o.rejected, detail=o.detail)
                 for o in result.outcomes
             ],
-            chosen=[pb.Placement(task_index=i, machine_id=m) for i, m in result.chosen],
+            preferences=[
+                pb.PreferenceResult(
+                    rule=p.rule, weight=min(p.weight, _MAX_UINT64), machines_matching=p.matching
+                )
+                for p in result.preferences
+            ],
+            chosen_machines=[
+                pb.ChosenMachine(
+                    machine_id=c.machine,
+                    task_indexes=c.tasks,
+                    rank=c.rank,
+                    preferences=c.preferences,
+                )
+                for c in result.chosen
+            ],
             summary=result.summary,
         )

@@ -27,3 +27,12 @@ class AllocatorSettings(BaseSettings):
     max_attempts: int = Field(
         default=10, ge=1, description="Store transactions one Place or Release may try."
     )
+    idle_return_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a machine of an entitlement may hold no task before it goes "
+        "back to the free pool.",
+    )
+    idle_check_s: float = Field(
+        default=5.0, gt=0, description="How often idle machines are looked for."
+    )

@@ -38,6 +38,8 @@ from tether.model.resources import Resources
 from tether.model.topology import FaultDomain
 
 RESERVED_ENV_PREFIX = "TETHER_"
+MAX_PREFERENCES = 32
+"""Preference rules a job may list; placement ranks machines by one bit per rule."""
 
 
 def _not_reserved(name: str) -> str:
@@ -193,8 +195,8 @@ class Placement(TetherModel):
     """Empty means any hardware type."""
     datacenters: NameList = Field(default_factory=list)
     """Empty means any datacenter the entitlement allows."""
-    preferences: list[Preference] = Field(default_factory=list)
-    """In decreasing order of importance."""
+    preferences: list[Preference] = Field(default_factory=list, max_length=MAX_PREFERENCES)
+    """In decreasing order of importance: each rule outweighs all later rules together."""
     spread: Spread = Field(default_factory=Spread)
     affinities: list[Affinity] = Field(default_factory=list)
     gang: bool = False

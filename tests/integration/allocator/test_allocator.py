@@ -234,8 +234,11 @@ async def test_explain(region: Store, client: allocator_pb2_grpc.AllocatorAsyncS
     explained = await client.Explain(pb.ExplainRequest(job_handle="ads/web"))
     assert explained.job_handle == "ads/web"
     assert explained.machines_considered == MSBS
-    assert [p.task_index for p in explained.chosen] == [0]
+    [chosen] = explained.chosen_machines
+    assert list(chosen.task_indexes) == [0]
+    assert chosen.rank >= 1, "its machine still has room for another task"
     assert explained.summary == "4 of 4 machines fit"
+    assert (explained.machines_fitting, explained.entitlement_machines) == (4, 1)
 
     await put_job(region, job("big", memory=6000))
     big = await client.Explain(pb.ExplainRequest(job_handle="ads/big"))
@@ -243,7 +246,7 @@ async def test_explain(region: Store, client: allocator_pb2_grpc.AllocatorAsyncS
     memory = next(rule for rule in big.rules if rule.rule == "resources.memory")
     assert memory.machines_rejected == 4
     assert memory.detail == "need 6000 MiB, best has 4096 MiB free"
-    assert list(big.chosen) == []
+    assert list(big.chosen_machines) == []
 
 
 async def test_follows_the_store(
@@ -256,15 +259,14 @@ async def test_follows_the_store(
         await region.put(keys.allocation(f"m{n}"), to_json(full))
     await region.put(keys.machine("m9"), to_json(machine("m9", msb="msb9")))
 
-    async def usage() -> Resources:
-        return allocator.index.usage("ml")
+    async def usage() -> int:
+        memory = allocator.index.dimension_of["memory"]
+        return int(allocator.index.usage_of("ml")[memory])
 
-    async def m9() -> Machine | None:
-        return allocator.index.machine("m9")
+    async def m9() -> int | None:
+        return allocator.index.row_of.get("m9")
 
-    await eventually(
-        usage, lambda used: used.memory_mib == 4 * 4096, timeout_s=10, what="the fillers' usage"
-    )
+    await eventually(usage, lambda used: used == 4 * 4096, timeout_s=10, what="the fillers' usage")
     await eventually(m9, lambda found: found is not None, timeout_s=10, what="machine m9")
 
     response = await client.Place(
@@ -279,12 +281,13 @@ async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
     # An index filled once and never updated, so another writer's change surprises it.
     index = AllocationIndex()
     for kv in (await region.range(keys.MACHINES)).kvs:
-        index.set_machine(keys.last_segment(kv.key), kv)
+        index.set_machine(keys.last_segment(kv.key), kv.value)
     result = await region.range(keys.ALLOCATIONS)
     for kv in result.kvs:
         index.set_allocation(keys.last_segment(kv.key), kv, result.revision)
-    index.set_entitlement("ads", await region.get(keys.entitlement("ads")))
-    engine = Engine(region, index, max_attempts=10)
+    ads = await region.get(keys.entitlement("ads"))
+    index.set_entitlement("ads", ads.value if ads else None)
+    engine = Engine(region, index, max_attempts=10, idle_return_s=300)
 
     # m0 is the first choice for one task (all tie, then the id); someone else takes 3.5 GiB.
     filler = AllocationEntry(job="ml/filler", index=0, resources=Resources(memory_mib=3584))

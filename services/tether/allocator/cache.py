@@ -1,0 +1,118 @@
+"""The allocation cache: per job signature, the machines its hard rules accept, kept current."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tether.allocator.index import IndexListener
+from tether.allocator.rules import Rows, Rule, passes
+from tether.model import Entitlement, Job
+
+Signature = tuple[object, ...]
+"""Everything the machine rules and the pool order depend on; equal for jobs alike in it."""
+
+
+def signature(job: Job, entitlement: Entitlement) -> Signature:
+    placement = job.spec.placement
+    return (
+        entitlement.model_dump_json(include={"name", "allowed_dcs", "host_profile", "quota"}),
+        tuple(placement.datacenters),
+        tuple(placement.hardware_types),
+        tuple(c.model_dump_json() for c in placement.constraints),
+        tuple(p.model_dump_json() for p in placement.preferences),
+    )
+
+
+@dataclass(slots=True)
+class OwnedEntry:
+    """The entitlement's machines that pass the signature's machine rules."""
+
+    rules: Sequence[Rule]
+    rows: list[int]
+    array: Rows | None = None
+
+    def rows_array(self) -> Rows:
+        if self.array is None:
+            self.array = np.array(self.rows, np.intp)
+        return self.array
+
+
+@dataclass(slots=True)
+class PoolEntry:
+    """Free-pool machines of one MSB that pass the signature's machine rules, best first.
+
+    `start` skips rows known to have left the pool; rows that join the pool drop the entry.
+    """
+
+    rows: Rows
+    start: int = 0
+    taken: set[int] = field(default_factory=set)
+
+
+class ChoiceCache(IndexListener):
+    """Hard-rule results per job signature, updated as machines join and leave entitlements.
+
+    Placement asks it for an entitlement's eligible machines and for the eligible free-pool
+    machines of an MSB. A machine joining an entitlement is checked against that entitlement's
+    cached signatures and appended; anything else that could change a result drops the entries
+    it touches.
+    """
+
+    def __init__(self) -> None:
+        self._owned: dict[Signature, OwnedEntry] = {}
+        self._owned_by: dict[int, set[Signature]] = {}
+        self._pool: dict[tuple[Signature, int], PoolEntry] = {}
+        self._pool_by_msb: dict[int, set[Signature]] = {}
+        self._pool_by_owner: dict[int, set[tuple[Signature, int]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def owned(
+        self, key: Signature, owner: int, rules: Sequence[Rule], build: Callable[[], Rows]
+    ) -> Rows:
+        entry = self._owned.get(key)
+        if entry is None:
+            self.misses += 1
+            entry = self._owned[key] = OwnedEntry(rules, passes(rules, build()).tolist())
+            self._owned_by.setdefault(owner, set()).add(key)
+        else:
+            self.hits += 1
+        return entry.rows_array()
+
+    def pool(self, key: Signature, owner: int, msb: int, build: Callable[[], Rows]) -> PoolEntry:
+        entry = self._pool.get((key, msb))
+        if entry is None:
+            self.misses += 1
+            entry = self._pool[(key, msb)] = PoolEntry(build())
+            self._pool_by_msb.setdefault(msb, set()).add(key)
+            self._pool_by_owner.setdefault(owner, set()).add((key, msb))
+        else:
+            self.hits += 1
+        return entry
+
+    @property
+    def hit_ratio(self) -> float:
+        asked = self.hits + self.misses
+        return self.hits / asked if asked else 0.0
+
+    # --- IndexListener -----------------------------------------------------------------------
+
+    def joined(self, owner: int, row: int) -> None:
+        for key in self._owned_by.get(owner, ()):
+            entry = self._owned[key]
+            if len(passes(entry.rules, np.array([row], np.intp))):
+                entry.rows.append(row)
+                entry.array = None
+
+    def owner_changed(self, owner: int) -> None:
+        for key in self._owned_by.pop(owner, set()):
+            del self._owned[key]
+        for pool_key in self._pool_by_owner.pop(owner, set()):
+            self._pool.pop(pool_key, None)
+
+    def pool_changed(self, msb: int) -> None:
+        for key in self._pool_by_msb.pop(msb, set()):
+            self._pool.pop((key, msb), None)

@@ -1,0 +1,114 @@
+"""List a prefix, then follow its watch, handing every key to a sink that keeps no copy here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
+
+_log = logging.getLogger(__name__)
+
+_PAGE = 5000
+_RETRY_S = 0.5
+
+
+class FeedSink(Protocol):
+    """Where a feed's keys go; the sink decides what to keep of them."""
+
+    def begin_listing(self) -> None:
+        """A full listing starts: every key that exists will be `put` before `end_listing`."""
+
+    def put(self, kv: KeyValue) -> None:
+        """A key's current value."""
+
+    def delete(self, key: str, revision: int) -> None:
+        """A key was deleted at `revision`."""
+
+    def end_listing(self, revision: int) -> None:
+        """The listing at `revision` is complete: keys not put since `begin_listing` are gone."""
+
+
+class PrefixFeed:
+    """Like `PrefixMirror`, but for prefixes too large to hold twice (a million machines).
+
+    `start()` lists the prefix in pages of one snapshot and returns when the sink has all of it;
+    a watch then follows from the next revision. After a compaction the feed lists again.
+    """
+
+    def __init__(self, store: Store, prefix: str, sink: FeedSink) -> None:
+        self._store = store
+        self.prefix = prefix
+        self._sink = sink
+        self.revision = 0
+        self._advanced = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._list()
+        self._task = asyncio.create_task(self._follow(), name=f"feed {self.prefix}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def wait_for(self, revision: int) -> None:
+        """Returns once the sink has every change up to `revision`."""
+        async with self._advanced:
+            await self._advanced.wait_for(lambda: self.revision >= revision)
+
+    async def _list(self) -> None:
+        self._sink.begin_listing()
+        start_after: str | None = None
+        revision = 0
+        while True:
+            page = await self._store.range(
+                self.prefix, start_after=start_after, limit=_PAGE, revision=revision
+            )
+            revision = page.revision
+            for kv in page.kvs:
+                self._sink.put(kv)
+            if not page.more or not page.kvs:
+                break
+            start_after = page.kvs[-1].key
+        self._sink.end_listing(revision)
+        await self._advance(revision)
+
+    async def _advance(self, revision: int) -> None:
+        async with self._advanced:
+            self.revision = max(self.revision, revision)
+            self._advanced.notify_all()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async with self._store.watch(
+                    self.prefix, start_revision=self.revision + 1
+                ) as watch:
+                    async for events in watch:
+                        for event in events:
+                            if event.type is EventType.PUT:
+                                self._sink.put(event.kv)
+                            else:
+                                self._sink.delete(event.kv.key, event.revision)
+                        await self._advance(events[-1].revision)
+            except CompactedError:
+                _log.info("watch on %s compacted; listing again", self.prefix)
+                await self._relist()
+            except StoreError as error:
+                _log.warning("watch on %s failed, retrying: %s", self.prefix, error)
+                await asyncio.sleep(_RETRY_S)
+
+    async def _relist(self) -> None:
+        while True:
+            try:
+                await self._list()
+                return
+            except StoreError as error:
+                _log.warning("listing %s failed, retrying: %s", self.prefix, error)
+                await asyncio.sleep(_RETRY_S)
