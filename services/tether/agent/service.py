@@ -22,6 +22,7 @@ from tether.agent.cleanup import kill_now
 from tether.agent.limits import Limiter, Limits
 from tether.agent.logserver import log_server
 from tether.agent.procfs import is_alive, signal_process
+from tether.agent.profile import HostProfiles
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import (
     AttemptFiles,
@@ -84,7 +85,8 @@ class Attempt:
 
 
 class Agent(Service):
-    """Runs what `assignments/<machine>/` asks for and reports it in `task-status/`.
+    """Runs what `assignments/<machine>/` asks for and reports it in `task-status/`, once the
+    machine carries the host profile its allocation record asks for.
 
     Tasks are not children of the agent in any way that matters: each runs under a shim in its
     own session, so `stop()` (or a crash) leaves them running, and the next agent on the same
@@ -101,6 +103,9 @@ class Agent(Service):
         self._assignments = PrefixMirror(
             store, keys.assignments_of(machine.id), self._assignments_changed
         )
+        self._profiles = HostProfiles(
+            store, machine.id, settings, self.work_dir.host_profile, self._profile_switched
+        )
         self._limiter: Limiter | None = None
         self._keeper: LeaseKeeper | None = None
         self._desired: dict[TaskRef, Assignment] = {}
@@ -108,6 +113,8 @@ class Agent(Service):
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
         self._known: set[tuple[TaskRef, int]] = set()
         """Attempts that were started (or reported as never started) here: never start again."""
+        self._waiting: dict[TaskRef, tuple[int, str]] = {}
+        """The attempt and message last reported for tasks waiting for a host profile switch."""
         self._wake = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
         self.address = ""
@@ -124,8 +131,11 @@ class Agent(Service):
         advertised = self.machine.hostname if host in ("0.0.0.0", "::") else host
         self.address = f"http://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
+        self.machine = _with_profile(self.machine, self._profiles.load())
         await self._register()
         self._adopt()
+        # Before the assignments: the first pass already knows whether tasks must wait.
+        await self._profiles.start()
         await self._assignments.start()
         self._update_desired(self._assignments.items)
         self._workers = [
@@ -141,6 +151,7 @@ class Agent(Service):
                 await worker
         self._workers = []
         await self._assignments.stop()
+        await self._profiles.stop()
         if self._keeper is not None:
             await self._keeper.stop(revoke=True)
         await self._http.stop()
@@ -152,15 +163,18 @@ class Agent(Service):
         """Grants a lease and puts the heartbeat on it."""
         keeper = LeaseKeeper(self._store, self._settings.lease_ttl_s)
         lease = await keeper.start()
-        heartbeat = AgentHeartbeat(
-            machine=self.machine, address=self.address, pid=os.getpid(), started_at=self._started_at
-        )
         try:
-            await self._store.put(keys.heartbeat(self.machine.id), to_json(heartbeat), lease=lease)
+            await self._put_heartbeat(lease)
         except BaseException:
             await keeper.stop(revoke=True)
             raise
         self._keeper = keeper
+
+    async def _put_heartbeat(self, lease: int) -> None:
+        heartbeat = AgentHeartbeat(
+            machine=self.machine, address=self.address, pid=os.getpid(), started_at=self._started_at
+        )
+        await self._store.put(keys.heartbeat(self.machine.id), to_json(heartbeat), lease=lease)
 
     async def _stay_registered(self) -> None:
         while True:
@@ -175,6 +189,22 @@ class Agent(Service):
                 except StoreError as error:
                     _log.warning("cannot register: %s; retrying", error)
                     await asyncio.sleep(RETRY_S)
+
+    async def _profile_switched(self, profile: str) -> None:
+        """Starts the tasks that waited, and announces the new profile in the heartbeat."""
+        self.machine = _with_profile(self.machine, profile)
+        self._wake.set()
+        while True:
+            keeper = self._keeper
+            assert keeper is not None
+            try:
+                await self._put_heartbeat(keeper.lease)
+                return
+            except StoreError as error:
+                if keeper.lost.is_set():
+                    return  # registering again puts the heartbeat with the new profile
+                _log.warning("cannot announce host profile %s: %s; retrying", profile, error)
+                await asyncio.sleep(RETRY_S)
 
     # --- assignments -------------------------------------------------------------------------
 
@@ -230,13 +260,22 @@ class Agent(Service):
         for task, attempts in list(self._attempts.items()):
             for attempt in list(attempts.values()):
                 await self._observe(attempt, desired.get(task))
-        for task, assignment in desired.items():
-            if (task, assignment.attempt) in self._known:
-                continue
-            if assignment.desired is DesiredState.RUNNING:
-                await self._launch(task, assignment)
-            else:
+        new = [(t, a) for t, a in desired.items() if (t, a.attempt) not in self._known]
+        to_start = {task for task, a in new if a.desired is DesiredState.RUNNING}
+        waiting = await self._profiles.blocking() if to_start else None
+        # Forget what was reported for tasks that no longer wait (started, stopped, gone).
+        self._waiting = {
+            task: reported
+            for task, reported in self._waiting.items()
+            if waiting is not None and task in to_start
+        }
+        for task, assignment in new:
+            if task not in to_start:
                 await self._report_never_started(task, assignment)
+            elif waiting is not None:
+                await self._report_waiting(task, assignment, waiting)
+            else:
+                await self._launch(task, assignment)
 
     def _adopt(self) -> None:
         """Takes over the attempts a previous agent left in the work dir."""
@@ -421,6 +460,14 @@ class Agent(Service):
             "TETHER_MACHINE": self.machine.id,
         }
 
+    async def _report_waiting(self, task: TaskRef, assignment: Assignment, message: str) -> None:
+        """A task that may not start before the host profile switch is `placed`, saying why."""
+        if self._waiting.get(task) == (assignment.attempt, message):
+            return
+        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        await self._report(attempt, TaskState.PLACED, allow_create=True, message=message)
+        self._waiting[task] = (assignment.attempt, message)
+
     async def _report_never_started(self, task: TaskRef, assignment: Assignment) -> None:
         """An attempt stopped before it ever ran here is `killed`, so the scheduler can let go."""
         attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
@@ -456,7 +503,8 @@ class Agent(Service):
                 current.attempt,
                 current.machine,
                 current.state,
-            ) == (attempt.number, self.machine.id, state):
+                current.message,
+            ) == (attempt.number, self.machine.id, state, fields.get("message", "")):
                 attempt.reported = state
                 return True
             if not self._may_write(current, attempt.number, allow_create):
@@ -488,6 +536,10 @@ class Agent(Service):
         if current is None or current.attempt != attempt or current.machine != self.machine.id:
             return allow_create and (current is None or current.attempt < attempt)
         return current.state not in TERMINAL_STATES
+
+
+def _with_profile(machine: Machine, profile: str | None) -> Machine:
+    return Machine.model_validate({**dict(machine), "host_profile_current": profile})
 
 
 def _parse_assignment(kv: KeyValue, task: TaskRef) -> Assignment | None:

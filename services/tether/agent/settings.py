@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CgroupMode = Literal["auto", "v2", "v1", "none"]
 
 
 class AgentSettings(BaseSettings):
-    """How the agent keeps its lease, where it keeps task files and how it limits tasks."""
+    """How the agent keeps its lease, where it keeps task files, how it limits tasks and how it
+    switches host profiles."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_AGENT_", extra="ignore")
 
@@ -41,3 +43,34 @@ class AgentSettings(BaseSettings):
     keep_attempts: int = Field(
         default=3, ge=1, description="Attempt directories (with logs) kept per task."
     )
+    profile_hook: str = Field(
+        default="",
+        description="Command that switches the machine to a host profile, split like a shell "
+        "command line but run without a shell, with TETHER_HOST_PROFILE and "
+        "TETHER_HOST_PROFILE_SETTINGS (JSON) in its environment; empty: no hook.",
+    )
+    profile_hook_timeout_s: float = Field(
+        default=300.0, gt=0, description="How long the hook may run before it counts as failed."
+    )
+    profile_switch_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Least duration of a switch to a profile that has no HostProfile record "
+        "(a record's switch_seconds applies otherwise).",
+    )
+    profile_retry_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Pause before retrying a failed switch; doubles with every failure.",
+    )
+
+    @field_validator("profile_hook")
+    @classmethod
+    def _hook_splits(cls, hook: str) -> str:
+        shlex.split(hook)  # raises ValueError (unbalanced quotes): a settings error at start
+        return hook
+
+    @property
+    def profile_hook_argv(self) -> list[str]:
+        """The hook's command and arguments; empty when no hook is configured."""
+        return shlex.split(self.profile_hook)

@@ -146,12 +146,14 @@ class AttemptFiles:
 
 
 class WorkDir:
-    """`<root>/tasks/<ent>/<job>/<index>/<attempt>/` per attempt, and `.../<index>/sandbox/` as
-    the working directory every attempt of the task shares."""
+    """`<root>/tasks/<ent>/<job>/<index>/<attempt>/` per attempt, `.../<index>/sandbox/` as
+    the working directory every attempt of the task shares, and `<root>/host-profile.json`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.tasks = self.root / "tasks"
+        self.host_profile = self.root / "host-profile.json"
+        """The host profile the machine last finished switching to (`CurrentProfile`)."""
 
     def task_dir(self, task: TaskRef) -> Path:
         return self.tasks / task.entitlement / task.job / str(task.index)

@@ -6,8 +6,16 @@ from typing import Any, Final
 
 from tether.model import AgentHeartbeat, Machine, MachineState
 
-INVENTORY_FIELDS: Final = ("hostname", "topology", "hardware_type", "capacity", "attributes")
-"""What an agent announces and the broker copies; every other field belongs to someone else."""
+INVENTORY_FIELDS: Final = (
+    "hostname",
+    "topology",
+    "hardware_type",
+    "capacity",
+    "attributes",
+    "host_profile_current",
+)
+"""What an agent announces and the broker copies (the agent is the authority on the profile it
+has switched to); every other field belongs to someone else."""
 
 
 class HeartbeatMismatch(ValueError):
@@ -33,9 +41,9 @@ def _inventory(machine: Machine) -> dict[str, Any]:
 def record_for(announced: Machine, recorded: Machine | None) -> Machine | None:
     """The machine record to write, or None when `recorded` already says what was announced.
 
-    A new machine starts `up` in the free pool. A known one gets the announced inventory fields
-    and keeps what others decided: its state (health checker, drains), entitlement and host
-    profiles.
+    A new machine starts `up`. A known one gets the announced inventory fields and keeps what
+    others decided: its state (health checker, drains). Which entitlement owns the machine and
+    the profile it should carry live in its allocation record, which the broker only creates.
     """
     if recorded is None:
         return Machine(id=announced.id, state=MachineState.UP, **_inventory(announced))

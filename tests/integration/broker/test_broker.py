@@ -52,25 +52,28 @@ async def test_a_heartbeat_creates_the_machine_and_an_empty_allocation(store: St
 
 
 @pytest.mark.usefixtures("broker")
-async def test_a_changed_capacity_is_recorded_and_state_and_entitlement_kept(store: Store) -> None:
+async def test_a_changed_announcement_is_recorded_and_the_state_kept(store: Store) -> None:
     async with heartbeating(store, make_machine("m1")):
         machine = await eventually(
             lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
         )
-    # Others' decisions: the health checker's state and the allocator's entitlement.
+    # The health checker's decision, which the broker keeps.
     assert machine is not None
-    decided = machine.model_copy(update={"state": MachineState.DOWN, "entitlement": "team"})
+    decided = machine.model_copy(update={"state": MachineState.DOWN})
     await store.put(keys.machine("m1"), to_json(decided))
 
+    # The agent announces more capacity and the host profile it has switched to.
     bigger = Resources(cpu=16000, memory_mib=65536, disk_gib=100)
-    async with heartbeating(store, make_machine("m1", capacity=bigger)):
+    announced = make_machine("m1", capacity=bigger, host_profile_current="web")
+    async with heartbeating(store, announced):
         updated = await eventually(
             lambda: read_machine(store, "m1"),
             lambda found: found is not None and found.capacity == bigger,
             timeout_s=TIMEOUT_S,
             what="the new capacity",
         )
-    assert updated == decided.model_copy(update={"capacity": bigger})
+    assert updated == announced.model_copy(update={"state": MachineState.DOWN})
+    assert updated.host_profile_current == "web"
 
 
 @pytest.mark.usefixtures("broker")

@@ -27,13 +27,16 @@ from tether.store import Store, keys
 NOW = datetime.now(UTC)
 
 
-def machine(machine_id: str, state: MachineState = MachineState.UP) -> Machine:
+def machine(
+    machine_id: str, state: MachineState = MachineState.UP, host_profile: str | None = None
+) -> Machine:
     return Machine(
         id=machine_id,
         hostname=f"{machine_id}.example",
         topology=Topology(region="test", dc="dc1", msb="msb1", rack="r1"),
         hardware_type="std",
         capacity=Resources(cpu=8000, memory_mib=16384),
+        host_profile_current=host_profile,
         state=state,
     )
 
@@ -119,17 +122,19 @@ async def test_tasks_show_effective_states(region: Region) -> None:
     assert_problem(await region.api.get("/v1/jobs/team-a/nope/tasks", headers=ALICE), 404)
 
 
-async def test_machines_show_allocated_and_free_resources(region: Region) -> None:
+async def test_machines_show_resources_owner_and_host_profiles(region: Region) -> None:
     store = region.store
-    for machine_id in ("m2", "m1"):
-        await store.put(keys.machine(machine_id), to_json(machine(machine_id)))
+    # m1 still carries profile batch while its allocation record asks for web.
+    await store.put(keys.machine("m1"), to_json(machine("m1", host_profile="batch")))
+    await store.put(keys.machine("m2"), to_json(machine("m2")))
     entries = {
         f"team-a/web/{index}": AllocationEntry(
             job="team-a/web", index=index, resources=Resources(cpu=1000, memory_mib=512)
         )
         for index in (0, 1)
     }
-    await store.put(keys.allocation("m1"), to_json(Allocation(machine="m1", tasks=entries)))
+    owned = Allocation(machine="m1", entitlement="team-a", host_profile="web", tasks=entries)
+    await store.put(keys.allocation("m1"), to_json(owned))
     await store.put(keys.allocation("m2"), to_json(Allocation(machine="m2")))
     heartbeat = AgentHeartbeat(
         machine=machine("m1"), address="http://127.0.0.1:1", pid=1, started_at=NOW
@@ -146,7 +151,9 @@ async def test_machines_show_allocated_and_free_resources(region: Region) -> Non
         "topology": {"region": "test", "dc": "dc1", "msb": "msb1", "rack": "r1"},
         "hardware_type": "std",
         "state": "up",
-        "entitlement": None,
+        "entitlement": "team-a",
+        "host_profile": "web",
+        "host_profile_current": "batch",
         "capacity": zero | {"cpu": 8000, "memory_mib": 16384},
         "allocated": zero | {"cpu": 2000, "memory_mib": 1024},
         "free": zero | {"cpu": 6000, "memory_mib": 15360},
@@ -154,6 +161,7 @@ async def test_machines_show_allocated_and_free_resources(region: Region) -> Non
         "heartbeat": True,
     }
     assert (m2["id"], m2["tasks"], m2["heartbeat"]) == ("m2", 0, False)
+    assert (m2["entitlement"], m2["host_profile"], m2["host_profile_current"]) == (None, None, None)
     assert m2["free"] == m2["capacity"]
     assert_problem(await region.api.get("/v1/machines"), 401)
 

@@ -42,7 +42,7 @@ def in_state(state: MachineState) -> Callable[[Machine | None], bool]:
 async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
     store: Store, store_url: str
 ) -> None:
-    machine = make_machine("m1", entitlement="team")
+    machine = make_machine("m1", host_profile_current="web")
     await record(store, machine)
     async with checker(store_url), heartbeating(store, machine, ttl_s=1) as agent:
         # The lease may be granted longer than asked (etcd has a minimum): ask it.

@@ -23,24 +23,17 @@ from tether.model import (
 from tether.store import KeyValue, Store, keys
 
 
-def test_a_new_machine_is_recorded_up_in_the_free_pool() -> None:
-    # Whatever the agent put in the fields it does not own is not taken over.
-    announced = make_machine(
-        state=MachineState.DRAINING, entitlement="team", host_profile_target="gpu"
-    )
+def test_a_new_machine_is_recorded_up_with_what_its_agent_announced() -> None:
+    # The state is not the agent's to say; the profile it switched to is.
+    announced = make_machine(state=MachineState.DRAINING, host_profile_current="web")
     record = record_for(announced, None)
     assert record is not None
-    assert record.state is MachineState.UP
-    assert (record.entitlement, record.host_profile_target) == (None, None)
-    assert record.model_dump(include={"id", "hostname", "topology", "capacity", "attributes"}) == (
-        announced.model_dump(include={"id", "hostname", "topology", "capacity", "attributes"})
-    )
-    assert record.hardware_type == announced.hardware_type
+    assert record == announced.model_copy(update={"state": MachineState.UP})
 
 
 def test_an_unchanged_machine_needs_no_write() -> None:
-    recorded = make_machine(state=MachineState.DOWN, entitlement="team")
-    assert record_for(make_machine(), recorded) is None
+    recorded = make_machine(state=MachineState.DOWN, host_profile_current="web")
+    assert record_for(make_machine(host_profile_current="web"), recorded) is None
 
 
 @pytest.mark.parametrize(
@@ -51,24 +44,20 @@ def test_an_unchanged_machine_needs_no_write() -> None:
         {"topology": Topology(region="r1", dc="dc1", msb="msb2", rack="r7")},
         {"hardware_type": "gpu-a100"},
         {"attributes": {"os": "linux", "kernel": "6.1"}},
+        {"host_profile_current": "batch"},
+        {"host_profile_current": None},
     ],
 )
-def test_a_changed_machine_keeps_state_entitlement_and_host_profiles(
+def test_a_changed_machine_takes_the_announcement_and_keeps_its_state(
     change: dict[str, Any],
 ) -> None:
-    recorded = make_machine(
-        state=MachineState.DRAINING,
-        entitlement="team",
-        host_profile_current="web",
-        host_profile_target="batch",
-    )
-    record = record_for(make_machine(**change), recorded)
+    recorded = make_machine(state=MachineState.DRAINING, host_profile_current="web")
+    announced = make_machine(**{"host_profile_current": "web"} | change)
+    record = record_for(announced, recorded)
     assert record is not None
     field = next(iter(change))
     assert getattr(record, field) == change[field]
     assert record.state is MachineState.DRAINING
-    assert record.entitlement == "team"
-    assert (record.host_profile_current, record.host_profile_target) == ("web", "batch")
     # Nothing else changes: the record is the recorded one with the announced change.
     assert record == recorded.model_copy(update=change)
 

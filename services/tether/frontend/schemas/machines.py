@@ -1,4 +1,4 @@
-"""Machine views: inventory, state, and what the machine's allocation holds."""
+"""Machine views: inventory, state, and what the machine's allocation record holds and says."""
 
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ class MachineView(View):
     hardware_type: str
     state: MachineState
     entitlement: str | None
+    """The entitlement that owns the machine (its allocation record); None: the free pool."""
+    host_profile: str | None
+    """The host profile the machine should carry (its allocation record)."""
+    host_profile_current: str | None
+    """The host profile its agent last finished switching to."""
     capacity: Resources
     allocated: Resources
     free: Resources
@@ -34,7 +39,9 @@ class MachineView(View):
             topology=machine.topology,
             hardware_type=machine.hardware_type,
             state=machine.state,
-            entitlement=machine.entitlement,
+            entitlement=allocation.entitlement if allocation else None,
+            host_profile=allocation.host_profile if allocation else None,
+            host_profile_current=machine.host_profile_current,
             capacity=machine.capacity,
             allocated=allocated,
             free=machine.capacity - allocated if fits else Resources(),
