@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from tether.allocator.index import AllocationIndex
 from tether.store import Get, Put, RangeResult, Store, key_missing, keys, mod_revision_is
@@ -21,7 +22,7 @@ class Change:
 
 def encode(record: Mapping[str, Any]) -> bytes:
     """An allocation record as stored: the JSON of `tether.model.Allocation`."""
-    return json.dumps(record, separators=(",", ":")).encode()
+    return orjson.dumps(record)
 
 
 async def commit(store: Store, index: AllocationIndex, changes: Mapping[int, Change]) -> bool:
@@ -43,7 +44,9 @@ async def commit(store: Store, index: AllocationIndex, changes: Mapping[int, Cha
     reads = [Get(machine_keys[row]) for row in changes]
     result = await store.txn(compares, puts, reads)
     if result.succeeded:
-        index.record_commit(values, result.revision)
+        index.record_commit(
+            {row: change.record for row, change in changes.items()}, result.revision
+        )
         return True
     for row, read in zip(changes, result.results, strict=True):
         assert isinstance(read, RangeResult)

@@ -9,17 +9,18 @@ placement reads a few thousand rows instead of a million.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from pydantic import ValidationError
 
 from tether.model import Allocation, Entitlement, Machine, MachineState, Resources, from_json
@@ -72,14 +73,29 @@ class Codes:
         return None if code == NONE else self.names[code]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
+class Shape:
+    """Resources some tasks hold, interned: as stored (JSON data) and as a column vector."""
+
+    data: dict[str, Any]
+    vector: I64
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class TaskRef:
     """A task held in an allocation record, and what it holds."""
 
     job: str
     index: int
-    entitlement: str
-    resources: I64
+    shape: Shape
+
+    @property
+    def entitlement(self) -> str:
+        return self.job.split("/", 1)[0]
+
+
+ParsedRecord = tuple[int, int, float, tuple[TaskRef, ...]]
+"""An allocation record as the columns keep it: owner, target profile, idle since, tasks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +143,8 @@ class AllocationIndex:
         self._allocate(_INITIAL_ROWS)
         self.attributes: dict[str, I32] = {}
         self._numbers: dict[str, npt.NDArray[np.float64]] = {}
-        self._records: list[bytes | None] = []
+        self._tasks: list[tuple[TaskRef, ...]] = []
+        self._shapes: dict[bytes, Shape] = {}
         self._statics: list[MachineInfo | None] = []
         # Derived from the columns and kept with them.
         self.owned: dict[int, set[int]] = {}
@@ -218,7 +235,7 @@ class AllocationIndex:
         if row is None:
             row = self.row_of[machine_id] = len(self.ids)
             self.ids.append(machine_id)
-            self._records.append(None)
+            self._tasks.append(())
             self._statics.append(None)
             if row >= len(self.state):
                 self._grow()
@@ -302,7 +319,7 @@ class AllocationIndex:
 
     def _decode_machine(self, machine_id: str, value: bytes) -> MachineInfo | None:
         try:
-            data = json.loads(value)
+            data = orjson.loads(value)
             topology = data["topology"]
             dc, msb, rack = topology["dc"], topology["msb"], topology["rack"]
             capacity = data["capacity"]
@@ -364,48 +381,62 @@ class AllocationIndex:
         held = int(self.revision[row])
         if kv is None:
             if held and held < revision:
-                self._replace_record(row, None, 0)
+                self._apply_record(row, None, 0)
             return
         if kv.mod_revision > held:
-            self._replace_record(row, kv.value, kv.mod_revision)
+            self._apply_record(row, self._decode_record(row, kv.value), kv.mod_revision)
 
-    def record_commit(self, records: Mapping[int, bytes], revision: int) -> None:
+    def record_commit(self, records: Mapping[int, Mapping[str, Any]], revision: int) -> None:
         """Applies allocation records (by row) this allocator wrote in transaction `revision`."""
-        for row, value in records.items():
+        for row, data in records.items():
             if revision > self.revision[row]:
-                self._replace_record(row, value, revision)
+                self._apply_record(row, self._parse_record(data, self._tasks[row]), revision)
 
     def record(self, row: int) -> dict[str, Any]:
-        """The row's allocation record as plain JSON data (an empty one when there is none)."""
-        value = self._records[row]
-        if value is None:
-            return {"machine": self.ids[row], "tasks": {}}
-        data: dict[str, Any] = json.loads(value)
-        return data
+        """The row's allocation record as the JSON data of `tether.model.Allocation`."""
+        idle = float(self.idle_since[row])
+        return {
+            "machine": self.ids[row],
+            "entitlement": self.owners.name(int(self.owner[row])),
+            "host_profile": self.profiles.name(int(self.target[row])),
+            "idle_since": None
+            if math.isnan(idle)
+            else datetime.fromtimestamp(idle, UTC).isoformat(),
+            "tasks": {
+                f"{task.job}/{task.index}": {
+                    "job": task.job,
+                    "index": task.index,
+                    "resources": task.shape.data,
+                }
+                for task in self._tasks[row]
+            },
+        }
 
-    def tasks_of(self, row: int) -> list[TaskRef]:
+    def tasks_of(self, row: int) -> tuple[TaskRef, ...]:
         """The tasks the row's allocation record holds."""
-        return self._decode_tasks(self._records[row])
+        return self._tasks[row]
 
-    def _replace_record(self, row: int, value: bytes | None, revision: int) -> None:
-        old_tasks = self._decode_tasks(self._records[row])
+    def _apply_record(self, row: int, parsed: ParsedRecord | None, revision: int) -> None:
+        """Replaces the row's record: None is a missing record (revision 0) or an unreadable
+        one, which keeps the machine out of placement until it is fixed."""
         old_owner = int(self.owner[row])
-        parsed = self._decode_record(row, value)
-        self._records[row] = value
-        self.revision[row] = revision
+        owner, target, idle, tasks = parsed or (NONE, NONE, math.nan, ())
+        old_tasks = self._tasks[row]
+        # Unchanged tasks are the same objects (see _parse_record): only the difference costs.
+        kept = {id(task) for task in tasks}
+        before = {id(task) for task in old_tasks}
+        used = self.used[row]
         for task in old_tasks:
-            self._forget_task(row, task)
-        if parsed is None:
-            self.readable[row] = value is None
-            owner, target, idle, tasks = NONE, NONE, math.nan, list[TaskRef]()
-        else:
-            self.readable[row] = True
-            owner, target, idle, tasks = parsed
-        used = np.zeros(len(self.dimensions), np.int64)
+            if id(task) not in kept:
+                self._forget_task(row, task)
+                used[: len(task.shape.vector)] -= task.shape.vector
         for task in tasks:
-            self._remember_task(row, task)
-            used[: len(task.resources)] += task.resources
-        self.used[row] = used
+            if id(task) not in before:
+                self._remember_task(row, task)
+                used[: len(task.shape.vector)] += task.shape.vector
+        self._tasks[row] = tasks
+        self.revision[row] = revision
+        self.readable[row] = parsed is not None or revision == 0
         self.task_count[row] = len(tasks)
         self.target[row] = target
         self.idle_since[row] = idle
@@ -433,10 +464,12 @@ class AllocationIndex:
 
     def _remember_task(self, row: int, task: TaskRef) -> None:
         self.jobs.setdefault(task.job, {})[task.index] = row
-        usage = self.usage.get(task.entitlement)
+        entitlement = task.entitlement
+        usage = self.usage.get(entitlement)
         if usage is None:
-            usage = self.usage[task.entitlement] = np.zeros(len(self.dimensions), np.int64)
-        usage[: len(task.resources)] += task.resources
+            usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
+        vector = task.shape.vector
+        usage[: len(vector)] += vector
 
     def _forget_task(self, row: int, task: TaskRef) -> None:
         placed = self.jobs.get(task.job)
@@ -444,65 +477,57 @@ class AllocationIndex:
             del placed[task.index]
             if not placed:
                 del self.jobs[task.job]
-        usage = self.usage.get(task.entitlement)
+        entitlement = task.entitlement
+        usage = self.usage.get(entitlement)
         if usage is not None:
-            usage[: len(task.resources)] -= task.resources
+            vector = task.shape.vector
+            usage[: len(vector)] -= vector
             if not usage.any():
-                del self.usage[task.entitlement]
+                del self.usage[entitlement]
 
-    def _decode_record(
-        self, row: int, value: bytes | None
-    ) -> tuple[int, int, float, list[TaskRef]] | None:
-        if value is None:
-            return None
+    def _decode_record(self, row: int, value: bytes) -> ParsedRecord | None:
         try:
-            data = json.loads(value)
-            owner = data.get("entitlement")
-            target = data.get("host_profile")
-            idle = data.get("idle_since")
-            tasks = self._tasks_from(data["tasks"])
-            if (
-                not (owner is None or isinstance(owner, str))
-                or data.get("machine") != self.ids[row]
-            ):
+            data = orjson.loads(value)
+            if data.get("machine") != self.ids[row]:
                 raise ValueError("malformed")
-            return (
-                NONE if owner is None else self.owners.code(owner),
-                NONE if target is None else self.profiles.code(target),
-                math.nan if idle is None else datetime.fromisoformat(idle).timestamp(),
-                tasks,
-            )
+            return self._parse_record(data, self._tasks[row])
         except (ValueError, KeyError, TypeError, AttributeError):
             try:
                 from_json(Allocation, value, stored=True)
-                reason = f"machine {self.ids[row]} expected"
+                reason = f"it names another machine than {self.ids[row]}"
             except ValidationError as error:
                 reason = str(error)
             # Unknown content: placing anything there could over-commit the machine.
             _log.warning("machine %s: unreadable allocation record: %s", self.ids[row], reason)
             return None
 
-    def _decode_tasks(self, value: bytes | None) -> list[TaskRef]:
-        if value is None:
-            return []
-        try:
-            return self._tasks_from(json.loads(value)["tasks"])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return []
+    def _parse_record(self, data: Mapping[str, Any], previous: tuple[TaskRef, ...]) -> ParsedRecord:
+        owner = data.get("entitlement")
+        target = data.get("host_profile")
+        idle = data.get("idle_since")
+        if not (owner is None or isinstance(owner, str)):
+            raise ValueError("malformed")
+        known = {(task.job, task.index): task for task in previous}
+        tasks = []
+        for entry in data["tasks"].values():
+            job, index, resources = entry["job"], int(entry["index"]), entry["resources"]
+            task = known.get((job, index))
+            if task is None or not (resources is task.shape.data or resources == task.shape.data):
+                task = TaskRef(_job_name(job), index, self._shape(resources))
+            tasks.append(task)
+        return (
+            NONE if owner is None else self.owners.code(owner),
+            NONE if target is None else self.profiles.code(target),
+            math.nan if idle is None else datetime.fromisoformat(idle).timestamp(),
+            tuple(tasks),
+        )
 
-    def _tasks_from(self, tasks: Mapping[str, Any]) -> list[TaskRef]:
-        refs = []
-        for entry in tasks.values():
-            job = entry["job"]
-            refs.append(
-                TaskRef(
-                    job,
-                    int(entry["index"]),
-                    job.split("/", 1)[0],
-                    self._vector_of(entry["resources"]),
-                )
-            )
-        return refs
+    def _shape(self, resources: Mapping[str, Any]) -> Shape:
+        key = orjson.dumps(resources, option=orjson.OPT_SORT_KEYS)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = Shape(dict(resources), self._vector_of(resources))
+        return shape
 
     # --- entitlements ------------------------------------------------------------------------
 
@@ -569,6 +594,11 @@ _FILL: Final[dict[str, Any]] = {
     "task_count": 0,
     "idle_since": math.nan,
 }
+
+
+def _job_name(handle: str) -> str:
+    """One string object per job handle, however many tasks name it (freed with the last)."""
+    return sys.intern(handle)
 
 
 def _number(text: str) -> float:

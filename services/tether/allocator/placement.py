@@ -52,18 +52,24 @@ class Choice:
 
 @dataclass(slots=True)
 class _Domain:
-    """One fault domain's candidates for the job: its owned rows (best first), then the pool."""
+    """One fault domain's candidates for the job: the entitlement's machines (best first, with
+    how many tasks each still takes), then machines pulled from the free pool one at a time."""
 
     code: int
     count: int
-    owned: list[int] = field(default_factory=list)
-    owned_slots: list[int] = field(default_factory=list)
-    owned_scores: list[int] = field(default_factory=list)
+    rows: Rows = field(default_factory=lambda: np.zeros(0, np.intp))
+    room: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    scores: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     position: int = 0
+    pulled: int = NONE
+    pulled_room: int = 0
     pool_msbs: list[int] = field(default_factory=list)
 
     def head_score(self) -> int:
-        return self.owned_scores[self.position] if self.position < len(self.owned) else 0
+        return int(self.scores[self.position]) if self.position < len(self.rows) else 0
+
+    def owned_left(self) -> bool:
+        return self.position < len(self.rows)
 
 
 class Planner:
@@ -270,7 +276,7 @@ class Planner:
         # Bands of max_skew keep every domain within max_skew of the least loaded one; within
         # a band, domains with room on the entitlement's own machines go first (stacking),
         # then the one whose best machine satisfies the most important preferences.
-        owned_left = 0 if domain.position < len(domain.owned) else 1
+        owned_left = 0 if domain.owned_left() else 1
         return (
             domain.count // self.skew,
             owned_left,
@@ -292,20 +298,15 @@ class Planner:
             rows, free, room = rows[fitting], free[fitting], room[fitting]
             scores = preference_scores(index, self.job, rows)
             codes = column[rows]
-            order = np.lexsort((rows, free[:, 1], free[:, 0], -scores, codes))
-            for row, code, left, score in zip(
-                rows[order].tolist(),
-                codes[order].tolist(),
-                room[order].tolist(),
-                scores[order].tolist(),
-                strict=True,
-            ):
-                domain = domains.get(code)
-                if domain is None:
-                    domain = domains[code] = _Domain(code, counts[code])
-                domain.owned.append(row)
-                domain.owned_slots.append(left)
-                domain.owned_scores.append(score)
+            order = np.lexsort((rows, free[:, 0], free[:, 1], -scores, codes))
+            rows, room, scores, codes = rows[order], room[order], scores[order], codes[order]
+            # One slice of the sorted arrays per domain: no Python loop over the machines.
+            present, starts = np.unique(codes, return_index=True)
+            ends = [*starts[1:].tolist(), len(codes)] if len(codes) else []
+            for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True):
+                domains[code] = _Domain(
+                    code, counts[code], rows[start:end], room[start:end], scores[start:end]
+                )
         if self._can_grow():
             # Domains whose pool holds no machine for the job drop out at their first pull.
             for code, msbs in self._pool_msbs().items():
@@ -320,15 +321,20 @@ class Planner:
         return left is None or any(count > 0 for count in left.values())
 
     def _next_row(self, domain: _Domain, joined: set[int]) -> int | None:
-        while domain.position < len(domain.owned):
-            row = domain.owned[domain.position]
-            if domain.owned_slots[domain.position] > 0:
-                domain.owned_slots[domain.position] -= 1
-                self._take(row, joined, check=False)
-                if domain.owned_slots[domain.position] == 0:
+        while domain.position < len(domain.rows):
+            position = domain.position
+            if domain.room[position] > 0:
+                domain.room[position] -= 1
+                if domain.room[position] == 0:
                     domain.position += 1
+                row = int(domain.rows[position])
+                self._take(row, joined, check=False)
                 return row
             domain.position += 1
+        if domain.pulled_room > 0:
+            domain.pulled_room -= 1
+            self._take(domain.pulled, joined, check=False)
+            return domain.pulled
         if not domain.pool_msbs:
             return None
         pulled = self._pull(domain)
@@ -336,12 +342,8 @@ class Planner:
             domain.pool_msbs = []
             return None
         self._take(pulled, joined, check=False)
-        room = int(slots(self.free(pulled)[None, :], self.need)[0])
-        if room > 0:
-            score = int(preference_scores(self.index, self.job, np.array([pulled]))[0])
-            domain.owned.insert(domain.position, pulled)
-            domain.owned_slots.insert(domain.position, room)
-            domain.owned_scores.insert(domain.position, score)
+        domain.pulled = pulled
+        domain.pulled_room = int(slots(self.free(pulled)[None, :], self.need)[0])
         return pulled
 
     def _take(self, row: int, joined: set[int], *, check: bool) -> bool:
