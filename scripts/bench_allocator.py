@@ -25,8 +25,10 @@ quota, and no task sits on two machines; and --plot shows the free CPU and memor
 before and after.
 
 Prints one JSON line on stdout (progress goes to stderr):
-  machines, allocators, jobs (Place calls of the stream), tasks_placed (all, large job
-  included), fill (the higher of the CPU and memory fraction placed) and fill_reached;
+  machines, allocators, jobs (Place calls of the stream; jobs_fully_placed of them placed
+  every task), tasks_placed (all, large job included), fill (the higher of the CPU and memory
+  fraction placed) and fill_reached,
+  jobs_left (jobs of the stream never placed: 0 means the stream ran dry before the fill);
   build_s (index build from the store, slowest allocator), rss_mib (peak RSS of the allocator
   process, VmHWM, the largest over workers; with one allocator that process also generated the
   job stream); job_allocs_per_s and task_placements_per_s (regular jobs over the fill's wall
@@ -118,11 +120,14 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-async def prepare(url: str, region: Region, plans: list[JobPlan]) -> None:
+async def prepare(url: str, region: Region, plans: list[JobPlan], large: JobPlan | None) -> None:
     async with open_store(url) as store:
-        extra = [large_entitlement(plans[-1].count)] if plans[-1].name == "large-job" else []
-        await write_region(store, region, extra)
-        await write_jobs(store, plans)
+        if large is None:
+            await write_region(store, region, [])
+            await write_jobs(store, plans)
+        else:
+            await write_region(store, region, [large_entitlement(large.count)])
+            await write_jobs(store, [*plans, large])
 
 
 async def read_back(url: str) -> Audit:
@@ -200,7 +205,9 @@ def summary(
         "build_s": round(max(r["build_s"] for r in results), 2),
         "rss_mib": round(max(r["rss_mib"] for r in results)),
         "jobs": calls,
+        "jobs_fully_placed": sum(r["complete"] for r in results),
         "jobs_written": len(plans),
+        "jobs_left": sum(r["jobs_left"] for r in results),
         "mean_tasks_per_job": round(sum(p.count for p in plans) / max(len(plans), 1), 1),
         "tasks_placed": regular_tasks + large_tasks,
         "fill": round(max(fill_cpu, fill_memory), 4),
@@ -251,7 +258,7 @@ def main() -> None:
             server.start()
             url = server.url
         try:
-            asyncio.run(prepare(url, region, plans + ([large] if large else [])))
+            asyncio.run(prepare(url, region, plans, large))
             log(f"region and jobs written in {time.monotonic() - started:.0f} s")
             shares = [
                 Share(

@@ -66,6 +66,8 @@ class Filler:
     cpu: int = 0
     memory_mib: int = 0
     calls: int = 0
+    complete: int = 0
+    """Calls that placed every task of their job."""
     tasks_placed: int = 0
     unplaced: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
@@ -117,6 +119,7 @@ class Filler:
     async def regular(self, plan: JobPlan) -> None:
         placed, seconds = await self.call(plan)
         self.calls += 1
+        self.complete += placed == plan.count
         self.tasks_placed += placed
         self.latencies_ms.append(seconds * 1000)
 
@@ -162,6 +165,7 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
         "rss_mib": rss_mib,
         "fill_s": filler.busy_s,
         "calls": filler.calls,
+        "complete": filler.complete,
         "jobs_left": sum(1 for _ in jobs),
         "tasks_placed": filler.tasks_placed,
         "cpu": filler.cpu,
