@@ -1,10 +1,17 @@
-"""Hand-built machines, jobs and entitlements for the allocator's tests."""
+"""Hand-built machines, jobs and entitlements for the allocator's tests, and a storeless region."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
+from tether.allocator.engine import Engine
+from tether.allocator.index import AllocationIndex
+from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import (
+    Allocation,
+    AllocationEntry,
     Entitlement,
     Job,
     JobSpec,
@@ -15,7 +22,9 @@ from tether.model import (
     Resources,
     TaskTemplate,
     Topology,
+    to_json,
 )
+from tether.store import KeyValue, Store, keys
 
 BIG = 10**9
 
@@ -28,17 +37,22 @@ def machine(
     rack: str = "r1",
     memory: int = 4096,
     cpu: int = 4000,
+    disk: int = 0,
+    gpus: int = 0,
+    extra: dict[str, int] | None = None,
     state: MachineState = MachineState.UP,
     hardware: str = "std",
     attributes: dict[str, str] | None = None,
+    profile: str | None = None,
 ) -> Machine:
     return Machine(
         id=machine_id,
         hostname=f"{machine_id}.example",
         topology=Topology(region="r", dc=dc, msb=msb, rack=rack),
         hardware_type=hardware,
-        capacity=Resources(cpu=cpu, memory_mib=memory),
+        capacity=Resources(cpu=cpu, memory_mib=memory, disk_gib=disk, gpus=gpus, extra=extra or {}),
         attributes=attributes or {},
+        host_profile_current=profile,
         state=state,
     )
 
@@ -50,6 +64,9 @@ def job(
     count: int = 3,
     memory: int = 1024,
     cpu: int = 500,
+    disk: int = 0,
+    gpus: int = 0,
+    extra: dict[str, int] | None = None,
     placement: Placement | None = None,
     generation: int = 1,
     deleting: bool = False,
@@ -63,7 +80,9 @@ def job(
             package="web",
             version="1.0",
             command="sleep",
-            resources=Resources(cpu=cpu, memory_mib=memory),
+            resources=Resources(
+                cpu=cpu, memory_mib=memory, disk_gib=disk, gpus=gpus, extra=extra or {}
+            ),
         ),
         placement=placement or Placement(),
     )
@@ -75,10 +94,120 @@ def entitlement(
     *,
     memory: int = BIG,
     cpu: int = BIG,
+    disk: int = BIG,
+    gpus: int = BIG,
+    extra: dict[str, int] | None = None,
+    machines: dict[str, int] | None = None,
     allowed_dcs: list[str] | None = None,
+    host_profile: str | None = None,
 ) -> Entitlement:
     return Entitlement(
         name=name,
-        quota=Quota(resources=Resources(cpu=cpu, memory_mib=memory)),
+        quota=Quota(
+            resources=Resources(
+                cpu=cpu, memory_mib=memory, disk_gib=disk, gpus=gpus, extra=extra or {}
+            ),
+            machines=machines or {},
+        ),
         allowed_dcs=allowed_dcs or [],
+        host_profile=host_profile,
     )
+
+
+def allocation(
+    machine_id: str,
+    *tasks: tuple[str, int, Resources],
+    owner: str | None = None,
+    host_profile: str | None = None,
+) -> Allocation:
+    """An allocation record holding `tasks` as (job handle, index, resources)."""
+    entries = [
+        AllocationEntry(job=handle, index=index, resources=resources)
+        for handle, index, resources in tasks
+    ]
+    return Allocation(
+        machine=machine_id,
+        entitlement=owner,
+        host_profile=host_profile,
+        tasks={entry.task_id: entry for entry in entries},
+    )
+
+
+class Region:
+    """An allocation index with the choice cache an allocator replica keeps, fed and committed
+    to as the replica does it, without a store: revisions are counted here."""
+
+    def __init__(self) -> None:
+        self.index = AllocationIndex()
+        # The engine's own cache and record building; its store is never used here.
+        self.engine = Engine(cast(Store, None), self.index, max_attempts=1, idle_return_s=0.0)
+        self.cache = self.engine.cache
+        self.revision = 0
+
+    def _next_revision(self) -> int:
+        self.revision += 1
+        return self.revision
+
+    def add(self, *machines: Machine) -> Region:
+        for added in machines:
+            self.index.set_machine(added.id, to_json(added))
+        return self
+
+    def entitle(self, *entitlements: Entitlement) -> Region:
+        for added in entitlements:
+            self.index.set_entitlement(added.name, to_json(added))
+        return self
+
+    def put_record(self, machine_id: str, value: Allocation | bytes) -> int:
+        """Stores `allocations/<machine_id>` as the watch would deliver it; returns its
+        revision."""
+        revision = self._next_revision()
+        data = value if isinstance(value, bytes) else to_json(value)
+        kv = KeyValue(keys.allocation(machine_id), data, 1, revision, 1)
+        self.index.set_allocation(machine_id, kv, revision)
+        return revision
+
+    def row(self, machine_id: str) -> int:
+        return self.index.row_of[machine_id]
+
+    def ids(self, rows: Iterable[int]) -> list[str]:
+        return sorted(self.index.ids[row] for row in rows)
+
+    def planner(self, placed_job: Job, owner: Entitlement) -> Planner:
+        return Planner(self.index, self.cache, placed_job, owner)
+
+    def choose(
+        self,
+        placed_job: Job,
+        owner: Entitlement,
+        indexes: Sequence[int] | None = None,
+        keep: Mapping[int, int] | None = None,
+    ) -> Choice:
+        """Chooses rows for `indexes` (default: every task not placed yet) as Place does."""
+        held = dict(self.index.jobs.get(placed_job.handle, {}))
+        if indexes is None:
+            indexes = [i for i in range(placed_job.spec.count) if i not in held]
+        return self.planner(placed_job, owner).choose(indexes, held, keep)
+
+    def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
+        """Applies the records Place would write for `choice`, as a successful commit does."""
+        changes = self.engine._changes(placed_job, owner, choice)
+        revision = self._next_revision()
+        self.index.record_commit({row: c.record for row, c in changes.items()}, revision)
+        return revision
+
+    def place(
+        self, placed_job: Job, owner: Entitlement, indexes: Sequence[int] | None = None
+    ) -> Choice:
+        choice = self.choose(placed_job, owner, indexes)
+        self.commit(placed_job, owner, choice)
+        return choice
+
+    def placements(self, placed_job: Job) -> dict[int, str]:
+        return self.index.placements(placed_job.handle)
+
+    def explain(self, placed_job: Job, owner: Entitlement) -> Explanation:
+        return explain(self.planner(placed_job, owner))
+
+    def owner_of(self, machine_id: str) -> str | None:
+        return self.index.owners.name(int(self.index.owner[self.row(machine_id)]))
