@@ -7,8 +7,8 @@ from typing import Literal
 
 import pytest
 
-from tests.support.allocator_builders import Region, entitlement, job, machine
-from tether.model import Affinity, ConstraintOp, Placement, Preference
+from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
+from tether.model import Affinity, ConstraintOp, Placement, Preference, Resources
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +93,39 @@ def test_kept_row_whose_record_turns_unreadable_is_chosen_again() -> None:
     assert region.ids(region.choose(job(count=1), ads).placements.values()) == ["b"]
     again = region.choose(job(count=1), ads, keep=first.placements)
     assert region.ids(again.placements.values()) == ["b"]
+
+
+def test_machine_whose_unreadable_record_is_fixed_is_chosen_again() -> None:
+    ads = entitlement()
+    region = Region().add(machine("broken", memory=2048), machine("fine", memory=1024))
+    region.entitle(ads)
+    region.put_record("broken", b"[1, 2]")
+    assert region.ids(region.choose(job(count=2), ads).placements.values()) == ["fine"]
+    region.put_record("broken", allocation("broken"))
+    choice = region.choose(job(count=2), ads)
+    assert region.ids(choice.placements.values()) == ["broken", "fine"]
+
+
+def test_quota_reason_counts_the_tasks_of_the_request() -> None:
+    ads = entitlement(memory=4096)
+    region = Region().add(*(machine(f"m{n}", msb=f"msb{n}", memory=8192) for n in range(3)))
+    region.entitle(ads)
+    region.put_record("m0", allocation("m0", ("ads/old", 0, Resources(memory_mib=2048))))
+    choice = region.choose(job(count=3), ads)
+    assert len(choice.placements) == 2
+    # The bare "quota exceeded" names neither the entitlement nor the dimension.
+    assert choice.unplaced == {
+        2: "entitlement ads quota exceeded: memory: 1024 MiB more, 4096 MiB of 4096 MiB in use"
+    }
+
+
+def test_kept_tasks_on_one_free_pool_machine_are_all_kept() -> None:
+    ads = entitlement()
+    region = Region().add(machine("a", memory=3072), machine("b", memory=4096)).entitle(ads)
+    first = region.choose(job(count=2), ads)
+    assert region.ids(first.placements.values()) == ["a", "a"]
+    # Another allocator took 1 GiB of "a" meanwhile: both kept tasks still fit.
+    region.put_record("a", allocation("a", ("ads/other", 0, Resources(memory_mib=1024))))
+    again = region.choose(job(count=2), ads, keep=first.placements)
+    assert again.placements == first.placements
+    assert again.joined == first.joined

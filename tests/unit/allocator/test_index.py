@@ -1,107 +1,277 @@
-"""The index: records only move forward, and usage, placements and free space follow them."""
+"""The columnar index: machine and allocation records become columns and the sets around them."""
 
 from __future__ import annotations
 
-from tests.support.allocator_builders import entitlement, machine
-from tether.allocator.index import AllocationIndex
-from tether.model import Allocation, AllocationEntry, Resources, to_json
+import logging
+
+import numpy as np
+import pytest
+
+from tests.support.allocator_builders import Region, allocation, entitlement, machine
+from tether.allocator.index import ABSENT, NONE, UP, AllocationIndex
+from tether.model import Allocation, MachineState, Resources, from_json, to_json
 from tether.store import KeyValue
 
-
-def kv(key: str, value: bytes, revision: int) -> KeyValue:
-    return KeyValue(key, value, create_revision=1, mod_revision=revision, version=1)
+GIB = Resources(memory_mib=1024)
 
 
-def allocation(machine_id: str, *tasks: tuple[str, int, int]) -> Allocation:
-    entries = [
-        AllocationEntry(job=job, index=index, resources=Resources(memory_mib=memory))
-        for job, index, memory in tasks
-    ]
-    return Allocation(machine=machine_id, tasks={entry.task_id: entry for entry in entries})
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    # Unreadable records are logged as warnings by design; the tests assert the effect.
+    logging.getLogger("tether.allocator.index").setLevel(logging.ERROR)
 
 
-def indexed(*machine_ids: str) -> AllocationIndex:
-    index = AllocationIndex()
-    for machine_id in machine_ids:
-        index.set_machine(machine_id, kv(f"m/{machine_id}", to_json(machine(machine_id)), 1))
-    return index
+def memory(region: Region, machine_id: str) -> tuple[int, int]:
+    """(capacity, used) of the machine's memory column."""
+    index = region.index
+    row, column = region.row(machine_id), index.dimension_of["memory"]
+    return int(index.capacity[row, column]), int(index.used[row, column])
 
 
-def free_memory(index: AllocationIndex) -> dict[str, int]:
-    return {c.id: c.free.memory_mib for c in index.candidates()}
+def usage(region: Region, name: str) -> dict[str, int]:
+    amounts = region.index.usage_of(name)
+    return {label: int(amounts[i]) for i, label in enumerate(region.index.dimensions) if amounts[i]}
 
 
-def test_allocations_drive_usage_placements_and_free_space() -> None:
-    index = indexed("m1", "m2")
-    index.set_allocation("m1", kv("a/m1", to_json(allocation("m1", ("ads/web", 0, 1024))), 5), 5)
-    index.set_allocation(
-        "m2", kv("a/m2", to_json(allocation("m2", ("ads/web", 1, 512), ("ml/x", 0, 256))), 6), 6
+def test_machine_record_fills_the_columns() -> None:
+    region = Region().add(
+        machine(
+            "m1",
+            dc="dc2",
+            msb="msb3",
+            rack="r4",
+            memory=8192,
+            cpu=16000,
+            disk=100,
+            gpus=2,
+            hardware="gpu",
+            attributes={"zone": "a"},
+            profile="fast",
+        )
     )
-    assert index.placements("ads/web") == {0: "m1", 1: "m2"}
-    assert index.usage("ads") == Resources(memory_mib=1536)
-    assert index.usage("ml") == Resources(memory_mib=256)
-    assert free_memory(index) == {"m1": 3072, "m2": 3328}
-    assert index.record("m1").revision == 5
+    index, row = region.index, region.row("m1")
+    assert dict(zip(index.dimensions, index.capacity[row].tolist(), strict=True)) == {
+        "cpu": 16000,
+        "memory": 8192,
+        "disk": 100,
+        "gpus": 2,
+    }
+    assert index.state[row] == UP
+    assert index.dcs.name(int(index.dc[row])) == "dc2"
+    assert index.msbs.name(int(index.msb[row])) == "dc2/msb3"
+    assert index.racks.name(int(index.rack[row])) == "dc2/msb3/r4"
+    assert index.msb_dc[int(index.msb[row])] == index.dc[row]
+    assert index.rack_msb[int(index.rack[row])] == index.msb[row]
+    assert index.hardware.name(int(index.hw[row])) == "gpu"
+    assert index.profiles.name(int(index.profile[row])) == "fast"
+    assert index.attribute_values["zone"].name(int(index.attributes["zone"][row])) == "a"
+    # A new machine without a record is in the free pool of its MSB.
+    assert index.owner[row] == NONE
+    assert index.pool[int(index.msb[row])] == {row}
+    assert index.machines_present() == ["m1"]
 
-    # Task 0 moves away from m1: only the changed record is re-read.
-    index.set_allocation("m1", kv("a/m1", to_json(allocation("m1")), 7), 7)
+
+def test_same_rack_name_under_two_msbs_is_two_racks() -> None:
+    region = Region().add(machine("a", msb="msb1", rack="r1"), machine("b", msb="msb2", rack="r1"))
+    index = region.index
+    assert index.rack[region.row("a")] != index.rack[region.row("b")]
+
+
+def test_machine_changes_move_it_between_pools_and_states() -> None:
+    region = Region().add(machine("m1", msb="msb1", attributes={"zone": "a", "ssd": "1"}))
+    index, row = region.index, region.row("m1")
+    old_msb = int(index.msb[row])
+    region.add(machine("m1", msb="msb2", state=MachineState.DRAINING, attributes={"zone": "b"}))
+    new_msb = int(index.msb[row])
+    assert index.pool[old_msb] == set()
+    assert index.pool[new_msb] == {row}
+    assert index.state[row] != UP
+    assert index.attribute_values["zone"].name(int(index.attributes["zone"][row])) == "b"
+    # An attribute the machine no longer has is missing, not kept.
+    assert index.attributes["ssd"][row] == NONE
+
+
+def test_deleted_or_invalid_machine_leaves_the_live_rows() -> None:
+    region = Region().add(machine("m1"), machine("m2"))
+    index = region.index
+    index.set_machine("m2", None)
+    assert index.state[region.row("m2")] == ABSENT
+    assert index.machines_present() == ["m1"]
+    index.set_machine("m1", b"garbage")
+    assert index.machines_present() == []
+    # A record naming another machine is not that machine.
+    index.set_machine("m1", to_json(machine("m9")))
+    assert index.machines_present() == []
+    index.set_machine("m1", to_json(machine("m1")))
+    assert index.machines_present() == ["m1"]
+    # Deleting a machine never seen adds no row.
+    index.set_machine("ghost", None)
+    assert "ghost" not in index.row_of
+
+
+def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
+    region = Region().add(machine("m1"), machine("m2", hardware="big"))
+    index = region.index
+    m1, m2 = region.row("m1"), region.row("m2")
+    record = allocation("m1", ("ads/web", 0, GIB), ("ml/x", 3, Resources(cpu=250)), owner="ads")
+    revision = region.put_record("m1", record)
+    assert memory(region, "m1") == (4096, 1024)
+    assert int(index.used[m1, index.dimension_of["cpu"]]) == 250
+    assert index.revision[m1] == revision
+    assert index.task_count[m1] == 2
+    ads = index.owners.find("ads")
+    assert index.owner[m1] == ads
+    assert index.owned[ads] == {m1}
+    assert index.owned_hardware[ads] == {index.hardware.find("std"): 1}
+    assert m1 not in index.pool[int(index.msb[m1])]
+    assert index.jobs == {"ads/web": {0: m1}, "ml/x": {3: m1}}
+    assert index.placements("ads/web") == {0: "m1"}
+    assert usage(region, "ads") == {"memory": 1024}
+    assert usage(region, "ml") == {"cpu": 250}
+    # The record the index gives back is the one stored.
+    assert from_json(Allocation, to_json(Allocation.model_validate(index.record(m1)))) == record
+
+    region.put_record("m2", allocation("m2", ("ads/web", 1, GIB), owner="ads"))
+    assert index.owned[ads] == {m1, m2}
+    assert usage(region, "ads") == {"memory": 2048}
+    # Task 0 leaves m1 and the machine returns to the free pool.
+    region.put_record("m1", allocation("m1", ("ml/x", 3, Resources(cpu=250))))
     assert index.placements("ads/web") == {1: "m2"}
-    assert index.usage("ads") == Resources(memory_mib=512)
-    assert free_memory(index)["m1"] == 4096
+    assert usage(region, "ads") == {"memory": 1024}
+    assert memory(region, "m1") == (4096, 0)
+    assert index.owner[m1] == NONE
+    assert index.owned[ads] == {m2}
+    assert index.owned_hardware[ads] == {
+        index.hardware.find("std"): 0,
+        index.hardware.find("big"): 1,
+    }
+    assert m1 in index.pool[int(index.msb[m1])]
 
 
-def test_older_values_are_ignored() -> None:
-    index = indexed("m1")
-    index.record_commit({"m1": allocation("m1", ("ads/web", 0, 1024))}, 10)
+def test_record_commit_applies_and_old_revisions_are_ignored() -> None:
+    region = Region().add(machine("m1"))
+    index, row = region.index, region.row("m1")
+    record = allocation("m1", ("ads/web", 0, GIB), owner="ads").model_dump(mode="json")
+    index.record_commit({row: record}, 10)
+    assert index.revision[row] == 10
+    assert index.placements("ads/web") == {0: "m1"}
     # The watch delivers an older value after the allocator's own commit.
-    index.set_allocation("m1", kv("a/m1", to_json(allocation("m1")), 8), 8)
-    assert index.record("m1").revision == 10
+    index.set_allocation("m1", KeyValue("allocations/m1", to_json(allocation("m1")), 1, 8, 1), 8)
+    assert index.revision[row] == 10
+    assert index.placements("ads/web") == {0: "m1"}
+    index.record_commit({row: allocation("m1").model_dump(mode="json")}, 9)
     assert index.placements("ads/web") == {0: "m1"}
     # A deletion seen before the commit is older too; one seen after it applies.
     index.set_allocation("m1", None, 9)
-    assert index.record("m1").revision == 10
+    assert index.revision[row] == 10
     index.set_allocation("m1", None, 11)
-    assert index.record("m1").revision == 0
+    assert index.revision[row] == 0
     assert index.placements("ads/web") == {}
-    assert index.usage("ads").is_zero()
-
-
-def test_missing_record_is_empty_at_revision_zero() -> None:
-    index = indexed("m1")
-    record = index.record("m1")
-    assert record.revision == 0
-    assert record.allocation == Allocation(machine="m1")
-    assert free_memory(index) == {"m1": 4096}
-
-
-def test_unreadable_or_overfull_records_leave_no_free_space() -> None:
-    index = indexed("m1", "m2")
-    index.set_allocation("m1", kv("a/m1", b"{not json", 3), 3)
-    index.set_allocation("m2", kv("a/m2", to_json(allocation("m2", ("ads/web", 0, 5000))), 4), 4)
-    assert index.record("m1").allocation is None
-    assert free_memory(index) == {"m1": 0, "m2": 0}
-
-
-def test_machines_and_entitlements_come_and_go() -> None:
-    index = indexed("m1", "m2")
-    index.set_machine("m2", None)
-    assert [c.id for c in index.candidates()] == ["m1"]
-    index.set_machine("m1", kv("m/m1", b"garbage", 2))
-    assert list(index.candidates()) == []
-
-    index.set_entitlement("ads", kv("e/ads", to_json(entitlement()), 3))
-    assert index.entitlement("ads") == entitlement()
-    index.set_entitlement("ads", None)
-    assert index.entitlement("ads") is None
+    assert usage(region, "ads") == {}
+    assert memory(region, "m1") == (4096, 0)
+    assert index.owner[row] == NONE
+    assert row in index.pool[int(index.msb[row])]
+    assert index.records_present() == []
 
 
 def test_tasks_without_resources_come_and_go() -> None:
-    index = indexed("m1")
-    index.set_allocation(
-        "m1", kv("a/m1", to_json(allocation("m1", ("ads/web", 0, 0), ("ads/web", 1, 0))), 2), 2
+    region = Region().add(machine("m1"))
+    index = region.index
+    region.put_record(
+        "m1", allocation("m1", ("ads/web", 0, Resources()), ("ads/web", 1, Resources()))
     )
     assert index.placements("ads/web") == {0: "m1", 1: "m1"}
-    # Both leave at once: the entitlement's usage is already zero when the second one goes.
-    index.set_allocation("m1", kv("a/m1", to_json(allocation("m1")), 3), 3)
+    region.put_record("m1", allocation("m1"))
     assert index.placements("ads/web") == {}
-    assert index.usage("ads").is_zero()
+    assert "ads" not in index.usage
+
+
+def test_unreadable_record_takes_the_machine_out_until_fixed() -> None:
+    region = Region().add(machine("m1"))
+    index, row = region.index, region.row("m1")
+    region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
+    region.put_record("m1", b"{not json")
+    assert not index.readable[row]
+    assert index.placements("ads/web") == {}
+    assert index.owner[row] == NONE
+    # A valid JSON record of another machine is unreadable here as well.
+    region.put_record("m1", to_json(allocation("m2")))
+    assert not index.readable[row]
+    region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
+    assert index.readable[row]
+    assert memory(region, "m1") == (4096, 1024)
+
+
+def test_record_before_its_machine() -> None:
+    region = Region()
+    region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
+    index, row = region.index, region.row("m1")
+    assert index.state[row] == ABSENT
+    assert index.machines_present() == []
+    assert index.records_present() == ["m1"]
+    region.add(machine("m1"))
+    assert memory(region, "m1") == (4096, 1024)
+    assert index.owned[index.owners.find("ads")] == {row}
+    # Owned, so not in the free pool.
+    assert row not in index.pool.get(int(index.msb[row]), set())
+
+
+def test_new_extra_resource_adds_a_column() -> None:
+    region = Region().add(machine("m1"))
+    region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
+    index = region.index
+    assert index.dimensions == ["cpu", "memory", "disk", "gpus"]
+    region.add(machine("m2", extra={"fpga": 2}))
+    assert index.dimensions == ["cpu", "memory", "disk", "gpus", "extra/fpga"]
+    assert index.capacity.shape[1] == index.used.shape[1] == 5
+    assert index.capacity[region.row("m2"), 4] == 2
+    assert index.capacity[region.row("m1"), 4] == 0
+    # Usage held before the column existed grows with it.
+    assert len(index.usage_of("ads")) == 5
+    region.put_record(
+        "m2", allocation("m2", ("ads/web", 1, Resources(extra={"fpga": 1, "tpu": 3})))
+    )
+    assert index.dimensions[-1] == "extra/tpu"
+    assert index.used[region.row("m2"), 4:].tolist() == [1, 3]
+    assert usage(region, "ads") == {"memory": 1024, "extra/fpga": 1, "extra/tpu": 3}
+    assert index.vector(Resources(gpus=1, extra={"asic": 1})).tolist() == [0, 0, 0, 1, 0, 0, 1]
+
+
+def test_index_grows_past_its_initial_rows() -> None:
+    region = Region()
+    region.add(
+        *(machine(f"m{n}", msb=f"msb{n % 3}", attributes={"n": str(n)}) for n in range(2100))
+    )
+    index = region.index
+    assert index.rows == 2100
+    assert len(index.state) >= 2100
+    last = region.row("m2099")
+    assert index.state[last] == UP
+    assert int(index.capacity[last, index.dimension_of["memory"]]) == 4096
+    assert index.numbers("n")[last] == 2099
+    assert int(np.count_nonzero(index.state[: index.rows] == UP)) == 2100
+
+
+def test_numbers_of_an_attribute() -> None:
+    region = Region().add(
+        machine("a", attributes={"cores": "16"}),
+        machine("b", attributes={"cores": "many"}),
+        machine("c"),
+    )
+    numbers = region.index.numbers("cores")
+    assert numbers[region.row("a")] == 16
+    assert np.isnan(numbers[[region.row("b"), region.row("c")]]).all()
+    assert np.isnan(region.index.numbers("never-seen")[: region.index.rows]).all()
+
+
+def test_entitlements_come_and_go() -> None:
+    index = AllocationIndex()
+    ads = entitlement(machines={"std": 2})
+    index.set_entitlement("ads", to_json(ads))
+    assert index.entitlements == {"ads": ads}
+    assert index.owners.find("ads") != NONE
+    index.set_entitlement("ads", b"{}")
+    assert index.entitlements == {}
+    index.set_entitlement("ads", to_json(ads))
+    index.set_entitlement("ads", None)
+    assert index.entitlements == {}
