@@ -129,3 +129,28 @@ def test_kept_tasks_on_one_free_pool_machine_are_all_kept() -> None:
     again = region.choose(job(count=2), ads, keep=first.placements)
     assert again.placements == first.placements
     assert again.joined == first.joined
+
+
+def test_resource_detail_names_the_closest_miss_among_rejected_machines() -> None:
+    region = Region().add(machine("small", memory=512), machine("big", memory=8192))
+    explanation = region.explain(job(), entitlement())
+    memory = next(o for o in explanation.outcomes if o.rule == "resources.memory")
+    assert memory.rejected == 1
+    # "best has 8192 MiB free" contradicts the rejection: 8192 MiB would fit.
+    assert memory.detail == "need 1024 MiB, best has 512 MiB free"
+
+
+def test_explain_ranks_machines_as_choose_orders_them() -> None:
+    ads = entitlement()
+    region = Region().add(machine("a", memory=3072), machine("b", memory=4096, cpu=1500))
+    region.entitle(ads)
+    for machine_id in ("a", "b"):
+        region.put_record(machine_id, allocation(machine_id, owner="ads"))
+    web = job(count=1)
+    region.place(web, ads)
+    assert region.placements(web) == {0: "a"}
+    # The next task would go to "a" too (least free memory first)...
+    assert region.ids(region.choose(job("next", count=1), ads).placements.values()) == ["a"]
+    # ...so "a" ranks first for one more task; Explain orders by free CPU first and says 2.
+    [ranked] = region.explain(web, ads).chosen
+    assert (ranked.machine, ranked.rank) == ("a", 1)
