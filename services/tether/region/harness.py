@@ -50,6 +50,8 @@ class LocalRegion:
     store_args: list[str] = field(default_factory=list)
     agents: int = 4
     port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Environment for every service on top of FAST_TIMINGS, e.g. TETHER_AGENT_PROFILE_HOOK."""
     process: subprocess.Popen[bytes] | None = None
     service_pids_at_stop: list[int] = field(default_factory=list)
     """The service processes that ran when `stop()` was last called."""
@@ -67,7 +69,7 @@ class LocalRegion:
         return self.state_dir.parent / f"{self.state_dir.name}-up.log"
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, **FAST_TIMINGS}
+        env = {**os.environ, **FAST_TIMINGS, **self.extra_env}
         env.pop("TETHER_STORE", None)
         return env
 
