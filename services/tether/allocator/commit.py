@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from tether.allocator.index import AllocationIndex
-from tether.store import Get, Put, RangeResult, Store, key_missing, keys, mod_revision_is
+from tether.store import (
+    Get,
+    KeyValue,
+    Put,
+    RangeResult,
+    Store,
+    key_missing,
+    keys,
+    mod_revision_is,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,35 +29,69 @@ class Change:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a commit did: on a conflict, the records and fences as the store holds them now."""
+
+    succeeded: bool
+    revision: int
+    records: dict[int, KeyValue | None] = field(default_factory=dict)
+    fences: dict[str, int] = field(default_factory=dict)
+    """Entitlement -> its quota fence's mod revision (0: none yet)."""
+
+
 def encode(record: Mapping[str, Any]) -> bytes:
     """An allocation record as stored: the JSON of `tether.model.Allocation`."""
     return orjson.dumps(record)
 
 
-async def commit(store: Store, index: AllocationIndex, changes: Mapping[int, Change]) -> bool:
-    """Writes every change if no record changed since its base revision; returns whether it did.
+async def commit(
+    store: Store,
+    index: AllocationIndex,
+    changes: Mapping[int, Change],
+    fences: Mapping[str, int],
+    writer: str,
+) -> Outcome:
+    """Writes every change if no record changed since its base revision and no quota fence of
+    `fences` (entitlement -> the fence revision the plan saw) moved; bumps those fences.
 
-    Either way `index` learns the outcome: the records written, or, after a conflict, the
-    current records of the changed machines, read in the same transaction, so that the next
-    attempt starts from what the store holds.
+    On success the index holds the records written. On a conflict the index is unchanged and
+    the outcome carries what the store holds, read in the same transaction.
     """
-    values = {row: encode(change.record) for row, change in changes.items()}
-    machine_keys = {row: keys.allocation(index.ids[row]) for row in changes}
+    record_keys = {row: keys.allocation(index.ids[row]) for row in changes}
+    fence_keys = {name: keys.quota_fence(name) for name in fences}
     compares = [
-        mod_revision_is(machine_keys[row], change.revision)
+        mod_revision_is(record_keys[row], change.revision)
         if change.revision
-        else key_missing(machine_keys[row])
+        else key_missing(record_keys[row])
         for row, change in changes.items()
     ]
-    puts = [Put(machine_keys[row], value) for row, value in values.items()]
-    reads = [Get(machine_keys[row]) for row in changes]
+    compares += [
+        mod_revision_is(fence_keys[name], revision) if revision else key_missing(fence_keys[name])
+        for name, revision in fences.items()
+    ]
+    puts = [Put(record_keys[row], encode(change.record)) for row, change in changes.items()]
+    puts += [Put(key, writer.encode()) for key in fence_keys.values()]
+    reads = [Get(key) for key in (*record_keys.values(), *fence_keys.values())]
     result = await store.txn(compares, puts, reads)
     if result.succeeded:
         index.record_commit(
             {row: change.record for row, change in changes.items()}, result.revision
         )
-        return True
-    for row, read in zip(changes, result.results, strict=True):
+        return Outcome(True, result.revision)
+    current: list[KeyValue | None] = []
+    for read in result.results:
         assert isinstance(read, RangeResult)
-        index.set_allocation(index.ids[row], read.kvs[0] if read.kvs else None, result.revision)
-    return False
+        current.append(read.kvs[0] if read.kvs else None)
+    records = dict(zip(changes, current[: len(changes)], strict=True))
+    fenced = {
+        name: kv.mod_revision if kv else 0
+        for name, kv in zip(fences, current[len(changes) :], strict=True)
+    }
+    return Outcome(False, result.revision, records, fenced)
+
+
+def refresh(index: AllocationIndex, outcome: Outcome) -> None:
+    """Applies the records a failed commit read back."""
+    for row, kv in outcome.records.items():
+        index.set_allocation(index.ids[row], kv, outcome.revision)

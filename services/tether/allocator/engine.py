@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
 from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.commit import Change, commit
+from tether.allocator.commit import Change, Outcome, commit, refresh
 from tether.allocator.errors import (
     CorruptRecord,
     InvalidRequest,
@@ -22,13 +23,19 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
-from tether.allocator.index import NONE, AllocationIndex
+from tether.allocator.index import NONE, AllocationIndex, Snapshot
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import Entitlement, Job, from_json, parse_job_handle
 from tether.store import Store, keys
 
 # Idle machines returned to the free pool in one transaction.
 _RETURN_BATCH = 500
+# Place requests committed together in one transaction (group commit): each transaction waits
+# for the store's disk write, so batching is what makes a replica fast.
+_BATCH_REQUESTS = 64
+_BATCH_ROWS = 4000
+# How long a replica waits for its feed to show another allocator's commit after a fence moved.
+_CATCH_UP_S = 5.0
 # Enough for every Place a scheduler may retry: retries follow the first call within seconds.
 RESPONSE_MEMORY = 512
 
@@ -41,6 +48,20 @@ class PlaceResult:
     unplaced: list[tuple[int, str]]
     attempts: int
     conflicts: int
+
+
+@dataclass(slots=True)
+class _Request:
+    """A Place on its way through the group commit."""
+
+    job: Job
+    entitlement: Entitlement
+    indexes: Sequence[int]
+    done: asyncio.Future[PlaceResult]
+    attempts: int = 0
+    conflicts: int = 0
+    keep: dict[int, int] = field(default_factory=dict)
+    choice: Choice | None = None
 
 
 @dataclass(slots=True)
@@ -67,15 +88,28 @@ class Engine:
     """
 
     def __init__(
-        self, store: Store, index: AllocationIndex, max_attempts: int, idle_return_s: float
+        self,
+        store: Store,
+        index: AllocationIndex,
+        *,
+        max_attempts: int,
+        idle_return_s: float,
+        writer: str,
+        caught_up: Callable[[int], Awaitable[None]],
     ) -> None:
+        """`caught_up(revision)` returns once the index holds every allocation record change
+        up to `revision` (the allocation feed's wait)."""
         self._store = store
         self._index = index
         self._max_attempts = max_attempts
         self._idle_return_s = idle_return_s
+        self._writer = writer
+        self._caught_up = caught_up
         self.cache = ChoiceCache()
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
+        self._queue: list[_Request] = []
+        self._fences: dict[str, int] = {}
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
         self._stats = EngineStats()
 
@@ -106,13 +140,20 @@ class Engine:
                 f"task indexes {_listed(too_high)} are out of range: job {job_handle} has "
                 f"{job.spec.count} tasks (0 to {job.spec.count - 1})"
             )
+        remembered = self._remembered(request_id)
+        if remembered is not None:
+            # Another call with this id finished while the job was read.
+            return remembered
+        entitlement = await self._entitlement(job)
+        request = _Request(job, entitlement, indexes, asyncio.get_running_loop().create_future())
+        self._stats.places += 1
+        self._queue.append(request)
         async with self._writing:
-            # A retry may have waited for the first call to finish.
-            remembered = self._remembered(request_id)
-            if remembered is not None:
-                return remembered
-            entitlement = await self._entitlement(job)
-            result = await self._place(job, entitlement, indexes)
+            # Whoever holds the lock commits everything queued, this request or not.
+            while not request.done.done():
+                batch, self._queue = self._queue[:_BATCH_REQUESTS], self._queue[_BATCH_REQUESTS:]
+                await self._commit_batch(batch)
+        result = request.done.result()
         if request_id:
             self._responses[request_id] = result
             while len(self._responses) > RESPONSE_MEMORY:
@@ -140,8 +181,10 @@ class Engine:
                     if not record["tasks"] and record.get("entitlement"):
                         record["idle_since"] = _now()
                     changes[row] = Change(int(index.revision[row]), record)
-                if await commit(self._store, index, changes):
+                outcome = await commit(self._store, index, changes, {}, self._writer)
+                if outcome.succeeded:
                     return len(chosen)
+                refresh(index, outcome)
                 self._stats.conflicts += 1
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
@@ -180,58 +223,121 @@ class Engine:
             ]
             for row in stale:
                 del changes[row]
-            if changes and await commit(self._store, index, changes):
+            if not changes:
+                return 0
+            outcome = await commit(self._store, index, changes, {}, self._writer)
+            if outcome.succeeded:
                 returned = int(due[list(changes)].sum())
                 self._stats.machines_returned += returned
                 return returned
+            refresh(index, outcome)
         return 0
 
-    async def _place(
-        self, job: Job, entitlement: Entitlement, indexes: Sequence[int]
-    ) -> PlaceResult:
+    async def _commit_batch(self, batch: list[_Request]) -> None:
+        """Plans the requests one after another, each seeing the earlier ones' machines as
+        taken, and commits them in one transaction; requests that conflicted go back to the
+        front of the queue with their plan to merge."""
         index = self._index
-        attempts = conflicts = 0
-        unplaced: dict[int, str] = {}
-        committed: dict[int, int] = {}
-        keep: dict[int, int] = {}
-        self._stats.places += 1
-        while True:
-            held = dict(index.jobs.get(job.handle, {}))
-            pending = [i for i in indexes if i not in held]
-            if not pending:
-                break
-            if attempts == self._max_attempts:
-                unplaced = dict.fromkeys(
+        snapshots: dict[int, Snapshot] = {}
+        changes: dict[int, Change] = {}
+        fences: dict[str, int] = {}
+        planned: list[_Request] = []
+        for request in batch:
+            if len(changes) >= _BATCH_ROWS:
+                self._queue.insert(0, request)
+                continue
+            choice = self._plan(request)
+            if choice is None:
+                continue
+            planned.append(request)
+            fences[request.entitlement.name] = self._fences.get(request.entitlement.name, 0)
+            for row, change in self._changes(request.job, request.entitlement, choice).items():
+                snapshot = snapshots.get(row)
+                if snapshot is None:
+                    snapshot = snapshots[row] = index.apply_tentatively(row, change.record)
+                else:
+                    index.apply_tentatively(row, change.record)
+                changes[row] = Change(snapshot.revision, change.record)
+        if not planned:
+            return
+        outcome = await commit(self._store, index, changes, fences, self._writer)
+        self._stats.attempts += 1
+        if outcome.succeeded:
+            for name in fences:
+                self._fences[name] = outcome.revision
+            for request in planned:
+                assert request.choice is not None
+                self._stats.machines_joined += len(request.choice.joined)
+                self._finish(request, request.choice.unplaced)
+            return
+        self._stats.conflicts += 1
+        for row, snapshot in snapshots.items():
+            index.roll_back(row, snapshot)
+        refresh(index, outcome)
+        await self._catch_up(outcome)
+        for request in planned:
+            assert request.choice is not None
+            request.conflicts += 1
+            request.keep = request.choice.placements
+        self._queue[:0] = planned
+
+    def _plan(self, request: _Request) -> Choice | None:
+        """The request's next attempt, or None when it is finished (and answered)."""
+        index, job = self._index, request.job
+        held = dict(index.jobs.get(job.handle, {}))
+        pending = [i for i in request.indexes if i not in held]
+        if not pending:
+            self._finish(request, {})
+            return None
+        if request.attempts == self._max_attempts:
+            self._finish(
+                request,
+                dict.fromkeys(
                     pending,
-                    f"gave up after {attempts} attempts: other allocators kept changing the "
-                    "chosen machines; retry later",
-                )
-                break
-            planner = Planner(index, self.cache, job, entitlement)
-            choice = planner.choose(pending, held, keep)
-            unplaced = choice.unplaced
-            if not choice.placements:
-                break
-            if keep:
-                self._stats.merged += sum(
-                    1 for task, row in choice.placements.items() if keep.get(task) == row
-                )
-            attempts += 1
-            self._stats.attempts += 1
-            if await commit(self._store, index, self._changes(job, entitlement, choice)):
-                committed = choice.placements
-                self._stats.machines_joined += len(choice.joined)
-                break
-            conflicts += 1
-            self._stats.conflicts += 1
-            keep = choice.placements
-        where = {**index.jobs.get(job.handle, {}), **committed}
-        return PlaceResult(
-            [(i, index.ids[where[i]]) for i in indexes if i in where],
-            [(i, unplaced[i]) for i in indexes if i not in where and i in unplaced],
-            attempts,
-            conflicts,
+                    f"gave up after {request.attempts} attempts: other allocators kept changing "
+                    "the chosen machines; retry later",
+                ),
+            )
+            return None
+        choice = Planner(index, self.cache, job, request.entitlement).choose(
+            pending, held, request.keep
         )
+        if not choice.placements:
+            self._finish(request, choice.unplaced)
+            return None
+        self._stats.merged += sum(
+            1 for task, row in choice.placements.items() if request.keep.get(task) == row
+        )
+        request.attempts += 1
+        request.choice = choice
+        return choice
+
+    def _finish(self, request: _Request, unplaced: dict[int, str]) -> None:
+        where = self._index.jobs.get(request.job.handle, {})
+        ids = self._index.ids
+        request.done.set_result(
+            PlaceResult(
+                [(i, ids[where[i]]) for i in request.indexes if i in where],
+                [(i, unplaced[i]) for i in request.indexes if i not in where and i in unplaced],
+                request.attempts,
+                request.conflicts,
+            )
+        )
+
+    async def _catch_up(self, outcome: Outcome) -> None:
+        """After a quota fence moved, waits until the index shows the commit that moved it, so
+        the next plan counts that allocator's tasks against the quota."""
+        moved = [
+            revision
+            for name, revision in outcome.fences.items()
+            if revision != self._fences.get(name, 0)
+        ]
+        self._fences.update(outcome.fences)
+        if moved:
+            # On a timeout the next attempt plans on what the index has; its fence compare
+            # still protects the quota.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._caught_up(max(moved)), _CATCH_UP_S)
 
     def _changes(self, job: Job, entitlement: Entitlement, choice: Choice) -> dict[int, Change]:
         index = self._index

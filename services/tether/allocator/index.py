@@ -99,6 +99,14 @@ ParsedRecord = tuple[int, int, float, tuple[TaskRef, ...]]
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A row's record before a tentative change."""
+
+    revision: int
+    record: ParsedRecord
+
+
+@dataclass(frozen=True, slots=True)
 class MachineInfo:
     """The static part of a machine record, as the columns keep it."""
 
@@ -392,6 +400,26 @@ class AllocationIndex:
             if revision > self.revision[row]:
                 self._apply_record(row, self._parse_record(data, self._tasks[row]), revision)
 
+    def apply_tentatively(self, row: int, data: Mapping[str, Any]) -> Snapshot:
+        """Shows a record about to be committed to later plans, keeping the row's revision (the
+        commit's base); returns what `roll_back` needs to undo it."""
+        snapshot = Snapshot(
+            int(self.revision[row]),
+            (
+                int(self.owner[row]),
+                int(self.target[row]),
+                float(self.idle_since[row]),
+                self._tasks[row],
+            ),
+        )
+        self._apply_record(row, self._parse_record(data, self._tasks[row]), snapshot.revision)
+        return snapshot
+
+    def roll_back(self, row: int, snapshot: Snapshot) -> None:
+        """Undoes `apply_tentatively` unless the store's newer record replaced it meanwhile."""
+        if self.revision[row] == snapshot.revision:
+            self._apply_record(row, snapshot.record, snapshot.revision)
+
     def record(self, row: int) -> dict[str, Any]:
         """The row's allocation record as the JSON data of `tether.model.Allocation`."""
         idle = float(self.idle_since[row])
@@ -509,7 +537,7 @@ class AllocationIndex:
             raise ValueError("malformed")
         known = {(task.job, task.index): task for task in previous}
         tasks = []
-        for entry in data["tasks"].values():
+        for entry in data.get("tasks", {}).values():
             job, index, resources = entry["job"], int(entry["index"]), entry["resources"]
             task = known.get((job, index))
             if task is None or not (resources is task.shape.data or resources == task.shape.data):

@@ -41,8 +41,18 @@ class Allocator(Service):
         self.name = f"allocator {settings.id}"
         self._store = store
         self.index = AllocationIndex()
-        self.feeds = [PrefixFeed(store, prefix, sink) for prefix, sink in sinks(self.index).items()]
-        self.engine = Engine(self._store, self.index, settings.max_attempts, settings.idle_return_s)
+        feeds = {
+            prefix: PrefixFeed(store, prefix, sink) for prefix, sink in sinks(self.index).items()
+        }
+        self.feeds = list(feeds.values())
+        self.engine = Engine(
+            self._store,
+            self.index,
+            max_attempts=settings.max_attempts,
+            idle_return_s=settings.idle_return_s,
+            writer=settings.id,
+            caught_up=feeds[keys.ALLOCATIONS].wait_for,
+        )
         self._idle_returns: asyncio.Task[None] | None = None
         self._server: grpc.aio.Server | None = None
         self._lease = LeaseKeeper(self._store, settings.lease_ttl_s)

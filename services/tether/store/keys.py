@@ -13,6 +13,7 @@ HEARTBEATS = ROOT + "heartbeats/"  # machine id -> AgentHeartbeat, bound to the 
 ALLOCATIONS = ROOT + "allocations/"  # machine id -> Allocation (unit of OCC)
 ASSIGNMENTS = ROOT + "assignments/"  # <machine>/<entitlement>/<job>/<index> -> Assignment
 ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
+QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator that grew it last
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
 IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
@@ -75,6 +76,12 @@ def assignment(machine_id: str, entitlement_name: str, job_name: str, index: int
 def assignments_of(machine_id: str) -> str:
     """The prefix of every task assignment of one machine."""
     return _join(ASSIGNMENTS, machine_id) + "/"
+
+
+def quota_fence(entitlement_name: str) -> str:
+    """Bumped by every allocator transaction that adds to the entitlement's usage, so that two
+    allocators cannot both fill the last of its quota on different machines."""
+    return _join(QUOTA_FENCES, entitlement_name)
 
 
 def entitlement(name: str) -> str:

@@ -287,7 +287,13 @@ async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
         index.set_allocation(keys.last_segment(kv.key), kv, result.revision)
     ads = await region.get(keys.entitlement("ads"))
     index.set_entitlement("ads", ads.value if ads else None)
-    engine = Engine(region, index, max_attempts=10, idle_return_s=300)
+
+    async def caught_up(revision: int) -> None:
+        raise AssertionError("no quota fence moves in this test")
+
+    engine = Engine(
+        region, index, max_attempts=10, idle_return_s=300, writer="test", caught_up=caught_up
+    )
 
     # m0 is the first choice for one task (all tie, then the id); someone else takes 3.5 GiB.
     filler = AllocationEntry(job="ml/filler", index=0, resources=Resources(memory_mib=3584))
