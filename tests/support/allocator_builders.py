@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import cast
 
+from tether.allocator.cache import ChoiceCache
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.placement import Choice, Explanation, Planner, explain
@@ -24,7 +26,7 @@ from tether.model import (
     Topology,
     to_json,
 )
-from tether.store import KeyValue, Store, keys
+from tether.store import KeyValue, keys
 
 BIG = 10**9
 
@@ -139,9 +141,11 @@ class Region:
 
     def __init__(self) -> None:
         self.index = AllocationIndex()
-        # The engine's own cache and record building; its store is never used here.
-        self.engine = Engine(cast(Store, None), self.index, max_attempts=1, idle_return_s=0.0)
-        self.cache = self.engine.cache
+        self.cache = ChoiceCache()
+        self.index.listeners.append(self.cache)
+        # The records a commit writes come from the engine's own code, which reads nothing of
+        # the engine but its index: no store, no replica.
+        self._engine = cast(Engine, SimpleNamespace(_index=self.index))
         self.revision = 0
 
     def _next_revision(self) -> int:
@@ -191,7 +195,7 @@ class Region:
 
     def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
         """Applies the records Place would write for `choice`, as a successful commit does."""
-        changes = self.engine._changes(placed_job, owner, choice)
+        changes = Engine._changes(self._engine, placed_job, owner, choice)
         revision = self._next_revision()
         self.index.record_commit({row: c.record for row, c in changes.items()}, revision)
         return revision

@@ -8,7 +8,15 @@ from typing import Literal
 import pytest
 
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
-from tether.model import Affinity, ConstraintOp, Placement, Preference, Resources
+from tether.model import (
+    Affinity,
+    ConstraintOp,
+    FaultDomain,
+    Placement,
+    Preference,
+    Resources,
+    Spread,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -154,3 +162,27 @@ def test_explain_ranks_machines_as_choose_orders_them() -> None:
     # ...so "a" ranks first for one more task; Explain orders by free CPU first and says 2.
     [ranked] = region.explain(web, ads).chosen
     assert (ranked.machine, ranked.rank) == ("a", 1)
+
+
+def test_quota_naming_an_extra_resource_no_machine_has_yet() -> None:
+    # The quota's extra resource gets its column only when the planner reads the quota, after
+    # it computed the task's vector: the two no longer have the same length.
+    ads = entitlement(extra={"fpga": 2})
+    region = Region().add(machine("m1")).entitle(ads)
+    choice = region.choose(job(count=1), ads)  # IndexError in quota_room
+    assert region.ids(choice.placements.values()) == ["m1"]
+    assert Region().add(machine("m1")).entitle(ads).explain(job(), ads).fitting == 1
+
+
+def test_merge_after_a_conflict_leaves_no_task_unplaced_that_fitted() -> None:
+    # Same root as above: a kept free-pool row enters `_taken`, so neither a second kept task
+    # nor a pull may use it again. Here nothing changed since the first choice, yet half the
+    # tasks come back unplaced "not within the spread", and Place reports them so.
+    ads = entitlement()
+    region = Region().add(machine("m0", dc="dc1"), machine("m1", dc="dc2")).entitle(ads)
+    web = job(count=4, placement=Placement(spread=Spread(level=FaultDomain.DC)))
+    first = region.choose(web, ads)
+    assert sorted(first.placements.values()) == [0, 0, 1, 1]
+    again = region.choose(web, ads, keep=first.placements)
+    assert again.unplaced == {}
+    assert again.placements == first.placements
