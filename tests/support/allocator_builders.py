@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from types import SimpleNamespace
-from typing import cast
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.engine import Engine
+from tether.allocator.engine import place_tentatively
 from tether.allocator.index import AllocationIndex
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import (
@@ -145,7 +143,6 @@ class Region:
         self.index.listeners.append(self.cache)
         # The records a commit writes come from the engine's own code, which reads nothing of
         # the engine but its index: no store, no replica.
-        self._engine = cast(Engine, SimpleNamespace(_index=self.index))
         self.revision = 0
 
     def _next_revision(self) -> int:
@@ -195,9 +192,9 @@ class Region:
 
     def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
         """Applies the records Place would write for `choice`, as a successful commit does."""
-        changes = Engine._changes(self._engine, placed_job, owner, choice)
+        rows = place_tentatively(self.index, placed_job, owner, choice)
         revision = self._next_revision()
-        self.index.record_commit({row: c.record for row, c in changes.items()}, revision)
+        self.index.confirm(rows, revision)
         return revision
 
     def place(

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from tether.allocator.index import IndexListener
 from tether.allocator.rules import Rows, Rule, passes
@@ -31,13 +32,17 @@ class OwnedEntry:
     """The entitlement's machines that pass the signature's machine rules."""
 
     rules: Sequence[Rule]
-    rows: list[int]
-    array: Rows | None = None
+    rows: Rows
+    joined: list[int] = field(default_factory=list)
+    """Machines that joined the entitlement since, not yet checked against the rules."""
 
     def rows_array(self) -> Rows:
-        if self.array is None:
-            self.array = np.array(self.rows, np.intp)
-        return self.array
+        if self.joined:
+            # Checked together: one pass of the rules over many rows costs what one row does.
+            joined = passes(self.rules, np.array(self.joined, np.intp))
+            self.rows = np.concatenate([self.rows, joined])
+            self.joined = []
+        return self.rows
 
 
 @dataclass(slots=True)
@@ -48,8 +53,9 @@ class PoolEntry:
     """
 
     rows: Rows
+    scores: npt.NDArray[np.int64]
+    """Per row: preference bits, then a bit for carrying the entitlement's host profile."""
     start: int = 0
-    taken: set[int] = field(default_factory=set)
 
 
 class ChoiceCache(IndexListener):
@@ -76,17 +82,23 @@ class ChoiceCache(IndexListener):
         entry = self._owned.get(key)
         if entry is None:
             self.misses += 1
-            entry = self._owned[key] = OwnedEntry(rules, passes(rules, build()).tolist())
+            entry = self._owned[key] = OwnedEntry(rules, passes(rules, build()))
             self._owned_by.setdefault(owner, set()).add(key)
         else:
             self.hits += 1
         return entry.rows_array()
 
-    def pool(self, key: Signature, owner: int, msb: int, build: Callable[[], Rows]) -> PoolEntry:
+    def pool(
+        self,
+        key: Signature,
+        owner: int,
+        msb: int,
+        build: Callable[[], tuple[Rows, npt.NDArray[np.int64]]],
+    ) -> PoolEntry:
         entry = self._pool.get((key, msb))
         if entry is None:
             self.misses += 1
-            entry = self._pool[(key, msb)] = PoolEntry(build())
+            entry = self._pool[(key, msb)] = PoolEntry(*build())
             self._pool_by_msb.setdefault(msb, set()).add(key)
             self._pool_by_owner.setdefault(owner, set()).add((key, msb))
         else:
@@ -102,10 +114,7 @@ class ChoiceCache(IndexListener):
 
     def joined(self, owner: int, row: int) -> None:
         for key in self._owned_by.get(owner, ()):
-            entry = self._owned[key]
-            if len(passes(entry.rules, np.array([row], np.intp))):
-                entry.rows.append(row)
-                entry.array = None
+            self._owned[key].joined.append(row)
 
     def owner_changed(self, owner: int) -> None:
         for key in self._owned_by.pop(owner, set()):

@@ -51,12 +51,15 @@ async def commit(
     changes: Mapping[int, Change],
     fences: Mapping[str, int],
     writer: str,
+    *,
+    tentative: bool = False,
 ) -> Outcome:
     """Writes every change if no record changed since its base revision and no quota fence of
     `fences` (entitlement -> the fence revision the plan saw) moved; bumps those fences.
 
-    On success the index holds the records written. On a conflict the index is unchanged and
-    the outcome carries what the store holds, read in the same transaction.
+    On success the index holds the records written (`tentative`: it shows them already and
+    learns only the new revision). On a conflict the index is unchanged and the outcome carries
+    what the store holds, read in the same transaction.
     """
     record_keys = {row: keys.allocation(index.ids[row]) for row in changes}
     fence_keys = {name: keys.quota_fence(name) for name in fences}

@@ -251,16 +251,17 @@ class Engine:
                 continue
             planned.append(request)
             fences[request.entitlement.name] = self._fences.get(request.entitlement.name, 0)
-            for row, change in self._changes(request.job, request.entitlement, choice).items():
-                snapshot = snapshots.get(row)
-                if snapshot is None:
-                    snapshot = snapshots[row] = index.apply_tentatively(row, change.record)
-                else:
-                    index.apply_tentatively(row, change.record)
-                changes[row] = Change(snapshot.revision, change.record)
+            for row, snapshot in place_tentatively(
+                index, request.job, request.entitlement, choice
+            ).items():
+                snapshots.setdefault(row, snapshot)
+                changes[row] = Change(snapshots[row].revision, {})
         if not planned:
             return
-        outcome = await commit(self._store, index, changes, fences, self._writer)
+        changes = {
+            row: Change(change.revision, index.record(row)) for row, change in changes.items()
+        }
+        outcome = await commit(self._store, index, changes, fences, self._writer, tentative=True)
         self._stats.attempts += 1
         if outcome.succeeded:
             for name in fences:
@@ -339,28 +340,6 @@ class Engine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._caught_up(max(moved)), _CATCH_UP_S)
 
-    def _changes(self, job: Job, entitlement: Entitlement, choice: Choice) -> dict[int, Change]:
-        index = self._index
-        resources = job.spec.task.resources.model_dump(mode="json")
-        by_row: dict[int, list[int]] = {}
-        for task, row in choice.placements.items():
-            by_row.setdefault(row, []).append(task)
-        changes: dict[int, Change] = {}
-        for row, tasks in by_row.items():
-            record = index.record(row)
-            if row in choice.joined:
-                record["entitlement"] = entitlement.name
-                record["host_profile"] = entitlement.host_profile
-            record["idle_since"] = None
-            for task in tasks:
-                record["tasks"][f"{job.handle}/{task}"] = {
-                    "job": job.handle,
-                    "index": task,
-                    "resources": resources,
-                }
-            changes[row] = Change(int(index.revision[row]), record)
-        return changes
-
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None
 
@@ -391,6 +370,24 @@ class Engine:
             raise CorruptRecord(
                 f"the record of entitlement {name} is not valid: {_problems(error)}"
             ) from None
+
+
+def place_tentatively(
+    index: AllocationIndex, job: Job, entitlement: Entitlement, choice: Choice
+) -> dict[int, Snapshot]:
+    """Shows a choice in the index for the plans after it (the records to commit are then
+    `index.record(row)` of the rows returned); returns the touched rows' records from before."""
+    resources = job.spec.task.resources.model_dump(mode="json")
+    by_row: dict[int, list[int]] = {}
+    for task, row in choice.placements.items():
+        by_row.setdefault(row, []).append(task)
+    join = (entitlement.name, entitlement.host_profile)
+    return {
+        row: index.place_tentatively(
+            row, job.handle, tasks, resources, join if row in choice.joined else None
+        )
+        for row, tasks in by_row.items()
+    }
 
 
 def _now() -> str:

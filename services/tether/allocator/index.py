@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -400,9 +400,17 @@ class AllocationIndex:
             if revision > self.revision[row]:
                 self._apply_record(row, self._parse_record(data, self._tasks[row]), revision)
 
-    def apply_tentatively(self, row: int, data: Mapping[str, Any]) -> Snapshot:
-        """Shows a record about to be committed to later plans, keeping the row's revision (the
-        commit's base); returns what `roll_back` needs to undo it."""
+    def place_tentatively(
+        self,
+        row: int,
+        job: str,
+        indexes: Sequence[int],
+        resources: Mapping[str, Any],
+        join: tuple[str, str | None] | None,
+    ) -> Snapshot:
+        """Shows tasks about to be committed to later plans, keeping the row's revision (the
+        commit's base); `join` (entitlement, host profile) moves a free-pool machine into the
+        entitlement. Returns what `roll_back` needs to undo it."""
         snapshot = Snapshot(
             int(self.revision[row]),
             (
@@ -412,11 +420,23 @@ class AllocationIndex:
                 self._tasks[row],
             ),
         )
-        self._apply_record(row, self._parse_record(data, self._tasks[row]), snapshot.revision)
+        owner, target, _, tasks = snapshot.record
+        if join is not None:
+            owner = self.owners.code(join[0])
+            target = NONE if join[1] is None else self.profiles.code(join[1])
+        shape, name = self._shape(resources), _job_name(job)
+        added = tuple(TaskRef(name, index, shape) for index in indexes)
+        self._apply_record(row, (owner, target, math.nan, tasks + added), snapshot.revision)
         return snapshot
 
+    def confirm(self, rows: Iterable[int], revision: int) -> None:
+        """The tentative records of `rows` were committed in transaction `revision`."""
+        for row in rows:
+            if self.revision[row] < revision:
+                self.revision[row] = revision
+
     def roll_back(self, row: int, snapshot: Snapshot) -> None:
-        """Undoes `apply_tentatively` unless the store's newer record replaced it meanwhile."""
+        """Undoes `place_tentatively` unless the store's newer record replaced it meanwhile."""
         if self.revision[row] == snapshot.revision:
             self._apply_record(row, snapshot.record, snapshot.revision)
 
@@ -646,24 +666,27 @@ class _Sink:
     def __init__(self, apply: Apply, present: Callable[[], Iterable[str]]) -> None:
         self._apply = apply
         self._present = present
-        self._listed: set[str] = set()
+        self._listed: set[str] | None = None
+        """Keys seen by the listing under way (None: following the watch)."""
 
     def begin_listing(self) -> None:
         self._listed = set()
 
     def put(self, kv: KeyValue) -> None:
         name = keys.last_segment(kv.key)
-        self._listed.add(name)
+        if self._listed is not None:
+            self._listed.add(name)
         self._apply(name, kv, kv.mod_revision)
 
     def delete(self, key: str, revision: int) -> None:
         self._apply(keys.last_segment(key), None, revision)
 
     def end_listing(self, revision: int) -> None:
-        gone = [name for name in self._present() if name not in self._listed]
+        listed = self._listed or set()
+        gone = [name for name in self._present() if name not in listed]
         for name in gone:
             self._apply(name, None, revision)
-        self._listed = set()
+        self._listed = None
 
 
 def sinks(index: AllocationIndex) -> dict[str, _Sink]:

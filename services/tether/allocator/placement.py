@@ -64,9 +64,13 @@ class _Domain:
     pulled: int = NONE
     pulled_room: int = 0
     pool_msbs: list[int] = field(default_factory=list)
+    pool_score: int = 0
+    """The pool's best machine's preference and host profile bits when the plan began."""
 
     def head_score(self) -> int:
-        return int(self.scores[self.position]) if self.position < len(self.rows) else 0
+        if self.position < len(self.rows):
+            return int(self.scores[self.position]) << 1
+        return self.pool_score
 
     def owned_left(self) -> bool:
         return self.position < len(self.rows)
@@ -83,6 +87,9 @@ class Planner:
         self.job = job
         self.entitlement = entitlement
         self.owner = index.owners.code(entitlement.name)
+        # The quota first: a resource it names that no machine has yet gets its column before
+        # the task's vector is built, so both have every column.
+        index.vector(entitlement.quota.resources)
         self.need = index.vector(job.spec.task.resources)
         self.level = job.spec.placement.spread.level
         self.skew = job.spec.placement.spread.max_skew
@@ -91,7 +98,8 @@ class Planner:
         self.key: Signature = signature(job, entitlement)
         self.profile = index.profiles.find(entitlement.host_profile)
         self._free: dict[int, I64] = {}
-        self._taken: set[int] = set()
+        self.joined: set[int] = set()
+        """Free-pool rows this plan moves into the entitlement."""
         self._machines_left = self._machine_quota()
 
     # --- the level's domains -----------------------------------------------------------------
@@ -164,27 +172,36 @@ class Planner:
     def _pool_list(self, msb: int) -> PoolEntry:
         index = self.index
 
-        def build() -> Rows:
+        def build() -> tuple[Rows, I64]:
+            # Readability is checked when pulling: a record can turn readable again without
+            # the machine leaving the pool.
             rows = np.fromiter(index.pool.get(msb, ()), np.intp)
-            rows = rows[(index.state[rows] == UP) & index.readable[rows]]
+            rows = rows[index.state[rows] == UP]
             for rule in self.rules:
                 rows = rows[rule.accepts(rows)]
             free = index.capacity[rows] - index.used[rows]
-            order = np.lexsort(
-                (
-                    rows,
-                    free[:, 0],
-                    free[:, 1],
-                    -(index.profile[rows] == self.profile).astype(np.int64)
-                    if self.profile != NONE
-                    else np.zeros(len(rows), np.int64),
-                    -preference_scores(index, self.job, rows),
-                )
-            )
-            best_first: Rows = rows[order]
-            return best_first
+            scores = self._pool_scores(rows)
+            order = np.lexsort((rows, free[:, 0], free[:, 1], -scores))
+            return rows[order], scores[order]
 
         return self.cache.pool(self.key, self.owner, msb, build)
+
+    def _pool_scores(self, rows: Rows) -> I64:
+        """Preference bits, then one bit for already carrying the entitlement's host profile."""
+        carries = (
+            (self.index.profile[rows] == self.profile)
+            if self.profile != NONE
+            else np.zeros(len(rows), np.bool_)
+        )
+        scores: I64 = (preference_scores(self.index, self.job, rows) << 1) | carries
+        return scores
+
+    def _pool_head(self, msb: int) -> int:
+        """The score of the best machine still in the MSB's pool list (0: none)."""
+        entry = self._pool_list(msb)
+        chunk = entry.rows[entry.start : entry.start + _POOL_CHUNK]
+        in_pool = np.flatnonzero(self.index.owner[chunk] == NONE)
+        return int(entry.scores[entry.start + in_pool[0]]) if len(in_pool) else 0
 
     def _pull(self, domain: _Domain) -> int | None:
         """The best free-pool machine of the domain that takes a task now, or None."""
@@ -196,19 +213,21 @@ class Planner:
             while start < len(entry.rows):
                 chunk = entry.rows[start : start + _POOL_CHUNK]
                 in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
-                if not in_pool[0]:
+                if start == entry.start and not in_pool[0]:
                     # Rows ahead of the first pool member left the pool for good.
                     leading = int(np.argmax(in_pool)) if in_pool.any() else len(chunk)
                     start = entry.start = start + leading
                     continue
                 fits = (
                     in_pool
+                    & index.readable[chunk]
                     & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
                     & (column[chunk] == domain.code)
+                    & self._affinity_mask(chunk)
                 )
                 for position in np.flatnonzero(fits).tolist():
                     row = int(chunk[position])
-                    if row in self._taken or not self._within_machine_quota(row):
+                    if row in self.joined or not self._within_machine_quota(row):
                         continue
                     return row
                 start += len(chunk)
@@ -236,11 +255,10 @@ class Planner:
         index = self.index
         column = self._domain_column()
         placements: dict[int, int] = {}
-        joined: set[int] = set()
         budget = quota_room(index, self.entitlement, self.need)
         counts = Counter(int(column[row]) for row in placed.values())
         for task, kept in (keep or {}).items():
-            if task in indexes and budget > 0 and self._take(kept, joined, check=True):
+            if task in indexes and budget > 0 and self._take(kept, check=True):
                 placements[task] = kept
                 counts[int(column[kept])] += 1
                 budget -= 1
@@ -251,12 +269,13 @@ class Planner:
         reason = ""
         for task in pending:
             if budget <= 0:
-                reason = quota_text(index, self.entitlement, self.need, 1) or "quota exceeded"
+                chosen = len(placements)
+                reason = quota_text(index, self.entitlement, self.need, chosen) or "quota exceeded"
                 break
             row: int | None = None
             while heap and row is None:
                 domain = domains[heapq.heappop(heap)[-1]]
-                row = self._next_row(domain, joined)
+                row = self._next_row(domain)
                 if row is not None:
                     domain.count += 1
                     heapq.heappush(heap, self._heap_key(domain))
@@ -270,7 +289,7 @@ class Planner:
         if unplaced and self.job.spec.placement.gang:
             why = f"gang job: {len(placements)} of {len(indexes)} tasks fit, so none is placed"
             return Choice({}, set(), dict.fromkeys(indexes, f"{why}; {reason}"))
-        return Choice(placements, joined, unplaced)
+        return Choice(placements, set(self.joined), unplaced)
 
     def _heap_key(self, domain: _Domain) -> tuple[int, int, int, int, int]:
         # Bands of max_skew keep every domain within max_skew of the least loaded one; within
@@ -289,6 +308,9 @@ class Planner:
         index = self.index
         column = self._domain_column()
         rows = self._owned_candidates()
+        if self.joined:
+            # Pool machines a kept placement moved in are the entitlement's for this plan.
+            rows = np.concatenate([rows, np.array(sorted(self.joined), np.intp)])
         rows = rows[self._affinity_mask(rows)]
         domains: dict[int, _Domain] = {}
         if len(rows):
@@ -314,13 +336,15 @@ class Planner:
                 if domain is None:
                     domain = domains[code] = _Domain(code, counts[code])
                 domain.pool_msbs = msbs
+                if self.level is not FaultDomain.RACK:
+                    domain.pool_score = max(self._pool_head(msb) for msb in msbs)
         return domains
 
     def _can_grow(self) -> bool:
         left = self._machines_left
         return left is None or any(count > 0 for count in left.values())
 
-    def _next_row(self, domain: _Domain, joined: set[int]) -> int | None:
+    def _next_row(self, domain: _Domain) -> int | None:
         while domain.position < len(domain.rows):
             position = domain.position
             if domain.room[position] > 0:
@@ -328,12 +352,12 @@ class Planner:
                 if domain.room[position] == 0:
                     domain.position += 1
                 row = int(domain.rows[position])
-                self._take(row, joined, check=False)
+                self._take(row, check=False)
                 return row
             domain.position += 1
         if domain.pulled_room > 0:
             domain.pulled_room -= 1
-            self._take(domain.pulled, joined, check=False)
+            self._take(domain.pulled, check=False)
             return domain.pulled
         if not domain.pool_msbs:
             return None
@@ -341,22 +365,21 @@ class Planner:
         if pulled is None:
             domain.pool_msbs = []
             return None
-        self._take(pulled, joined, check=False)
+        self._take(pulled, check=False)
         domain.pulled = pulled
         domain.pulled_room = int(slots(self.free(pulled)[None, :], self.need)[0])
         return pulled
 
-    def _take(self, row: int, joined: set[int], *, check: bool) -> bool:
+    def _take(self, row: int, *, check: bool) -> bool:
         """Charges one task to `row`, moving it into the entitlement if it is in the pool."""
         index = self.index
         free = self.free(row)
         if check:
             owner = int(index.owner[row])
-            usable = owner == self.owner or (
-                owner == NONE
-                and index.state[row] == UP
-                and row not in self._taken
-                and self._within_machine_quota(row)
+            usable = bool(index.readable[row]) and (
+                owner == self.owner
+                or row in self.joined
+                or (owner == NONE and index.state[row] == UP and self._within_machine_quota(row))
             )
             rows = np.array([row], np.intp)
             if (
@@ -365,9 +388,8 @@ class Planner:
                 or slots(free[None, :], self.need)[0] <= 0
             ):
                 return False
-        if index.owner[row] == NONE and row not in joined:
-            joined.add(row)
-            self._taken.add(row)
+        if index.owner[row] == NONE and row not in self.joined:
+            self.joined.add(row)
             if self._machines_left is not None:
                 self._machines_left[int(index.hw[row])] -= 1
         self._free[row] = free - self.need
@@ -389,7 +411,7 @@ class Planner:
             *self.affinity_rules,
             *resource_rules(self.index, self.need, self._free_rows),
         ]
-        shortfall = quota_text(self.index, self.entitlement, self.need, 1)
+        shortfall = quota_text(self.index, self.entitlement, self.need, 0)
         rules.append(
             Rule(
                 "quota",
@@ -451,7 +473,7 @@ def explain(planner: Planner) -> Explanation:
     scores = preference_scores(index, job, fitting)
     free = index.capacity[fitting] - index.used[fitting]
     order = np.lexsort(
-        (fitting, free[:, 1], free[:, 0], -scores, index.owner[fitting] != planner.owner)
+        (fitting, free[:, 0], free[:, 1], -scores, index.owner[fitting] != planner.owner)
     )
     rank_of = {int(row): rank + 1 for rank, row in enumerate(fitting[order].tolist())}
     preferences = job.spec.placement.preferences

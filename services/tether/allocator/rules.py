@@ -219,7 +219,7 @@ def _resource_rule(label: str, column: int, need: int, free_of: FreeOf) -> Rule:
         return free_of(rows)[:, column]
 
     def closest_miss(examined: Rows, rejected: Rows) -> str:
-        best = int(free(examined).max()) if len(examined) else 0
+        best = int(free(rejected).max()) if len(rejected) else 0
         return f"need {quantity_text(label, need)}, best has {quantity_text(label, best)} free"
 
     return Rule(
@@ -286,17 +286,19 @@ def effective_weights(job: Job) -> list[int]:
     return weights[::-1]
 
 
-def quota_text(index: AllocationIndex, entitlement: Entitlement, need: npt.NDArray[np.int64],
-               count: int) -> str | None:  # fmt: skip
-    """Why `count` more tasks of `need` do not fit the entitlement's resource quota, or None."""
+def quota_text(
+    index: AllocationIndex, entitlement: Entitlement, need: npt.NDArray[np.int64], chosen: int
+) -> str | None:
+    """Why one more task of `need` does not fit the entitlement's resource quota on top of its
+    usage and `chosen` tasks of the request already planned, or None."""
     quota = index.vector(entitlement.quota.resources)
-    usage = index.usage_of(entitlement.name)
+    usage = index.usage_of(entitlement.name) + need * chosen
     over = [
-        f"{label}: {quantity_text(label, int(need[column]) * count)} more, "
+        f"{label}: {quantity_text(label, int(need[column]))} more, "
         f"{quantity_text(label, int(usage[column]))} of "
         f"{quantity_text(label, int(quota[column]))} in use"
         for column, label in enumerate(index.dimensions)
-        if need[column] and usage[column] + need[column] * count > quota[column]
+        if need[column] and usage[column] + need[column] > quota[column]
     ]
     if not over:
         return None

@@ -1,4 +1,4 @@
-"""Placement bugs found by the allocator's unit tests, each the smallest input that shows it."""
+"""Cases that once went wrong in the allocator: each pins the behaviour that is right."""
 
 from __future__ import annotations
 
