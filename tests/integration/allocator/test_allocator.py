@@ -20,7 +20,6 @@ from tether.model import (
     AllocationEntry,
     AllocatorEndpoint,
     Job,
-    Machine,
     Resources,
     from_json,
     to_json,
