@@ -199,9 +199,11 @@ class Planner:
     def _pool_head(self, msb: int) -> int:
         """The score of the best machine still in the MSB's pool list (0: none)."""
         entry = self._pool_list(msb)
-        chunk = entry.rows[entry.start : entry.start + _POOL_CHUNK]
-        in_pool = np.flatnonzero(self.index.owner[chunk] == NONE)
-        return int(entry.scores[entry.start + in_pool[0]]) if len(in_pool) else 0
+        owner, rows = self.index.owner, entry.rows
+        # Machines only leave the pool between rebuilds of the list: skipping them is for good.
+        while entry.start < len(rows) and owner[rows[entry.start]] != NONE:
+            entry.start += 1
+        return int(entry.scores[entry.start]) if entry.start < len(rows) else 0
 
     def _pull(self, domain: _Domain) -> int | None:
         """The best free-pool machine of the domain that takes a task now, or None."""
