@@ -338,8 +338,8 @@ class ExplainResponse(_message.Message):
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     MACHINES_CONSIDERED_FIELD_NUMBER: _builtins.int
     RULES_FIELD_NUMBER: _builtins.int
-    SUMMARY_FIELD_NUMBER: _builtins.int
     CHOSEN_MACHINES_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
     PREFERENCES_FIELD_NUMBER: _builtins.int
     MACHINES_FITTING_FIELD_NUMBER: _builtins.int
     ENTITLEMENT_MACHINES_FIELD_NUMBER: _builtins.int
@@ -371,8 +371,8 @@ class ExplainResponse(_message.Message):
         job_handle: _builtins.str = ...,
         machines_considered: _builtins.int = ...,
         rules: _abc.Iterable[Global___RuleResult] | None = ...,
-        summary: _builtins.str = ...,
         chosen_machines: _abc.Iterable[Global___ChosenMachine] | None = ...,
+        summary: _builtins.str = ...,
         preferences: _abc.Iterable[Global___PreferenceResult] | None = ...,
         machines_fitting: _builtins.int = ...,
         entitlement_machines: _builtins.int = ...,
