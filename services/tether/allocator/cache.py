@@ -68,17 +68,20 @@ class ChoiceCache(IndexListener):
     """
 
     def __init__(self) -> None:
-        self._owned: dict[Signature, OwnedEntry] = {}
-        self._owned_by: dict[int, set[Signature]] = {}
-        self._pool: dict[tuple[Signature, int], PoolEntry] = {}
-        self._pool_by_msb: dict[int, set[Signature]] = {}
-        self._pool_by_owner: dict[int, set[tuple[Signature, int]]] = {}
+        self._keys: dict[Signature, int] = {}
+        self._owned: dict[int, OwnedEntry] = {}
+        self._owned_by: dict[int, set[int]] = {}
+        self._pool: dict[tuple[int, int], PoolEntry] = {}
+        self._pool_by_msb: dict[int, set[int]] = {}
+        self._pool_by_owner: dict[int, set[tuple[int, int]]] = {}
         self.hits = 0
         self.misses = 0
 
-    def owned(
-        self, key: Signature, owner: int, rules: Sequence[Rule], build: Callable[[], Rows]
-    ) -> Rows:
+    def key(self, signature: Signature) -> int:
+        """A small number for the signature: hashing it once per plan, not once per lookup."""
+        return self._keys.setdefault(signature, len(self._keys))
+
+    def owned(self, key: int, owner: int, rules: Sequence[Rule], build: Callable[[], Rows]) -> Rows:
         entry = self._owned.get(key)
         if entry is None:
             self.misses += 1
@@ -90,7 +93,7 @@ class ChoiceCache(IndexListener):
 
     def pool(
         self,
-        key: Signature,
+        key: int,
         owner: int,
         msb: int,
         build: Callable[[], tuple[Rows, npt.NDArray[np.int64]]],

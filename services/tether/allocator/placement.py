@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tether.allocator.cache import ChoiceCache, PoolEntry, Signature, signature
+from tether.allocator.cache import ChoiceCache, PoolEntry, signature
 from tether.allocator.index import NONE, UP, AllocationIndex
 from tether.allocator.rules import (
     Rows,
@@ -95,7 +95,7 @@ class Planner:
         self.skew = job.spec.placement.spread.max_skew
         self.rules = machine_rules(index, job, entitlement)
         self.affinity_rules = [affinity_rule(index, a) for a in job.spec.placement.affinities]
-        self.key: Signature = signature(job, entitlement)
+        self.key = cache.key(signature(job, entitlement))
         self.profile = index.profiles.find(entitlement.host_profile)
         self._free: dict[int, I64] = {}
         self.joined: set[int] = set()
@@ -331,6 +331,11 @@ class Planner:
                 domains[code] = _Domain(
                     code, counts[code], rows[start:end], room[start:end], scores[start:end]
                 )
+        # Pool machines differ in score only by preferences and the host profile; without either
+        # every domain's best pool machine scores 0 and reading them is wasted.
+        ranked_pool = self.level is not FaultDomain.RACK and (
+            bool(self.job.spec.placement.preferences) or self.profile != NONE
+        )
         if self._can_grow():
             # Domains whose pool holds no machine for the job drop out at their first pull.
             for code, msbs in self._pool_msbs().items():
@@ -338,7 +343,7 @@ class Planner:
                 if domain is None:
                     domain = domains[code] = _Domain(code, counts[code])
                 domain.pool_msbs = msbs
-                if self.level is not FaultDomain.RACK:
+                if ranked_pool:
                     domain.pool_score = max(self._pool_head(msb) for msb in msbs)
         return domains
 
