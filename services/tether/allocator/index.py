@@ -153,7 +153,6 @@ class AllocationIndex:
         self._numbers: dict[str, npt.NDArray[np.float64]] = {}
         self._tasks: list[tuple[TaskRef, ...]] = []
         self._shapes: dict[bytes, Shape] = {}
-        self._statics: list[MachineInfo | None] = []
         # Derived from the columns and kept with them.
         self.owned: dict[int, set[int]] = {}
         self.pool: dict[int, set[int]] = {}
@@ -180,6 +179,8 @@ class AllocationIndex:
         self.owner: I32 = np.full(rows, NONE, np.int32)
         self.target: I32 = np.full(rows, NONE, np.int32)
         self.revision: I64 = np.zeros(rows, np.int64)
+        self.digest: I64 = np.zeros(rows, np.int64)
+        """Hash of the machine record's value (0: none), to skip records that did not change."""
         self.readable: npt.NDArray[np.bool_] = np.ones(rows, np.bool_)
         self.task_count: I32 = np.zeros(rows, np.int32)
         self.idle_since: npt.NDArray[np.float64] = np.full(rows, math.nan)
@@ -188,7 +189,7 @@ class AllocationIndex:
         old = len(self.state)
         for name in (
             "capacity", "used", "state", "dc", "msb", "rack", "hw", "profile", "owner",
-            "target", "revision", "readable", "task_count", "idle_since",
+            "target", "revision", "digest", "readable", "task_count", "idle_since",
         ):  # fmt: skip
             column = getattr(self, name)
             grown = np.resize(column, (old * 2, *column.shape[1:]))
@@ -244,7 +245,6 @@ class AllocationIndex:
             row = self.row_of[machine_id] = len(self.ids)
             self.ids.append(machine_id)
             self._tasks.append(())
-            self._statics.append(None)
             if row >= len(self.state):
                 self._grow()
         return row
@@ -278,19 +278,21 @@ class AllocationIndex:
 
     def set_machine(self, machine_id: str, value: bytes | None) -> None:
         """Applies the current value of `machines/<machine_id>` (None: deleted)."""
+        digest = 0 if value is None else hash(value) or 1
+        row = self.row_of.get(machine_id)
+        if row is not None and self.digest[row] == digest:
+            return
         info = None if value is None else self._decode_machine(machine_id, value)
-        if info is None and machine_id not in self.row_of:
+        if info is None and row is None:
             return
         row = self.row(machine_id)
-        old = self._statics[row]
-        if old == info:
-            return
-        self._statics[row] = info
+        self.digest[row] = digest if info is not None else 0
         owner = int(self.owner[row])
-        old_msb = int(self.msb[row])
+        old_msb, old_hardware = int(self.msb[row]), int(self.hw[row])
         if info is None:
             self.state[row] = ABSENT
             self.capacity[row] = 0
+            self._set_attributes(row, {})
         else:
             self.state[row] = info.state
             self.dc[row], self.msb[row], self.rack[row] = info.dc, info.msb, info.rack
@@ -298,10 +300,10 @@ class AllocationIndex:
             columns = [self._dimension(label) for label in info.capacity]
             self.capacity[row] = 0
             self.capacity[row, columns] = list(info.capacity.values())
-            self._set_attributes(row, old.attributes if old else {}, info.attributes)
+            self._set_attributes(row, info.attributes)
         if owner != NONE:
-            if old is not None and info is not None and old.hardware != info.hardware:
-                self.owned_hardware[owner][old.hardware] -= 1
+            if info is not None and old_hardware != info.hardware:
+                self.owned_hardware[owner][old_hardware] -= 1
                 self.owned_hardware[owner][info.hardware] += 1
             for listener in self.listeners:
                 listener.owner_changed(owner)
@@ -309,9 +311,66 @@ class AllocationIndex:
             self._place_in_pool(row, old_msb)
         self._numbers.clear()
 
-    def _set_attributes(self, row: int, old: Mapping[str, str], new: Mapping[str, str]) -> None:
-        for attribute in old.keys() - new.keys():
-            self.attributes[attribute][row] = NONE
+    def set_machines(self, machines: Sequence[tuple[str, bytes]]) -> None:
+        """Applies many machine records at once (a page of the first listing): new machines go
+        into the columns in one assignment per column; any other goes through `set_machine`."""
+        rows: list[int] = []
+        infos: list[MachineInfo] = []
+        digests: list[int] = []
+        for machine_id, value in machines:
+            row = self.row_of.get(machine_id)
+            if row is not None and (self.digest[row] or self.owner[row] != NONE):
+                self.set_machine(machine_id, value)
+                continue
+            info = self._decode_machine(machine_id, value)
+            if info is None:
+                continue
+            rows.append(self.row(machine_id))
+            infos.append(info)
+            digests.append(hash(value) or 1)
+        if not rows:
+            return
+        at = np.array(rows, np.intp)
+        self.digest[at] = digests
+        self.state[at] = [info.state for info in infos]
+        self.dc[at] = [info.dc for info in infos]
+        self.msb[at] = [info.msb for info in infos]
+        self.rack[at] = [info.rack for info in infos]
+        self.hw[at] = [info.hardware for info in infos]
+        self.profile[at] = [info.profile for info in infos]
+        capacity = np.zeros((len(rows), len(self.dimensions)), np.int64)
+        for position, info in enumerate(infos):
+            for label, amount in info.capacity.items():
+                column = self._dimension(label)
+                if column >= capacity.shape[1]:
+                    capacity = np.hstack(
+                        [capacity, np.zeros((len(rows), column + 1 - capacity.shape[1]), np.int64)]
+                    )
+                capacity[position, column] = amount
+        self.capacity[at] = capacity
+        by_attribute: dict[str, tuple[list[int], list[int]]] = {}
+        for row, info in zip(rows, infos, strict=True):
+            for attribute, label in info.attributes.items():
+                codes = self.attribute_values.get(attribute)
+                if codes is None:
+                    self.attribute_column(attribute)
+                    codes = self.attribute_values[attribute]
+                where, what = by_attribute.setdefault(attribute, ([], []))
+                where.append(row)
+                what.append(codes.code(label))
+        for attribute, (where, what) in by_attribute.items():
+            self.attributes[attribute][where] = what
+        for row, info in zip(rows, infos, strict=True):
+            self.pool.setdefault(info.msb, set()).add(row)
+        for msb in {info.msb for info in infos}:
+            for listener in self.listeners:
+                listener.pool_changed(msb)
+        self._numbers.clear()
+
+    def _set_attributes(self, row: int, new: Mapping[str, str]) -> None:
+        for attribute, column in self.attributes.items():
+            if attribute not in new:
+                column[row] = NONE
         for attribute, value in new.items():
             column = self.attribute_column(attribute)
             column[row] = self.attribute_values[attribute].code(value)
@@ -393,6 +452,23 @@ class AllocationIndex:
             return
         if kv.mod_revision > held:
             self._apply_record(row, self._decode_record(row, kv.value), kv.mod_revision)
+
+    def set_allocations(self, kvs: Sequence[KeyValue]) -> None:
+        """Applies many allocation records at once (a page of the first listing): empty free-pool
+        records of rows without one only set their revision; any other goes through
+        `set_allocation`."""
+        empty_rows: list[int] = []
+        revisions: list[int] = []
+        for kv in kvs:
+            machine_id = keys.last_segment(kv.key)
+            row = self.row(machine_id)
+            if not self.revision[row] and _is_empty_record(kv.value, machine_id):
+                empty_rows.append(row)
+                revisions.append(kv.mod_revision)
+            else:
+                self.set_allocation(machine_id, kv, kv.mod_revision)
+        if empty_rows:
+            self.revision[empty_rows] = revisions
 
     def record_commit(self, records: Mapping[int, Mapping[str, Any]], revision: int) -> None:
         """Applies allocation records (by row) this allocator wrote in transaction `revision`."""
@@ -638,10 +714,25 @@ _FILL: Final[dict[str, Any]] = {
     "owner": NONE,
     "target": NONE,
     "revision": 0,
+    "digest": 0,
     "readable": True,
     "task_count": 0,
     "idle_since": math.nan,
 }
+
+
+def _is_empty_record(value: bytes, machine_id: str) -> bool:
+    try:
+        data = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(data, dict)
+        and data.get("machine") == machine_id
+        and not data.get("tasks")
+        and all(data.get(name) is None for name in ("entitlement", "host_profile", "idle_since"))
+        and set(data) <= {"machine", "tasks", "entitlement", "host_profile", "idle_since"}
+    )
 
 
 def _job_name(handle: str) -> str:
@@ -661,11 +752,17 @@ Apply = Callable[[str, KeyValue | None, int], None]
 
 
 class _Sink:
-    """Feeds one prefix of the store into the index, key by key."""
+    """Feeds one prefix of the store into the index, key by key or a page at a time."""
 
-    def __init__(self, apply: Apply, present: Callable[[], Iterable[str]]) -> None:
+    def __init__(
+        self,
+        apply: Apply,
+        present: Callable[[], Iterable[str]],
+        apply_page: Callable[[Sequence[KeyValue]], None] | None = None,
+    ) -> None:
         self._apply = apply
         self._present = present
+        self._apply_page = apply_page
         self._listed: set[str] | None = None
         """Keys seen by the listing under way (None: following the watch)."""
 
@@ -673,10 +770,16 @@ class _Sink:
         self._listed = set()
 
     def put(self, kv: KeyValue) -> None:
-        name = keys.last_segment(kv.key)
+        self._apply(keys.last_segment(kv.key), kv, kv.mod_revision)
+
+    def put_page(self, kvs: Sequence[KeyValue]) -> None:
         if self._listed is not None:
-            self._listed.add(name)
-        self._apply(name, kv, kv.mod_revision)
+            self._listed.update(keys.last_segment(kv.key) for kv in kvs)
+        if self._apply_page is not None:
+            self._apply_page(kvs)
+        else:
+            for kv in kvs:
+                self.put(kv)
 
     def delete(self, key: str, revision: int) -> None:
         self._apply(keys.last_segment(key), None, revision)
@@ -701,6 +804,7 @@ def sinks(index: AllocationIndex) -> dict[str, _Sink]:
                 machine_id, None if kv is None else kv.value
             ),
             index.machines_present,
+            lambda kvs: index.set_machines([(keys.last_segment(kv.key), kv.value) for kv in kvs]),
         ),
-        keys.ALLOCATIONS: _Sink(index.set_allocation, index.records_present),
+        keys.ALLOCATIONS: _Sink(index.set_allocation, index.records_present, index.set_allocations),
     }

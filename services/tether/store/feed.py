@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
@@ -19,10 +20,13 @@ class FeedSink(Protocol):
     """Where a feed's keys go; the sink decides what to keep of them."""
 
     def begin_listing(self) -> None:
-        """A full listing starts: every key that exists will be `put` before `end_listing`."""
+        """A full listing starts: every key that exists comes in a page before `end_listing`."""
 
     def put(self, kv: KeyValue) -> None:
-        """A key's current value."""
+        """A key's current value, from the watch."""
+
+    def put_page(self, kvs: Sequence[KeyValue]) -> None:
+        """A page of the listing: each key's value as of the listing's revision."""
 
     def delete(self, key: str, revision: int) -> None:
         """A key was deleted at `revision`."""
@@ -71,8 +75,7 @@ class PrefixFeed:
                 self.prefix, start_after=start_after, limit=_PAGE, revision=revision
             )
             revision = page.revision
-            for kv in page.kvs:
-                self._sink.put(kv)
+            self._sink.put_page(page.kvs)
             if not page.more or not page.kvs:
                 break
             start_after = page.kvs[-1].key
