@@ -73,7 +73,8 @@ class ChoiceCache(IndexListener):
         self._owned_by: dict[int, set[int]] = {}
         self._pool: dict[tuple[int, int], PoolEntry] = {}
         self._pool_by_msb: dict[int, set[int]] = {}
-        self._pool_by_owner: dict[int, set[tuple[int, int]]] = {}
+        self.reasons: dict[tuple[object, ...], tuple[float, str]] = {}
+        """Why jobs of a signature and task size fit nowhere, with when that was found."""
         self.hits = 0
         self.misses = 0
 
@@ -94,7 +95,6 @@ class ChoiceCache(IndexListener):
     def pool(
         self,
         key: int,
-        owner: int,
         msb: int,
         build: Callable[[], tuple[Rows, npt.NDArray[np.int64]]],
     ) -> PoolEntry:
@@ -103,7 +103,6 @@ class ChoiceCache(IndexListener):
             self.misses += 1
             entry = self._pool[(key, msb)] = PoolEntry(*build())
             self._pool_by_msb.setdefault(msb, set()).add(key)
-            self._pool_by_owner.setdefault(owner, set()).add((key, msb))
         else:
             self.hits += 1
         return entry
@@ -122,8 +121,6 @@ class ChoiceCache(IndexListener):
     def owner_changed(self, owner: int) -> None:
         for key in self._owned_by.pop(owner, set()):
             del self._owned[key]
-        for pool_key in self._pool_by_owner.pop(owner, set()):
-            self._pool.pop(pool_key, None)
 
     def pool_changed(self, msb: int) -> None:
         for key in self._pool_by_msb.pop(msb, set()):

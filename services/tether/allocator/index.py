@@ -147,6 +147,8 @@ class AllocationIndex:
         """The datacenter of each MSB code."""
         self.rack_msb: list[int] = []
         """The MSB of each rack code."""
+        self.msb_racks: dict[int, list[int]] = {}
+        """The racks of each MSB."""
         self.attribute_values: dict[str, Codes] = {}
         self._allocate(_INITIAL_ROWS)
         self.attributes: dict[str, I32] = {}
@@ -418,6 +420,7 @@ class AllocationIndex:
         rack_code = self.racks.code(f"{dc}/{msb}/{rack}")
         if rack_code == len(self.rack_msb):
             self.rack_msb.append(msb_code)
+            self.msb_racks.setdefault(msb_code, []).append(rack_code)
         return MachineInfo(
             state=state,
             dc=dc_code,

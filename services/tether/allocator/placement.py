@@ -4,8 +4,10 @@ over fault domains with a maximum skew, ranked by ordered preferences and best f
 from __future__ import annotations
 
 import heapq
+import itertools
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +16,7 @@ import numpy.typing as npt
 from tether.allocator.cache import ChoiceCache, PoolEntry, signature
 from tether.allocator.index import NONE, UP, AllocationIndex
 from tether.allocator.rules import (
+    DATACENTER_RULE,
     Rows,
     Rule,
     RuleOutcome,
@@ -36,6 +39,10 @@ from tether.model import Entitlement, FaultDomain, Job
 
 I64 = npt.NDArray[np.int64]
 
+_REASON_TTL_S = 1.0
+_REASONS_KEPT = 10_000
+_NO_ROWS: Rows = np.zeros(0, np.intp)
+_NO_AMOUNTS: I64 = np.zeros(0, np.int64)
 # Rows of a free-pool list examined at once when looking for the next machine that fits.
 _POOL_CHUNK = 64
 
@@ -57,9 +64,9 @@ class _Domain:
 
     code: int
     count: int
-    rows: Rows = field(default_factory=lambda: np.zeros(0, np.intp))
-    room: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    scores: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    rows: Rows = field(default_factory=lambda: _NO_ROWS)
+    room: I64 = field(default_factory=lambda: _NO_AMOUNTS)
+    scores: I64 = field(default_factory=lambda: _NO_AMOUNTS)
     position: int = 0
     pulled: int = NONE
     pulled_room: int = 0
@@ -96,6 +103,20 @@ class Planner:
         self.rules = machine_rules(index, job, entitlement)
         self.affinity_rules = [affinity_rule(index, a) for a in job.spec.placement.affinities]
         self.key = cache.key(signature(job, entitlement))
+        placement = job.spec.placement
+        self.pool_key = cache.key(
+            (
+                "pool",
+                entitlement.host_profile,
+                tuple(placement.hardware_types),
+                tuple(c.model_dump_json() for c in placement.constraints),
+                tuple(p.model_dump_json() for p in placement.preferences),
+            )
+        )
+        allowed = [set(dcs) for dcs in (entitlement.allowed_dcs, placement.datacenters) if dcs]
+        self._allowed_dcs = (
+            {index.dcs.code(dc) for dc in set.intersection(*allowed)} if allowed else None
+        )
         self.profile = index.profiles.find(entitlement.host_profile)
         self._free: dict[int, I64] = {}
         self.joined: set[int] = set()
@@ -113,10 +134,15 @@ class Planner:
             case FaultDomain.RACK:
                 return self.index.rack
 
-    def _pool_msbs(self) -> dict[int, list[int]]:
-        """MSBs with free-pool machines, by the domain of the level they belong to."""
+    def _pool_msbs(self, tasks: int) -> dict[int, list[int]]:
+        """MSBs with free-pool machines, by the domain of the level they belong to (for racks,
+        enough racks for `tasks` tasks)."""
         index = self.index
-        msbs = [msb for msb, rows in index.pool.items() if rows]
+        msbs = [
+            msb
+            for msb, rows in index.pool.items()
+            if rows and (self._allowed_dcs is None or index.msb_dc[msb] in self._allowed_dcs)
+        ]
         by_domain: dict[int, list[int]] = {}
         match self.level:
             case FaultDomain.DC:
@@ -125,10 +151,12 @@ class Planner:
             case FaultDomain.MSB:
                 by_domain = {msb: [msb] for msb in msbs}
             case FaultDomain.RACK:
-                with_pool = set(msbs)
-                by_domain = {
-                    rack: [msb] for rack, msb in enumerate(index.rack_msb) if msb in with_pool
-                }
+                # Every empty rack is as good as another: offer enough of them, taken in turn
+                # from each MSB so that the racks are spread too.
+                wanted = max(2 * tasks, 64)
+                racks = (index.msb_racks.get(msb, []) for msb in msbs)
+                for rack in itertools.islice(_round_robin(racks), wanted):
+                    by_domain[rack] = [index.rack_msb[rack]]
         return by_domain
 
     # --- quota -------------------------------------------------------------------------------
@@ -173,18 +201,20 @@ class Planner:
         index = self.index
 
         def build() -> tuple[Rows, I64]:
-            # Readability is checked when pulling: a record can turn readable again without
-            # the machine leaving the pool.
+            # Datacenters (the entitlement's) and readability are checked when pulling, so that
+            # entitlements share lists (and a record can turn readable again while the machine
+            # stays in the pool).
             rows = np.fromiter(index.pool.get(msb, ()), np.intp)
             rows = rows[index.state[rows] == UP]
             for rule in self.rules:
-                rows = rows[rule.accepts(rows)]
+                if rule.name != DATACENTER_RULE:
+                    rows = rows[rule.accepts(rows)]
             free = index.capacity[rows] - index.used[rows]
             scores = self._pool_scores(rows)
             order = np.lexsort((rows, free[:, 0], free[:, 1], -scores))
             return rows[order], scores[order]
 
-        return self.cache.pool(self.key, self.owner, msb, build)
+        return self.cache.pool(self.pool_key, msb, build)
 
     def _pool_scores(self, rows: Rows) -> I64:
         """Preference bits, then one bit for already carrying the entitlement's host profile."""
@@ -223,6 +253,7 @@ class Planner:
                 fits = (
                     in_pool
                     & index.readable[chunk]
+                    & self._machine_mask(chunk)
                     & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
                     & (column[chunk] == domain.code)
                     & self._affinity_mask(chunk)
@@ -234,6 +265,12 @@ class Planner:
                     return row
                 start += len(chunk)
         return None
+
+    def _machine_mask(self, rows: Rows) -> npt.NDArray[np.bool_]:
+        mask = np.ones(len(rows), np.bool_)
+        for rule in self.rules:
+            mask &= rule.accepts(rows)
+        return mask
 
     def _within_machine_quota(self, row: int) -> bool:
         if self._machines_left is None:
@@ -265,7 +302,7 @@ class Planner:
                 counts[int(column[kept])] += 1
                 budget -= 1
         pending = [task for task in indexes if task not in placements]
-        domains = self._domains(counts)
+        domains = self._domains(counts, len(pending))
         heap = [self._heap_key(domain) for domain in domains.values()]
         heapq.heapify(heap)
         reason = ""
@@ -306,7 +343,7 @@ class Planner:
             domain.code,
         )
 
-    def _domains(self, counts: Counter[int]) -> dict[int, _Domain]:
+    def _domains(self, counts: Counter[int], tasks: int) -> dict[int, _Domain]:
         index = self.index
         column = self._domain_column()
         rows = self._owned_candidates()
@@ -338,7 +375,7 @@ class Planner:
         )
         if self._can_grow():
             # Domains whose pool holds no machine for the job drop out at their first pull.
-            for code, msbs in self._pool_msbs().items():
+            for code, msbs in self._pool_msbs(tasks).items():
                 domain = domains.get(code)
                 if domain is None:
                     domain = domains[code] = _Domain(code, counts[code])
@@ -430,15 +467,29 @@ class Planner:
         return rules
 
     def why_not(self) -> str:
-        """Why one more task fits nowhere: each rule's rejections over the whole region."""
+        """Why one more task fits nowhere: each rule's rejections over the whole region.
+
+        Going over a million machines takes a while, and jobs alike fail alike: the answer is
+        kept for a second per signature and task size.
+        """
+        key = (self.key, self.need.tobytes(), self.level, self.skew)
+        now = time.monotonic()
+        known = self.cache.reasons.get(key)
+        if known is not None and now - known[0] < _REASON_TTL_S:
+            return known[1]
         filtered = apply_rules(self.index.live_rows(), self.all_rules())
         if len(filtered.survivors):
-            return (
+            reason = (
                 f"{len(filtered.survivors)} machines fit one task but not within the spread "
                 f"over {self.level.value} (max skew {self.skew}) or the entitlement's "
                 "machine quota"
             )
-        return rejections(filtered.outcomes, filtered.considered, details=True)
+        else:
+            reason = rejections(filtered.outcomes, filtered.considered, details=True)
+        if len(self.cache.reasons) > _REASONS_KEPT:
+            self.cache.reasons.clear()
+        self.cache.reasons[key] = (now, reason)
+        return reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +520,12 @@ class Explanation:
     preferences: list[PreferenceCount]
     chosen: list[Ranked]
     summary: str
+
+
+def _round_robin(lists: Iterator[list[int]]) -> Iterator[int]:
+    """The first of each list, then the second of each, and so on."""
+    for layer in itertools.zip_longest(*lists):
+        yield from (item for item in layer if item is not None)
 
 
 def explain(planner: Planner) -> Explanation:

@@ -16,6 +16,8 @@ from tether.model.resources import quantity_text
 Rows = npt.NDArray[np.intp]
 Mask = npt.NDArray[np.bool_]
 
+DATACENTER_RULE = "datacenter"
+
 _STATE_NAMES = {code: state.value for state, code in STATE_CODES.items()} | {ABSENT: "deleted"}
 
 
@@ -121,7 +123,7 @@ def machine_rules(index: AllocationIndex, job: Job, entitlement: Entitlement) ->
         codes = [index.dcs.code(dc) for dc in allowed]
         rules.append(
             Rule(
-                "datacenter",
+                DATACENTER_RULE,
                 "datacenter not allowed",
                 lambda rows: np.isin(index.dc[rows], codes),
                 lambda *_: "; ".join(f"{who} allows {listed(dcs)}" for who, dcs in limits),
