@@ -46,6 +46,9 @@ class JobView:
     tasks: Mapping[int, Stored[Task]]
     statuses: Mapping[int, TaskStatus]
     machines: Mapping[str, Machine]
+    machines_revision: int
+    """The store revision `machines` is at: a machine missing from it is gone only if the task
+    naming it is older (the allocator may use a machine the leader has not heard of yet)."""
     revision: int = 0
     """A store revision the view's tasks are at least as new as: every task key deleted up to
     here is already absent from `tasks`."""
@@ -101,7 +104,9 @@ def _plan_task(
     view: JobView, stored: Stored[Task], status: TaskStatus | None, now: datetime, plan: Plan
 ) -> None:
     job, task = view.job.value, stored.value
-    machine_down = task.machine is not None and _is_down(view.machines.get(task.machine))
+    machine_down = task.machine is not None and _is_down(
+        view.machines.get(task.machine), known=view.machines_revision >= stored.revision
+    )
     if job.deleting or task.index >= job.spec.count:
         if task.machine is None or machine_down or (status and status.state in FINISHED):
             plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
@@ -219,9 +224,12 @@ def request_id(view: JobView, indexes: Sequence[int], nonce: str) -> str:
     return f"{job.handle}:{job.generation}:{digest}:{nonce}"
 
 
-def _is_down(machine: Machine | None) -> bool:
-    # A machine removed from the inventory is as gone as one marked down.
-    return machine is None or machine.state is MachineState.DOWN
+def _is_down(machine: Machine | None, *, known: bool) -> bool:
+    """Whether the task's machine is down or gone; `known`: the view of the machines is at
+    least as new as the task, so a machine missing from it was removed from the inventory."""
+    if machine is None:
+        return known
+    return machine.state is MachineState.DOWN
 
 
 def _new_task(job: Job, index: int, revision: int, now: datetime) -> Task:

@@ -135,6 +135,7 @@ class ShardState:
             tasks=dict(self._tasks.get(handle, {})),
             statuses=dict(self._statuses.get(handle, {})),
             machines=self.machines,
+            machines_revision=self.machines_records.mirror.revision,
             revision=self.tasks.mirror.revision,
         )
 

@@ -129,12 +129,14 @@ def make_view(
     *tasks: Stored[Task],
     statuses: tuple[TaskStatus, ...] = (),
     machines: dict[str, Machine] | None = None,
+    machines_revision: int = 10_000,
 ) -> JobView:
     return JobView(
         job=job,
         tasks={stored.value.index: stored for stored in tasks},
         statuses={status.index: status for status in statuses},
         machines=UP_MACHINES if machines is None else machines,
+        machines_revision=machines_revision,
     )
 
 
@@ -363,6 +365,15 @@ def test_machine_missing_from_the_inventory_counts_as_down() -> None:
     view = make_view(make_job(1), make_task(0, "gone", attempt=1))
     plan = plan_job(view, NOW)
     assert [write.unassign for write in plan.release] == ["gone"]
+
+
+def test_a_machine_the_leader_has_not_heard_of_yet_is_not_down() -> None:
+    # The allocator placed the task (revision 100) on a machine registered after the revision
+    # the leader's machine mirror is at: the task stays where it is.
+    task = make_task(0, "new", attempt=1)
+    assert task.revision == 100
+    plan = plan_job(make_view(make_job(1), task, machines_revision=99), NOW)
+    assert (plan.release, plan.place, plan.writes) == ([], [], [])
 
 
 def test_scale_down_stops_extra_tasks_then_removes_them_once_killed() -> None:
