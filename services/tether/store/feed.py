@@ -1,11 +1,11 @@
-"""List a prefix, then follow its watch, handing every key to a sink that keeps no copy here."""
+"""List a prefix, then follow its watch, handing every key to a sink that decides what to keep."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
@@ -36,22 +36,33 @@ class FeedSink(Protocol):
 
 
 class PrefixFeed:
-    """Like `PrefixMirror`, but for prefixes too large to hold twice (a million machines).
+    """Every key under a prefix, handed to a sink: a listing, then the watch's changes.
 
     `start()` lists the prefix in pages of one snapshot and returns when the sink has all of it;
-    a watch then follows from the next revision. After a compaction the feed lists again.
+    a watch then follows from the next revision, and `after` (if given) runs once the changes of
+    each revision, or of a listing after a compaction, are in the sink. A feed stopped and
+    started again resumes from its revision (listing again if that history is gone).
+    `PrefixMirror` is the feed whose sink keeps every key; the allocator's index keeps columns.
     """
 
-    def __init__(self, store: Store, prefix: str, sink: FeedSink) -> None:
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        sink: FeedSink,
+        after: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._store = store
         self.prefix = prefix
         self._sink = sink
+        self._after = after
         self.revision = 0
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self._list()
+        if not self.revision:
+            await self._list()
         self._task = asyncio.create_task(self._follow(), name=f"feed {self.prefix}")
 
     async def stop(self) -> None:
@@ -100,12 +111,18 @@ class PrefixFeed:
                             else:
                                 self._sink.delete(event.kv.key, event.revision)
                         await self._advance(events[-1].revision)
+                        await self._changed()
             except CompactedError:
                 _log.info("watch on %s compacted; listing again", self.prefix)
                 await self._relist()
+                await self._changed()
             except StoreError as error:
                 _log.warning("watch on %s failed, retrying: %s", self.prefix, error)
                 await asyncio.sleep(_RETRY_S)
+
+    async def _changed(self) -> None:
+        if self._after is not None:
+            await self._after()
 
     async def _relist(self) -> None:
         while True:

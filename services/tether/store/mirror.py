@@ -1,21 +1,14 @@
-"""A local copy of every key under a prefix, kept fresh by a watch (list, then watch)."""
+"""A local copy of every key under a prefix, kept fresh by a watch (a feed that keeps it all)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
-
-_log = logging.getLogger(__name__)
+from tether.store.base import KeyValue, Store
+from tether.store.feed import PrefixFeed
 
 ChangeHandler = Callable[[set[str]], Awaitable[None]]
 """Called with the keys that changed (put or deleted) after each batch of changes is applied."""
-
-_PAGE = 1000
-_RETRY_S = 0.5
 
 
 class PrefixMirror:
@@ -28,89 +21,58 @@ class PrefixMirror:
     """
 
     def __init__(self, store: Store, prefix: str, on_change: ChangeHandler | None = None) -> None:
-        self._store = store
         self.prefix = prefix
         self._on_change = on_change
         self.items: dict[str, KeyValue] = {}
-        self.revision = 0
-        self._advanced = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
+        self._listing: dict[str, KeyValue] = {}
+        self._changed: set[str] = set()
+        self._feed = PrefixFeed(store, prefix, self, after=self._notify)
+
+    @property
+    def revision(self) -> int:
+        return self._feed.revision
 
     async def start(self) -> None:
         """Loads the prefix; returns once `items` holds a consistent snapshot."""
-        await self._relist()
-        self._task = asyncio.create_task(self._follow(), name=f"mirror {self.prefix}")
+        await self._feed.start()
+        # The first listing is the starting point, not a change.
+        self._changed.clear()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._feed.stop()
 
     async def wait_for(self, revision: int) -> None:
         """Returns once the mirror has applied every change up to `revision`."""
-        async with self._advanced:
-            await self._advanced.wait_for(lambda: self.revision >= revision)
+        await self._feed.wait_for(revision)
 
-    async def _relist(self) -> set[str]:
-        items: dict[str, KeyValue] = {}
-        start_after: str | None = None
-        revision = 0
-        while True:
-            page = await self._store.range(
-                self.prefix, start_after=start_after, limit=_PAGE, revision=revision
-            )
-            revision = page.revision
-            items.update((kv.key, kv) for kv in page.kvs)
-            if not page.more or not page.kvs:
-                break
-            start_after = page.kvs[-1].key
-        changed = {
+    # --- FeedSink ----------------------------------------------------------------------------
+
+    def begin_listing(self) -> None:
+        self._listing = {}
+
+    def put_page(self, kvs: Sequence[KeyValue]) -> None:
+        self._listing.update((kv.key, kv) for kv in kvs)
+
+    def end_listing(self, revision: int) -> None:
+        listed, held = self._listing, self.items
+        self._changed |= {
             key
-            for key in items.keys() | self.items.keys()
-            if key not in items
-            or key not in self.items
-            or items[key].mod_revision != self.items[key].mod_revision
+            for key in listed.keys() | held.keys()
+            if key not in listed
+            or key not in held
+            or listed[key].mod_revision != held[key].mod_revision
         }
-        self.items = items
-        await self._advance(revision)
-        return changed
+        self.items, self._listing = listed, {}
 
-    async def _advance(self, revision: int) -> None:
-        async with self._advanced:
-            self.revision = max(self.revision, revision)
-            self._advanced.notify_all()
+    def put(self, kv: KeyValue) -> None:
+        self.items[kv.key] = kv
+        self._changed.add(kv.key)
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                async with self._store.watch(
-                    self.prefix, start_revision=self.revision + 1
-                ) as watch:
-                    async for events in watch:
-                        for event in events:
-                            if event.type is EventType.PUT:
-                                self.items[event.kv.key] = event.kv
-                            else:
-                                self.items.pop(event.kv.key, None)
-                        await self._advance(events[-1].revision)
-                        await self._notify({event.kv.key for event in events})
-            except CompactedError:
-                _log.info("watch on %s compacted; listing again", self.prefix)
-                await self._notify(await self._relisted())
-            except StoreError as error:
-                _log.warning("watch on %s failed, retrying: %s", self.prefix, error)
-                await asyncio.sleep(_RETRY_S)
+    def delete(self, key: str, revision: int) -> None:
+        self.items.pop(key, None)
+        self._changed.add(key)
 
-    async def _relisted(self) -> set[str]:
-        while True:
-            try:
-                return await self._relist()
-            except StoreError as error:
-                _log.warning("listing %s failed, retrying: %s", self.prefix, error)
-                await asyncio.sleep(_RETRY_S)
-
-    async def _notify(self, keys: set[str]) -> None:
-        if self._on_change is not None and keys:
-            await self._on_change(keys)
+    async def _notify(self) -> None:
+        changed, self._changed = self._changed, set()
+        if self._on_change is not None and changed:
+            await self._on_change(changed)

@@ -70,7 +70,7 @@ async def test_mirror_relists_after_compaction_and_reports_what_it_missed(store:
     await store.delete("/m/gone")
     await store.put("/m/new", b"1")
     await store.compact(await store.revision())
-    mirror._task = asyncio.create_task(mirror._follow())  # resume from the stale revision
+    await mirror.start()  # resumes from the stale revision
     try:
         deadline = asyncio.get_running_loop().time() + 5
         while set(mirror.items) != {"/m/kept", "/m/new"}:
