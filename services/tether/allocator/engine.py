@@ -239,27 +239,26 @@ class Engine:
         front of the queue with their plan to merge."""
         index = self._index
         snapshots: dict[int, Snapshot] = {}
-        changes: dict[int, Change] = {}
         fences: dict[str, int] = {}
         planned: list[_Request] = []
-        for request in batch:
-            if len(changes) >= _BATCH_ROWS:
-                self._queue.insert(0, request)
-                continue
+        for position, request in enumerate(batch):
+            if len(snapshots) >= _BATCH_ROWS:
+                # The transaction is big enough: the rest waits for the next one, in order.
+                self._queue[:0] = batch[position:]
+                break
             choice = self._plan(request)
             if choice is None:
                 continue
             planned.append(request)
             fences[request.entitlement.name] = self._fences.get(request.entitlement.name, 0)
-            for row, snapshot in place_tentatively(
-                index, request.job, request.entitlement, choice
-            ).items():
+            touched = place_tentatively(index, request.job, request.entitlement, choice)
+            for row, snapshot in touched.items():
                 snapshots.setdefault(row, snapshot)
-                changes[row] = Change(snapshots[row].revision, {})
         if not planned:
             return
+        # Each row's final record (every request's tasks on it) over its record before all.
         changes = {
-            row: Change(change.revision, index.record(row)) for row, change in changes.items()
+            row: Change(snapshot.revision, index.record(row)) for row, snapshot in snapshots.items()
         }
         outcome = await commit(self._store, index, changes, fences, self._writer, tentative=True)
         self._stats.attempts += 1

@@ -539,10 +539,6 @@ class AllocationIndex:
             },
         }
 
-    def tasks_of(self, row: int) -> tuple[TaskRef, ...]:
-        """The tasks the row's allocation record holds."""
-        return self._tasks[row]
-
     def _apply_record(self, row: int, parsed: ParsedRecord | None, revision: int) -> None:
         """Replaces the row's record: None is a missing record (revision 0) or an unreadable
         one, which keeps the machine out of placement until it is fixed."""

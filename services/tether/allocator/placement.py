@@ -20,6 +20,7 @@ from tether.allocator.rules import (
     Rows,
     Rule,
     RuleOutcome,
+    accepted_by_all,
     affinity_rule,
     apply_rules,
     effective_weights,
@@ -253,10 +254,10 @@ class Planner:
                 fits = (
                     in_pool
                     & index.readable[chunk]
-                    & self._machine_mask(chunk)
+                    & accepted_by_all(self.rules, chunk)
                     & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
                     & (column[chunk] == domain.code)
-                    & self._affinity_mask(chunk)
+                    & accepted_by_all(self.affinity_rules, chunk)
                 )
                 for position in np.flatnonzero(fits).tolist():
                     row = int(chunk[position])
@@ -265,12 +266,6 @@ class Planner:
                     return row
                 start += len(chunk)
         return None
-
-    def _machine_mask(self, rows: Rows) -> npt.NDArray[np.bool_]:
-        mask = np.ones(len(rows), np.bool_)
-        for rule in self.rules:
-            mask &= rule.accepts(rows)
-        return mask
 
     def _within_machine_quota(self, row: int) -> bool:
         if self._machines_left is None:
@@ -350,7 +345,7 @@ class Planner:
         if self.joined:
             # Pool machines a kept placement moved in are the entitlement's for this plan.
             rows = np.concatenate([rows, np.array(sorted(self.joined), np.intp)])
-        rows = rows[self._affinity_mask(rows)]
+        rows = rows[accepted_by_all(self.affinity_rules, rows)]
         domains: dict[int, _Domain] = {}
         if len(rows):
             free = self._free_rows(rows)
@@ -438,12 +433,6 @@ class Planner:
                 self._machines_left[int(index.hw[row])] -= 1
         self._free[row] = free - self.need
         return True
-
-    def _affinity_mask(self, rows: Rows) -> npt.NDArray[np.bool_]:
-        mask = np.ones(len(rows), np.bool_)
-        for rule in self.affinity_rules:
-            mask &= rule.accepts(rows)
-        return mask
 
     # --- explaining --------------------------------------------------------------------------
 

@@ -242,6 +242,14 @@ def apply_rules(rows: Rows, rules: Sequence[Rule]) -> Filtered:
     return Filtered(survivors, outcomes, len(rows))
 
 
+def accepted_by_all(rules: Sequence[Rule], rows: Rows) -> Mask:
+    """Per row, whether every rule accepts it (no accounting)."""
+    mask = np.ones(len(rows), np.bool_)
+    for rule in rules:
+        mask &= rule.accepts(rows)
+    return mask
+
+
 def passes(rules: Sequence[Rule], rows: Rows) -> Rows:
     """The rows every rule accepts (no accounting)."""
     for rule in rules:

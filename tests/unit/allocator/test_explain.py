@@ -3,10 +3,6 @@ rank of the machines holding the job's tasks."""
 
 from __future__ import annotations
 
-import logging
-
-import pytest
-
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
 from tether.allocator.rules import effective_weights
 from tether.model import (
@@ -18,11 +14,6 @@ from tether.model import (
     Preference,
     Resources,
 )
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> None:
-    logging.getLogger("tether.allocator.index").setLevel(logging.ERROR)
 
 
 def test_every_rule_counts_what_it_rejected() -> None:
@@ -69,7 +60,7 @@ def test_every_rule_counts_what_it_rejected() -> None:
     assert details["datacenter"] == "entitlement ads allows dc1"
     assert details["hardware type"] == "allowed: std"
     assert details["entitlement free pool or ads"] == "assigned to ml"
-    # (The memory rule's detail: see test_found_bugs.)
+    # (The memory rule's detail: see test_regressions.)
     assert explanation.summary.startswith("2 of 10 machines fit; 1 of 10 machines: ")
 
 

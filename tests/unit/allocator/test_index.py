@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
-import pytest
 
 from tests.support.allocator_builders import Region, allocation, entitlement, machine
 from tether.allocator.index import ABSENT, NONE, UP, AllocationIndex
@@ -13,12 +10,6 @@ from tether.model import Allocation, MachineState, Resources, from_json, to_json
 from tether.store import KeyValue
 
 GIB = Resources(memory_mib=1024)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> None:
-    # Unreadable records are logged as warnings by design; the tests assert the effect.
-    logging.getLogger("tether.allocator.index").setLevel(logging.ERROR)
 
 
 def memory(region: Region, machine_id: str) -> tuple[int, int]:
