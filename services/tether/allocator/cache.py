@@ -16,15 +16,24 @@ Signature = tuple[object, ...]
 """Everything the machine rules and the pool order depend on; equal for jobs alike in it."""
 
 
-def signature(job: Job, entitlement: Entitlement) -> Signature:
+def signatures(job: Job, entitlement: Entitlement) -> tuple[Signature, Signature]:
+    """The job's signature for its entitlement's machines, and the shorter one for free-pool
+    lists, which every entitlement seeking the same host profile shares (datacenters are
+    checked when pulling from them)."""
     placement = job.spec.placement
-    return (
-        entitlement.model_dump_json(include={"name", "allowed_dcs", "host_profile", "quota"}),
-        tuple(placement.datacenters),
+    machines = (
         tuple(placement.hardware_types),
         tuple(c.model_dump_json() for c in placement.constraints),
         tuple(p.model_dump_json() for p in placement.preferences),
     )
+    owned = (
+        entitlement.name,
+        tuple(entitlement.allowed_dcs),
+        entitlement.host_profile,
+        tuple(placement.datacenters),
+        *machines,
+    )
+    return owned, ("pool", entitlement.host_profile, *machines)
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from tether.allocator.cache import ChoiceCache, PoolEntry, signature
+from tether.allocator.cache import ChoiceCache, PoolEntry, signatures
 from tether.allocator.index import NONE, UP, AllocationIndex
 from tether.allocator.rules import (
     DATACENTER_RULE,
@@ -22,6 +22,7 @@ from tether.allocator.rules import (
     RuleOutcome,
     accepted_by_all,
     affinity_rule,
+    allowed_datacenters,
     apply_rules,
     effective_weights,
     machine_rules,
@@ -103,21 +104,10 @@ class Planner:
         self.skew = job.spec.placement.spread.max_skew
         self.rules = machine_rules(index, job, entitlement)
         self.affinity_rules = [affinity_rule(index, a) for a in job.spec.placement.affinities]
-        self.key = cache.key(signature(job, entitlement))
-        placement = job.spec.placement
-        self.pool_key = cache.key(
-            (
-                "pool",
-                entitlement.host_profile,
-                tuple(placement.hardware_types),
-                tuple(c.model_dump_json() for c in placement.constraints),
-                tuple(p.model_dump_json() for p in placement.preferences),
-            )
-        )
-        allowed = [set(dcs) for dcs in (entitlement.allowed_dcs, placement.datacenters) if dcs]
-        self._allowed_dcs = (
-            {index.dcs.code(dc) for dc in set.intersection(*allowed)} if allowed else None
-        )
+        owned_key, pool_key = signatures(job, entitlement)
+        self.key, self.pool_key = cache.key(owned_key), cache.key(pool_key)
+        allowed = allowed_datacenters(job, entitlement)
+        self._allowed_dcs = None if allowed is None else {index.dcs.code(dc) for dc in allowed}
         self.profile = index.profiles.find(entitlement.host_profile)
         self._free: dict[int, I64] = {}
         self.joined: set[int] = set()

@@ -97,6 +97,12 @@ def matches(index: AllocationIndex, predicate: AttributePredicate, rows: Rows) -
             return inside if op is ConstraintOp.IN else ~inside
 
 
+def allowed_datacenters(job: Job, entitlement: Entitlement) -> set[str] | None:
+    """The datacenters both the entitlement and the job allow (None: any)."""
+    limits = [set(dcs) for dcs in (entitlement.allowed_dcs, job.spec.placement.datacenters) if dcs]
+    return set.intersection(*limits) if limits else None
+
+
 def machine_rules(index: AllocationIndex, job: Job, entitlement: Entitlement) -> list[Rule]:
     """The rules about the machine alone, in the order they apply; they hold for every task and
     change only when a machine record does, so their result can be cached."""
@@ -117,8 +123,8 @@ def machine_rules(index: AllocationIndex, job: Job, entitlement: Entitlement) ->
         (f"job {job.handle}", placement.datacenters),
     ]
     limits = [(who, dcs) for who, dcs in allowed_by if dcs]
-    if limits:
-        allowed = set.intersection(*(set(dcs) for _, dcs in limits))
+    allowed = allowed_datacenters(job, entitlement)
+    if allowed is not None:
         # code(), not find(): a datacenter seen later must get the code the rule holds.
         codes = [index.dcs.code(dc) for dc in allowed]
         rules.append(
