@@ -37,6 +37,14 @@ class Audit:
 
 
 @dataclass(slots=True)
+class _Allocation:
+    """A machine's allocation record and its entries (task id -> resources), as JSON data."""
+
+    record: dict[str, Any] = field(default_factory=dict)
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _Totals:
     used: dict[str, Counter[str]] = field(default_factory=dict)
     """Entitlement -> resources its tasks hold ("extra/<name>" for extra resources)."""
@@ -52,7 +60,7 @@ async def audit(store: Store) -> Audit:
     """Reads every machine and allocation record at one revision, a page at a time."""
     revision = await store.revision()
     result, totals = Audit(), _Totals()
-    allocations = aiter(_paged(store, keys.ALLOCATIONS, revision))
+    allocations = aiter(_machine_allocations(store, revision))
     pending = await anext(allocations, None)
     async for machine_id, machine in _paged(store, keys.MACHINES, revision):
         while pending is not None and pending[0] < machine_id:
@@ -62,7 +70,7 @@ async def audit(store: Store) -> Audit:
             _visit(result, totals, machine, pending[1])
             pending = await anext(allocations, None)
         else:
-            _visit(result, totals, machine, {})
+            _visit(result, totals, machine, _Allocation())
     while pending is not None:
         _visit(result, totals, None, pending[1])
         pending = await anext(allocations, None)
@@ -78,14 +86,35 @@ async def audit(store: Store) -> Audit:
 
 
 async def _paged(store: Store, prefix: str, revision: int) -> AsyncIterator[tuple[str, Any]]:
+    """(key after the prefix, JSON value) of every key under `prefix`, in key order."""
     start_after = None
     while True:
         page = await store.range(prefix, start_after=start_after, limit=PAGE, revision=revision)
         for kv in page.kvs:
-            yield keys.last_segment(kv.key), json.loads(kv.value)
+            yield kv.key[len(prefix) :], json.loads(kv.value)
         if not page.more or not page.kvs:
             return
         start_after = page.kvs[-1].key
+
+
+async def _machine_allocations(
+    store: Store, revision: int
+) -> AsyncIterator[tuple[str, _Allocation]]:
+    """Per machine in id order: its allocation record (empty if missing) and entries."""
+    current: tuple[str, _Allocation] | None = None
+    async for name, value in _paged(store, keys.ALLOCATIONS, revision):
+        machine_id, _, task_id = name.partition("/")
+        if current is not None and current[0] != machine_id:
+            yield current
+            current = None
+        if current is None:
+            current = (machine_id, _Allocation())
+        if task_id:
+            current[1].entries[task_id] = value
+        else:
+            current[1].record = value
+    if current is not None:
+        yield current
 
 
 def _amounts(resources: dict[str, Any]) -> Counter[str]:
@@ -95,19 +124,19 @@ def _amounts(resources: dict[str, Any]) -> Counter[str]:
 
 
 def _visit(
-    result: Audit, totals: _Totals, machine: dict[str, Any] | None, allocation: dict[str, Any]
+    result: Audit, totals: _Totals, machine: dict[str, Any] | None, allocation: _Allocation
 ) -> None:
-    """One machine (None: an allocation record without one) and its allocation record."""
+    """One machine (None: allocations without a machine record) and its allocations."""
     used: Counter[str] = Counter()
-    for entry in allocation.get("tasks", {}).values():
-        amounts = _amounts(entry["resources"])
+    for task_id, resources in allocation.entries.items():
+        amounts = _amounts(resources)
         used.update(amounts)
-        entitlement = entry["job"].split("/", 1)[0]
-        totals.used.setdefault(entitlement, Counter()).update(amounts)
-        number = totals.job_numbers.setdefault(entry["job"], len(totals.job_numbers))
-        totals.task_ids.append(number << INDEX_BITS | int(entry["index"]))
+        job, _, index = task_id.rpartition("/")
+        totals.used.setdefault(job.split("/", 1)[0], Counter()).update(amounts)
+        number = totals.job_numbers.setdefault(job, len(totals.job_numbers))
+        totals.task_ids.append(number << INDEX_BITS | int(index))
         result.tasks += 1
-    owner = allocation.get("entitlement")
+    owner = allocation.record.get("entitlement")
     if machine is None:
         return
     result.machines += 1

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.allocations import Stored, read_allocations
 from tether.model import Allocation, HostProfile, Machine, from_json, to_json
 from tether.region.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
 from tether.store import keys, open_store
@@ -67,16 +68,18 @@ def store_url(region: LocalRegion) -> str:
     return str(json.loads((region.state_dir / "region.json").read_text())["store"])
 
 
-def allocations(region: LocalRegion) -> dict[str, Allocation]:
-    async def read() -> dict[str, Allocation]:
+def allocations(region: LocalRegion) -> dict[str, Stored]:
+    async def read() -> dict[str, Stored]:
         async with open_store(store_url(region)) as store:
-            found = await store.range(keys.ALLOCATIONS)
-        return {
-            keys.last_segment(kv.key): from_json(Allocation, kv.value, stored=True)
-            for kv in found.kvs
-        }
+            return await read_allocations(store)
 
     return asyncio.run(read())
+
+
+def record_of(stored: Stored) -> Allocation:
+    """A machine's allocation record: one holding entries without it breaks the layout."""
+    assert stored.record is not None, stored
+    return stored.record
 
 
 def machines(region: LocalRegion) -> dict[str, Machine]:
@@ -112,7 +115,7 @@ def web_job() -> dict[str, Any]:
 
 
 def owned_by(region: LocalRegion, entitlement: str) -> set[str]:
-    return {m for m, a in allocations(region).items() if a.entitlement == entitlement}
+    return {m for m, a in allocations(region).items() if record_of(a).entitlement == entitlement}
 
 
 def test_entitlement_grows_switches_host_profile_and_returns_idle_machines(
@@ -121,7 +124,7 @@ def test_entitlement_grows_switches_host_profile_and_returns_idle_machines(
     put_host_profile(region)
     started = allocations(region)
     assert len(started) == region.agents
-    assert all(a.entitlement is None and not a.tasks for a in started.values()), started
+    assert all(record_of(a).entitlement is None and not a.tasks for a in started.values()), started
 
     with region.client() as client:
         created = client.post(
@@ -162,10 +165,11 @@ def test_entitlement_grows_switches_host_profile_and_returns_idle_machines(
         records = allocations(region)
         assert owned_by(region, "web") == web_machines
         for machine_id in web_machines:
-            assert records[machine_id].host_profile == PROFILE.name, records[machine_id]
-            assert records[machine_id].idle_since is None
-        assert records[plain_machine].entitlement == "default"
-        assert records[plain_machine].host_profile is None
+            record = record_of(records[machine_id])
+            assert record.host_profile == PROFILE.name, record
+            assert record.idle_since is None
+        assert record_of(records[plain_machine]).entitlement == "default"
+        assert record_of(records[plain_machine]).host_profile is None
         wait_for(
             lambda: all(
                 machines(region)[m].host_profile_current == PROFILE.name for m in web_machines
@@ -203,9 +207,9 @@ def test_entitlement_grows_switches_host_profile_and_returns_idle_machines(
         )
         deleted_at = time.monotonic()
 
-        def returned() -> dict[str, Allocation] | None:
+        def returned() -> dict[str, Stored] | None:
             records = allocations(region)
-            free = all(records[m].entitlement is None for m in web_machines)
+            free = all(record_of(records[m]).entitlement is None for m in web_machines)
             return records if free else None
 
         records = wait_for(
@@ -213,8 +217,9 @@ def test_entitlement_grows_switches_host_profile_and_returns_idle_machines(
         )
         print(f"returned to the pool {time.monotonic() - deleted_at:.1f} s after the deletion")
         for machine_id in web_machines:
-            assert records[machine_id] == Allocation(machine=machine_id), records[machine_id]
-        assert records[plain_machine].entitlement == "default"
+            empty = Stored(Allocation(machine=machine_id))
+            assert records[machine_id] == empty, records[machine_id]
+        assert record_of(records[plain_machine]).entitlement == "default"
         assert len(records[plain_machine].tasks) == 1
         # Machines keep the profile they carry: nothing asks them to switch back.
         assert all(machines(region)[m].host_profile_current == PROFILE.name for m in web_machines)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.engine import place_tentatively
+from tether.allocator.engine import allocation_entries, place_tentatively
 from tether.allocator.index import AllocationIndex
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import (
     Allocation,
-    AllocationEntry,
     Entitlement,
     Job,
     JobSpec,
@@ -22,6 +24,7 @@ from tether.model import (
     Resources,
     TaskTemplate,
     Topology,
+    from_json,
     to_json,
 )
 from tether.store import KeyValue, keys
@@ -114,22 +117,24 @@ def entitlement(
     )
 
 
+@dataclass(frozen=True)
+class Record:
+    """A machine's allocation record and its entries (task id -> resources)."""
+
+    header: Allocation
+    entries: dict[str, Resources] = field(default_factory=dict)
+
+
 def allocation(
     machine_id: str,
     *tasks: tuple[str, int, Resources],
     owner: str | None = None,
     host_profile: str | None = None,
-) -> Allocation:
+) -> Record:
     """An allocation record holding `tasks` as (job handle, index, resources)."""
-    entries = [
-        AllocationEntry(job=handle, index=index, resources=resources)
-        for handle, index, resources in tasks
-    ]
-    return Allocation(
-        machine=machine_id,
-        entitlement=owner,
-        host_profile=host_profile,
-        tasks={entry.task_id: entry for entry in entries},
+    return Record(
+        Allocation(machine=machine_id, entitlement=owner, host_profile=host_profile),
+        {f"{handle}/{index}": resources for handle, index, resources in tasks},
     )
 
 
@@ -144,6 +149,8 @@ class Region:
         # The records a commit writes come from the engine's own code, which reads nothing of
         # the engine but its index: no store, no replica.
         self.revision = 0
+        self.store: dict[str, bytes] = {}
+        """What the records and entries written would be in the store, by key."""
 
     def _next_revision(self) -> int:
         self.revision += 1
@@ -159,14 +166,35 @@ class Region:
             self.index.set_entitlement(added.name, to_json(added))
         return self
 
-    def put_record(self, machine_id: str, value: Allocation | bytes) -> int:
-        """Stores `allocations/<machine_id>` as the watch would deliver it; returns its
-        revision."""
+    def put_record(self, machine_id: str, value: Record | bytes) -> int:
+        """Stores `allocations/<machine_id>` (and, for a `Record`, exactly its entries) in one
+        transaction, as the watch would deliver it; returns its revision."""
         revision = self._next_revision()
-        data = value if isinstance(value, bytes) else to_json(value)
-        kv = KeyValue(keys.allocation(machine_id), data, 1, revision, 1)
-        self.index.set_allocation(machine_id, kv, revision)
+        data = value if isinstance(value, bytes) else to_json(value.header)
+        self.put(keys.allocation(machine_id), data, revision)
+        if isinstance(value, Record):
+            prefix = keys.allocation_entries(machine_id)
+            wanted = {prefix + task_id: to_json(held) for task_id, held in value.entries.items()}
+            for key in [key for key in self.store if key.startswith(prefix)]:
+                if key not in wanted:
+                    del self.store[key]
+                    self.index.set_allocation(key[len(keys.ALLOCATIONS) :], None, revision)
+            for key, entry in wanted.items():
+                self.put(key, entry, revision)
         return revision
+
+    def load(self, store: Mapping[str, bytes]) -> Region:
+        """Feeds every record and entry of `store` in, as one listing at one revision."""
+        revision = self._next_revision()
+        for key, value in store.items():
+            self.put(key, value, revision)
+        return self
+
+    def put(self, key: str, value: bytes, revision: int) -> None:
+        """Stores any key under `allocations/` as of `revision`."""
+        self.store[key] = value
+        kv = KeyValue(key, value, 1, revision, 1)
+        self.index.set_allocation(key[len(keys.ALLOCATIONS) :], kv, revision)
 
     def row(self, machine_id: str) -> int:
         return self.index.row_of[machine_id]
@@ -185,17 +213,37 @@ class Region:
         keep: Mapping[int, int] | None = None,
     ) -> Choice:
         """Chooses rows for `indexes` (default: every task not placed yet) as Place does."""
-        held = dict(self.index.jobs.get(placed_job.handle, {}))
+        held = self.index.held(placed_job.handle)
         if indexes is None:
             indexes = [i for i in range(placed_job.spec.count) if i not in held]
         return self.planner(placed_job, owner).choose(indexes, held, keep)
 
     def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
-        """Applies the records Place would write for `choice`, as a successful commit does."""
+        """Writes the records and entries Place would write for `choice` and applies them to
+        the index as a successful commit does."""
         rows = place_tentatively(self.index, placed_job, owner, choice)
+        for row in rows:
+            self.store[keys.allocation(self.index.ids[row])] = self.index.header_json(row)
+        for entries in allocation_entries(self.index, placed_job, choice).values():
+            self.store.update(entries)
         revision = self._next_revision()
         self.index.confirm(rows, revision)
         return revision
+
+    def stored(self, machine_id: str) -> tuple[Allocation | None, dict[str, Resources]]:
+        """The machine's allocation record and entries (task id -> resources) as written."""
+        record = self.store.get(keys.allocation(machine_id))
+        prefix = keys.allocation_entries(machine_id)
+        entries = {
+            key[len(prefix) :]: from_json(Resources, value, stored=True)
+            for key, value in self.store.items()
+            if key.startswith(prefix)
+        }
+        try:
+            header = None if record is None else from_json(Allocation, record, stored=True)
+        except ValidationError:
+            header = None
+        return header, entries
 
     def place(
         self, placed_job: Job, owner: Entitlement, indexes: Sequence[int] | None = None

@@ -107,9 +107,10 @@ class HostProfiles:
 
     Allocators set `host_profile` in `allocations/<machine>` when they move the machine into an
     entitlement. This follows that one record (a watch on its key, which as a prefix also matches
-    longer machine ids, hence the exact-key filter), switches when the target differs from the
-    current profile, and retries a failed switch with a doubling pause. `on_switched` runs after
-    every completed switch, with the new profile already persisted.
+    the machine's allocation entries and longer machine ids, hence the exact-key filter),
+    switches when the target differs from the current profile, and retries a failed switch with a
+    doubling pause. `on_switched` runs after every completed switch, with the new profile already
+    persisted.
     """
 
     def __init__(

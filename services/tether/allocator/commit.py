@@ -1,17 +1,14 @@
-"""Committing allocation records with one optimistic-concurrency transaction."""
+"""Committing allocation records and entries with one optimistic-concurrency transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
-
-from tether.allocator.index import AllocationIndex
 from tether.store import (
+    Delete,
     Get,
-    KeyValue,
+    Op,
     Put,
     RangeResult,
     Store,
@@ -22,79 +19,61 @@ from tether.store import (
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
-    """A new allocation record for a row, based on the record at `revision` (0: none)."""
+class Write:
+    """What a transaction changes on one machine: its allocation record, based on the record
+    at `revision` (0: none), and the allocation entries it adds (key, value) and removes."""
 
     revision: int
-    record: dict[str, Any]
+    record: bytes
+    added: Sequence[tuple[str, bytes]] = ()
+    removed: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a commit did: on a conflict, the records and fences as the store holds them now."""
+    """What a commit did: its revision (on a conflict, the store's then), and on a conflict
+    the quota fences as the store holds them."""
 
     succeeded: bool
     revision: int
-    records: dict[int, KeyValue | None] = field(default_factory=dict)
     fences: dict[str, int] = field(default_factory=dict)
     """Entitlement -> its quota fence's mod revision (0: none yet)."""
 
 
-def encode(record: Mapping[str, Any]) -> bytes:
-    """An allocation record as stored: the JSON of `tether.model.Allocation`."""
-    return orjson.dumps(record)
-
-
 async def commit(
     store: Store,
-    index: AllocationIndex,
-    changes: Mapping[int, Change],
+    machine_ids: Sequence[str],
+    writes: Mapping[int, Write],
     fences: Mapping[str, int],
     writer: str,
-    *,
-    tentative: bool = False,
 ) -> Outcome:
-    """Writes every change if no record changed since its base revision and no quota fence of
-    `fences` (entitlement -> the fence revision the plan saw) moved; bumps those fences.
-
-    On success the index holds the records written (`tentative`: it shows them already and
-    learns only the new revision). On a conflict the index is unchanged and the outcome carries
-    what the store holds, read in the same transaction.
-    """
-    record_keys = {row: keys.allocation(index.ids[row]) for row in changes}
+    """Applies every write (by row of `machine_ids`) if no allocation record changed since its
+    base revision and no quota fence of `fences` (entitlement -> the fence revision the plan
+    saw) moved; bumps those fences. The index is the caller's to update."""
+    compares = []
+    ops: list[Op] = []
+    for row, write in writes.items():
+        record_key = keys.allocation(machine_ids[row])
+        compares.append(
+            mod_revision_is(record_key, write.revision)
+            if write.revision
+            else key_missing(record_key)
+        )
+        ops.append(Put(record_key, write.record))
+        ops += [Put(key, value) for key, value in write.added]
+        ops += [Delete(key) for key in write.removed]
     fence_keys = {name: keys.quota_fence(name) for name in fences}
-    compares = [
-        mod_revision_is(record_keys[row], change.revision)
-        if change.revision
-        else key_missing(record_keys[row])
-        for row, change in changes.items()
-    ]
     compares += [
         mod_revision_is(fence_keys[name], revision) if revision else key_missing(fence_keys[name])
         for name, revision in fences.items()
     ]
-    puts = [Put(record_keys[row], encode(change.record)) for row, change in changes.items()]
-    puts += [Put(key, writer.encode()) for key in fence_keys.values()]
-    reads = [Get(key) for key in (*record_keys.values(), *fence_keys.values())]
-    result = await store.txn(compares, puts, reads)
+    ops += [Put(key, writer.encode()) for key in fence_keys.values()]
+    # Only the fences are read back on a conflict: the records come through the feed.
+    result = await store.txn(compares, ops, [Get(key) for key in fence_keys.values()])
     if result.succeeded:
-        index.record_commit(
-            {row: change.record for row, change in changes.items()}, result.revision
-        )
         return Outcome(True, result.revision)
-    current: list[KeyValue | None] = []
-    for read in result.results:
+    fenced = {}
+    for name, read in zip(fences, result.results, strict=True):
         assert isinstance(read, RangeResult)
-        current.append(read.kvs[0] if read.kvs else None)
-    records = dict(zip(changes, current[: len(changes)], strict=True))
-    fenced = {
-        name: kv.mod_revision if kv else 0
-        for name, kv in zip(fences, current[len(changes) :], strict=True)
-    }
-    return Outcome(False, result.revision, records, fenced)
-
-
-def refresh(index: AllocationIndex, outcome: Outcome) -> None:
-    """Applies the records a failed commit read back."""
-    for row, kv in outcome.records.items():
-        index.set_allocation(index.ids[row], kv, outcome.revision)
+        fenced[name] = read.kvs[0].mod_revision if read.kvs else 0
+    return Outcome(False, result.revision, fenced)

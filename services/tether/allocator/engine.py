@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import numpy as np
 from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.commit import Change, Outcome, commit, refresh
+from tether.allocator.commit import Write, commit
 from tether.allocator.errors import (
     CorruptRecord,
     InvalidRequest,
@@ -23,10 +24,13 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
-from tether.allocator.index import NONE, AllocationIndex, Snapshot
+from tether.allocator.index import NONE, AllocationIndex, Header, Snapshot
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import Entitlement, Job, from_json, parse_job_handle
 from tether.store import Store, keys
+
+Entry = tuple[str, bytes]
+"""An allocation entry: key and value."""
 
 # Idle machines returned to the free pool in one transaction.
 _RETURN_BATCH = 500
@@ -162,30 +166,41 @@ class Engine:
 
     async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
         """Removes tasks of the job (all of them when `indexes` is empty) from their machines."""
-        _parse(job_handle)
+        entitlement_name, job_name = _parse(job_handle)
         _check_unique(indexes)
         index = self._index
         async with self._writing:
             for _ in range(self._max_attempts):
-                held = dict(index.jobs.get(job_handle, {}))
+                held = index.held(job_handle)
                 chosen = held if not indexes else {i: held[i] for i in indexes if i in held}
                 if not chosen:
                     return 0
-                changes = {}
-                for row in set(chosen.values()):
-                    record = index.record(row)
-                    gone = {f"{job_handle}/{i}" for i, r in chosen.items() if r == row}
-                    record["tasks"] = {
-                        task: entry for task, entry in record["tasks"].items() if task not in gone
-                    }
-                    if not record["tasks"] and record.get("entitlement"):
-                        record["idle_since"] = _now()
-                    changes[row] = Change(int(index.revision[row]), record)
-                outcome = await commit(self._store, index, changes, {}, self._writer)
+                by_row: dict[int, list[int]] = {}
+                for task, row in chosen.items():
+                    by_row.setdefault(row, []).append(task)
+                headers: dict[int, Header] = {}
+                writes = {}
+                for row, tasks in by_row.items():
+                    owner, target, idle = index.header(row)
+                    if owner != NONE and index.task_count[row] == len(tasks):
+                        idle = time.time()
+                    headers[row] = (owner, target, idle)
+                    machine_id = index.ids[row]
+                    writes[row] = Write(
+                        int(index.revision[row]),
+                        index.header_json(row, headers[row]),
+                        removed=[
+                            keys.allocation_entry(machine_id, entitlement_name, job_name, task)
+                            for task in tasks
+                        ],
+                    )
+                outcome = await commit(self._store, index.ids, writes, {}, self._writer)
                 if outcome.succeeded:
+                    for row, tasks in by_row.items():
+                        index.remove(row, job_handle, tasks, headers[row], outcome.revision)
                     return len(chosen)
-                refresh(index, outcome)
                 self._stats.conflicts += 1
+                await self._catch_up(outcome.revision)
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
             f"{self._max_attempts} times; retry"
@@ -201,48 +216,43 @@ class Engine:
         """Moves machines that have been idle in an entitlement for the idle delay back to the
         free pool; returns how many moved. Conflicting records wait for the next round."""
         index = self._index
-        rows = index.rows
-        empty = (index.owner[:rows] != NONE) & (index.task_count[:rows] == 0)
-        due = empty & (index.idle_since[:rows] <= now - self._idle_return_s)
-        # An empty owned machine with no idle time (written by an older allocator) starts its
-        # idle period now.
-        unmarked = empty & np.isnan(index.idle_since[:rows])
-        changes = {}
-        for row in np.flatnonzero(due | unmarked)[:_RETURN_BATCH].tolist():
-            record = index.record(row)
-            if due[row]:
-                record.update(entitlement=None, host_profile=None, idle_since=None)
-            else:
-                record["idle_since"] = _now()
-            changes[row] = Change(int(index.revision[row]), record)
-        if not changes:
-            return 0
         async with self._writing:
-            stale = [
-                row for row, change in changes.items() if index.revision[row] != change.revision
-            ]
-            for row in stale:
-                del changes[row]
-            if not changes:
+            rows = index.rows
+            empty = (index.owner[:rows] != NONE) & (index.task_count[:rows] == 0)
+            due = empty & (index.idle_since[:rows] <= now - self._idle_return_s)
+            # An empty owned machine with no idle time (written by an older allocator) starts
+            # its idle period now.
+            unmarked = empty & np.isnan(index.idle_since[:rows])
+            headers: dict[int, Header] = {}
+            for row in np.flatnonzero(due | unmarked)[:_RETURN_BATCH].tolist():
+                owner, target, _ = index.header(row)
+                headers[row] = (NONE, NONE, math.nan) if due[row] else (owner, target, now)
+            if not headers:
                 return 0
-            outcome = await commit(self._store, index, changes, {}, self._writer)
-            if outcome.succeeded:
-                returned = int(due[list(changes)].sum())
-                self._stats.machines_returned += returned
-                return returned
-            refresh(index, outcome)
-        return 0
+            writes = {
+                row: Write(int(index.revision[row]), index.header_json(row, header))
+                for row, header in headers.items()
+            }
+            outcome = await commit(self._store, index.ids, writes, {}, self._writer)
+            if not outcome.succeeded:
+                return 0
+            for row, header in headers.items():
+                index.set_header(row, header, outcome.revision)
+            returned = int(due[list(headers)].sum())
+            self._stats.machines_returned += returned
+            return returned
 
     async def _commit_batch(self, batch: list[_Request]) -> None:
         """Plans the requests one after another, each seeing the earlier ones' machines as
         taken, and commits them in one transaction; requests that conflicted go back to the
         front of the queue with their plan to merge."""
         index = self._index
-        snapshots: dict[int, Snapshot] = {}
+        snapshots: list[tuple[int, Snapshot]] = []
+        added: dict[int, list[Entry]] = {}
         fences: dict[str, int] = {}
         planned: list[_Request] = []
         for position, request in enumerate(batch):
-            if len(snapshots) >= _BATCH_ROWS:
+            if len(added) >= _BATCH_ROWS:
                 # The transaction is big enough: the rest waits for the next one, in order.
                 self._queue[:0] = batch[position:]
                 break
@@ -252,17 +262,20 @@ class Engine:
             planned.append(request)
             fences[request.entitlement.name] = self._fences.get(request.entitlement.name, 0)
             touched = place_tentatively(index, request.job, request.entitlement, choice)
-            for row, snapshot in touched.items():
-                snapshots.setdefault(row, snapshot)
+            snapshots += touched.items()
+            for row, entries in allocation_entries(index, request.job, choice).items():
+                added.setdefault(row, []).extend(entries)
         if not planned:
             return
-        # Each row's final record (every request's tasks on it) over its record before all.
-        changes = {
-            row: Change(snapshot.revision, index.record(row)) for row, snapshot in snapshots.items()
+        # Every row's record after all the batch's requests, over its record before them all.
+        base = {row: snapshot.revision for row, snapshot in reversed(snapshots)}
+        writes = {
+            row: Write(base[row], index.header_json(row), entries) for row, entries in added.items()
         }
-        outcome = await commit(self._store, index, changes, fences, self._writer, tentative=True)
+        outcome = await commit(self._store, index.ids, writes, fences, self._writer)
         self._stats.attempts += 1
         if outcome.succeeded:
+            index.confirm(writes, outcome.revision)
             for name in fences:
                 self._fences[name] = outcome.revision
             for request in planned:
@@ -271,10 +284,12 @@ class Engine:
                 self._finish(request, request.choice.unplaced)
             return
         self._stats.conflicts += 1
-        for row, snapshot in snapshots.items():
+        for row, snapshot in reversed(snapshots):
             index.roll_back(row, snapshot)
-        refresh(index, outcome)
-        await self._catch_up(outcome)
+        # The next plan must see what the other allocator committed: its records, and its
+        # tasks counted against the quota of a fence that moved.
+        self._fences.update(outcome.fences)
+        await self._catch_up(outcome.revision)
         for request in planned:
             assert request.choice is not None
             request.conflicts += 1
@@ -284,7 +299,7 @@ class Engine:
     def _plan(self, request: _Request) -> Choice | None:
         """The request's next attempt, or None when it is finished (and answered)."""
         index, job = self._index, request.job
-        held = dict(index.jobs.get(job.handle, {}))
+        held = index.held(job.handle)
         pending = [i for i in request.indexes if i not in held]
         if not pending:
             self._finish(request, {})
@@ -313,7 +328,7 @@ class Engine:
         return choice
 
     def _finish(self, request: _Request, unplaced: dict[int, str]) -> None:
-        where = self._index.jobs.get(request.job.handle, {})
+        where = self._index.held(request.job.handle)
         ids = self._index.ids
         request.done.set_result(
             PlaceResult(
@@ -324,20 +339,11 @@ class Engine:
             )
         )
 
-    async def _catch_up(self, outcome: Outcome) -> None:
-        """After a quota fence moved, waits until the index shows the commit that moved it, so
-        the next plan counts that allocator's tasks against the quota."""
-        moved = [
-            revision
-            for name, revision in outcome.fences.items()
-            if revision != self._fences.get(name, 0)
-        ]
-        self._fences.update(outcome.fences)
-        if moved:
-            # On a timeout the next attempt plans on what the index has; its fence compare
-            # still protects the quota.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._caught_up(max(moved)), _CATCH_UP_S)
+    async def _catch_up(self, revision: int) -> None:
+        """Waits until the index shows every change up to `revision`; on a timeout the next
+        attempt plans on what the index has, and its compares still protect the machines."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._caught_up(revision), _CATCH_UP_S)
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None
@@ -375,22 +381,42 @@ def place_tentatively(
     index: AllocationIndex, job: Job, entitlement: Entitlement, choice: Choice
 ) -> dict[int, Snapshot]:
     """Shows a choice in the index for the plans after it (the records to commit are then
-    `index.record(row)` of the rows returned); returns the touched rows' records from before."""
-    resources = job.spec.task.resources.model_dump(mode="json")
-    by_row: dict[int, list[int]] = {}
-    for task, row in choice.placements.items():
-        by_row.setdefault(row, []).append(task)
-    join = (entitlement.name, entitlement.host_profile)
+    `index.header_json(row)` of the rows returned); returns the touched rows' records from
+    before."""
+    shape = index.shape(job.spec.task.resources.model_dump(mode="json"))
+    join = (
+        index.owners.code(entitlement.name),
+        NONE if entitlement.host_profile is None else index.profiles.code(entitlement.host_profile),
+        math.nan,
+    )
     return {
         row: index.place_tentatively(
-            row, job.handle, tasks, resources, join if row in choice.joined else None
+            row, job.handle, tasks, shape, join if row in choice.joined else None
         )
-        for row, tasks in by_row.items()
+        for row, tasks in _by_row(choice).items()
     }
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+def _by_row(choice: Choice) -> dict[int, list[int]]:
+    by_row: dict[int, list[int]] = {}
+    for task, row in choice.placements.items():
+        by_row.setdefault(row, []).append(task)
+    return by_row
+
+
+def allocation_entries(
+    index: AllocationIndex, job: Job, choice: Choice
+) -> dict[int, list[tuple[str, bytes]]]:
+    """The allocation entries (key, value) of a choice, by row."""
+    value = index.shape(job.spec.task.resources.model_dump(mode="json")).json
+    entitlement_name, job_name = job.spec.entitlement, job.spec.name
+    return {
+        row: [
+            (keys.allocation_entry(index.ids[row], entitlement_name, job_name, task), value)
+            for task in tasks
+        ]
+        for row, tasks in _by_row(choice).items()
+    }
 
 
 def _problems(error: ValidationError) -> str:

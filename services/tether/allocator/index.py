@@ -75,35 +75,56 @@ class Codes:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Shape:
-    """Resources some tasks hold, interned: as stored (JSON data) and as a column vector."""
+    """Resources some tasks hold, interned: their code, as stored (the JSON of `Resources`),
+    and as a row of the resource columns."""
 
-    data: dict[str, Any]
+    code: int
+    json: bytes
     vector: I64
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class TaskRef:
-    """A task held in an allocation record, and what it holds."""
+class JobTasks:
+    """Where one job's tasks are held: per task index, the row (NONE: not held) and the code
+    of the shape it holds. Arrays, not objects: a full region holds ten million tasks."""
 
-    job: str
-    index: int
-    shape: Shape
+    __slots__ = ("held", "rows", "shapes")
 
-    @property
-    def entitlement(self) -> str:
-        return self.job.split("/", 1)[0]
+    def __init__(self) -> None:
+        self.rows: I32 = np.full(0, NONE, np.int32)
+        self.shapes: I32 = np.zeros(0, np.int32)
+        self.held = 0
+
+    def row_of(self, index: int) -> int:
+        return int(self.rows[index]) if index < len(self.rows) else NONE
+
+    def make_room(self, size: int) -> None:
+        if size > len(self.rows):
+            grown = max(size, 2 * len(self.rows))
+            rows = np.full(grown, NONE, np.int32)
+            rows[: len(self.rows)] = self.rows
+            shapes = np.zeros(grown, np.int32)
+            shapes[: len(self.shapes)] = self.shapes
+            self.rows, self.shapes = rows, shapes
+
+    def placed(self) -> dict[int, int]:
+        """Task index -> row of every task held."""
+        indexes = np.flatnonzero(self.rows != NONE)
+        return dict(zip(indexes.tolist(), self.rows[indexes].tolist(), strict=True))
 
 
-ParsedRecord = tuple[int, int, float, tuple[TaskRef, ...]]
-"""An allocation record as the columns keep it: owner, target profile, idle since, tasks."""
+Header = tuple[int, int, float]
+"""An allocation record (`Allocation`) as the columns keep it: owner, target profile, idle
+since."""
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A row's record before a tentative change."""
+    """A row's allocation record before tasks were added tentatively, and the tasks added."""
 
     revision: int
-    record: ParsedRecord
+    header: Header
+    job: str
+    indexes: Sequence[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,15 +174,20 @@ class AllocationIndex:
         self._allocate(_INITIAL_ROWS)
         self.attributes: dict[str, I32] = {}
         self._numbers: dict[str, npt.NDArray[np.float64]] = {}
-        self._tasks: list[tuple[TaskRef, ...]] = []
-        self._shapes: dict[bytes, Shape] = {}
+        self.shapes: list[Shape] = []
+        self._shape_codes: dict[bytes, int] = {}
+        self._duplicates: dict[tuple[str, int], dict[int, int]] = {}
+        """Task -> {row: shape} of entries of a task beyond the one `jobs` points at (two
+        allocators placed it at once): their resources count until the entries go."""
+        self._unreadable: dict[int, set[str]] = {}
+        """Rows whose allocation record (name "") or entries (task ids) cannot be read."""
         # Derived from the columns and kept with them.
         self.owned: dict[int, set[int]] = {}
         self.pool: dict[int, set[int]] = {}
         """Rows of the free pool by MSB, machines of every state (placement filters by state)."""
         self.owned_hardware: dict[int, Counter[int]] = {}
         self.usage: dict[str, I64] = {}
-        self.jobs: dict[str, dict[int, int]] = {}
+        self.jobs: dict[str, JobTasks] = {}
         self.entitlements: dict[str, Entitlement] = {}
         self.listeners: list[IndexListener] = []
         self._seen: set[int] | None = None
@@ -246,7 +272,6 @@ class AllocationIndex:
         if row is None:
             row = self.row_of[machine_id] = len(self.ids)
             self.ids.append(machine_id)
-            self._tasks.append(())
             if row >= len(self.state):
                 self._grow()
         return row
@@ -440,72 +465,80 @@ class AllocationIndex:
 
     # --- allocation records ------------------------------------------------------------------
 
-    def set_allocation(self, machine_id: str, kv: KeyValue | None, revision: int) -> None:
-        """Applies `allocations/<machine_id>` as read at `revision` (kv None: it was missing).
+    def set_allocation(self, name: str, kv: KeyValue | None, revision: int) -> None:
+        """Applies the key `allocations/<name>` as of `revision` (kv None: deleted then): a
+        machine's allocation record (name: the machine id) or one of its entries (name:
+        `<machine>/<task id>`).
 
-        Records only move forward: a value older than the one held (a watch event arriving
+        Records only move forward: a record older than the one held (a watch event arriving
         after the allocator's own commit) is ignored, so a row's revision and content always
-        belong together, which the commit's compare relies on.
+        belong together, which the commit's compare relies on. Entries older than the row's
+        record are ignored too; newer ones, or ones of the same transaction as the record, are
+        applied, and applying an entry twice changes nothing.
         """
+        machine_id, _, task_id = name.partition("/")
         row = self.row(machine_id)
         held = int(self.revision[row])
+        if task_id:
+            if (kv.mod_revision if kv else revision) >= held:
+                self._set_entry(row, task_id, None if kv is None else kv.value)
+            return
         if kv is None:
             if held and held < revision:
-                self._apply_record(row, None, 0)
+                self._set_header(row, (NONE, NONE, math.nan), 0)
+                self._mark_readable(row, "", True)
             return
         if kv.mod_revision > held:
-            self._apply_record(row, self._decode_record(row, kv.value), kv.mod_revision)
+            header = self._decode_header(row, kv.value)
+            self._mark_readable(row, "", header is not None)
+            if header is not None:
+                self._set_header(row, header, kv.mod_revision)
+            else:
+                self.revision[row] = kv.mod_revision
 
     def set_allocations(self, kvs: Sequence[KeyValue]) -> None:
-        """Applies many allocation records at once (a page of the first listing): empty free-pool
-        records of rows without one only set their revision; any other goes through
-        `set_allocation`."""
+        """Applies a page of the first listing: empty free-pool records of rows without one
+        only set their revision; any other key goes through `set_allocation`."""
         empty_rows: list[int] = []
         revisions: list[int] = []
+        start = len(keys.ALLOCATIONS)
         for kv in kvs:
-            machine_id = keys.last_segment(kv.key)
-            row = self.row(machine_id)
-            if not self.revision[row] and _is_empty_record(kv.value, machine_id):
-                empty_rows.append(row)
-                revisions.append(kv.mod_revision)
-            else:
-                self.set_allocation(machine_id, kv, kv.mod_revision)
+            name = kv.key[start:]
+            if "/" not in name:
+                row = self.row(name)
+                if not self.revision[row] and _is_empty_record(kv.value, name):
+                    empty_rows.append(row)
+                    revisions.append(kv.mod_revision)
+                    continue
+            self.set_allocation(name, kv, kv.mod_revision)
         if empty_rows:
             self.revision[empty_rows] = revisions
-
-    def record_commit(self, records: Mapping[int, Mapping[str, Any]], revision: int) -> None:
-        """Applies allocation records (by row) this allocator wrote in transaction `revision`."""
-        for row, data in records.items():
-            if revision > self.revision[row]:
-                self._apply_record(row, self._parse_record(data, self._tasks[row]), revision)
 
     def place_tentatively(
         self,
         row: int,
         job: str,
         indexes: Sequence[int],
-        resources: Mapping[str, Any],
-        join: tuple[str, str | None] | None,
+        shape: Shape,
+        join: Header | None,
     ) -> Snapshot:
         """Shows tasks about to be committed to later plans, keeping the row's revision (the
-        commit's base); `join` (entitlement, host profile) moves a free-pool machine into the
-        entitlement. Returns what `roll_back` needs to undo it."""
-        snapshot = Snapshot(
-            int(self.revision[row]),
-            (
-                int(self.owner[row]),
-                int(self.target[row]),
-                float(self.idle_since[row]),
-                self._tasks[row],
-            ),
-        )
-        owner, target, _, tasks = snapshot.record
+        commit's base); `join` is the record of a free-pool machine moving into an entitlement.
+        Returns what `roll_back` needs to undo it."""
+        header = self.header(row)
+        snapshot = Snapshot(int(self.revision[row]), header, job, indexes)
         if join is not None:
-            owner = self.owners.code(join[0])
-            target = NONE if join[1] is None else self.profiles.code(join[1])
-        shape, name = self._shape(resources), _job_name(job)
-        added = tuple(TaskRef(name, index, shape) for index in indexes)
-        self._apply_record(row, (owner, target, math.nan, tasks + added), snapshot.revision)
+            self._set_header(row, join, snapshot.revision)
+        elif not math.isnan(header[2]):
+            self._set_header(row, (header[0], header[1], math.nan), snapshot.revision)
+        tasks = self.jobs.get(job)
+        if tasks is None:
+            tasks = self.jobs[job] = JobTasks()
+        tasks.make_room(max(indexes) + 1)
+        tasks.rows[indexes] = row
+        tasks.shapes[indexes] = shape.code
+        tasks.held += len(indexes)
+        self._charge(row, _entitlement_of(job), shape.vector * len(indexes), len(indexes))
         return snapshot
 
     def confirm(self, rows: Iterable[int], revision: int) -> None:
@@ -515,56 +548,182 @@ class AllocationIndex:
                 self.revision[row] = revision
 
     def roll_back(self, row: int, snapshot: Snapshot) -> None:
-        """Undoes `place_tentatively` unless the store's newer record replaced it meanwhile."""
+        """Undoes `place_tentatively`; the record too unless the store's newer record replaced
+        it meanwhile."""
+        for index in snapshot.indexes:
+            self._remove_task(row, snapshot.job, index)
         if self.revision[row] == snapshot.revision:
-            self._apply_record(row, snapshot.record, snapshot.revision)
+            self._set_header(row, snapshot.header, snapshot.revision)
 
-    def record(self, row: int) -> dict[str, Any]:
-        """The row's allocation record as the JSON data of `tether.model.Allocation`."""
-        idle = float(self.idle_since[row])
-        return {
-            "machine": self.ids[row],
-            "entitlement": self.owners.name(int(self.owner[row])),
-            "host_profile": self.profiles.name(int(self.target[row])),
-            "idle_since": None
-            if math.isnan(idle)
-            else datetime.fromtimestamp(idle, UTC).isoformat(),
-            "tasks": {
-                f"{task.job}/{task.index}": {
-                    "job": task.job,
-                    "index": task.index,
-                    "resources": task.shape.data,
-                }
-                for task in self._tasks[row]
-            },
-        }
+    def remove(
+        self, row: int, job: str, indexes: Iterable[int], header: Header, revision: int
+    ) -> None:
+        """Applies a committed release: the tasks left `row`, whose record is now `header`."""
+        for index in indexes:
+            self._remove_task(row, job, index)
+        self._set_header(row, header, revision)
 
-    def _apply_record(self, row: int, parsed: ParsedRecord | None, revision: int) -> None:
-        """Replaces the row's record: None is a missing record (revision 0) or an unreadable
-        one, which keeps the machine out of placement until it is fixed."""
+    def set_header(self, row: int, header: Header, revision: int) -> None:
+        """Applies a committed allocation record that changed no entries."""
+        self._set_header(row, header, revision)
+
+    def header(self, row: int) -> Header:
+        return int(self.owner[row]), int(self.target[row]), float(self.idle_since[row])
+
+    def header_json(self, row: int, header: Header | None = None) -> bytes:
+        """The row's allocation record (or `header` for it) as stored: the JSON of
+        `tether.model.Allocation`."""
+        owner, target, idle = self.header(row) if header is None else header
+        return orjson.dumps(
+            {
+                "machine": self.ids[row],
+                "entitlement": self.owners.name(owner),
+                "host_profile": self.profiles.name(target),
+                "idle_since": None
+                if math.isnan(idle)
+                else datetime.fromtimestamp(idle, UTC).isoformat(),
+            }
+        )
+
+    def shape(self, resources: Mapping[str, Any]) -> Shape:
+        """The interned shape of `resources` (the JSON data of `Resources`)."""
+        return self._shape_of(orjson.dumps(resources), resources)
+
+    def _shape_of(self, value: bytes, resources: Mapping[str, Any] | None = None) -> Shape:
+        code = self._shape_codes.get(value)
+        if code is None:
+            data = orjson.loads(value) if resources is None else resources
+            canonical = orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+            code = self._shape_codes.get(canonical)
+            if code is None:
+                code = len(self.shapes)
+                self.shapes.append(Shape(code, value, self._vector_of(data)))
+                self._shape_codes[canonical] = code
+            self._shape_codes[value] = code
+        return self.shapes[code]
+
+    def _set_header(self, row: int, header: Header, revision: int) -> None:
+        owner, target, idle = header
         old_owner = int(self.owner[row])
-        owner, target, idle, tasks = parsed or (NONE, NONE, math.nan, ())
-        old_tasks = self._tasks[row]
-        # Unchanged tasks are the same objects (see _parse_record): only the difference costs.
-        kept = {id(task) for task in tasks}
-        before = {id(task) for task in old_tasks}
-        used = self.used[row]
-        for task in old_tasks:
-            if id(task) not in kept:
-                self._forget_task(row, task)
-                used[: len(task.shape.vector)] -= task.shape.vector
-        for task in tasks:
-            if id(task) not in before:
-                self._remember_task(row, task)
-                used[: len(task.shape.vector)] += task.shape.vector
-        self._tasks[row] = tasks
         self.revision[row] = revision
-        self.readable[row] = parsed is not None or revision == 0
-        self.task_count[row] = len(tasks)
         self.target[row] = target
         self.idle_since[row] = idle
         if owner != old_owner:
             self._change_owner(row, old_owner, owner)
+
+    def _set_entry(self, row: int, task_id: str, value: bytes | None) -> None:
+        job, _, index_text = task_id.rpartition("/")
+        try:
+            index = int(index_text)
+            if index < 0 or job.count("/") != 1:
+                raise ValueError("malformed")
+        except ValueError:
+            _log.warning("machine %s: ignoring allocation entry %r", self.ids[row], task_id)
+            return
+        if value is None:
+            self._remove_task(row, job, index)
+            self._mark_readable(row, task_id, True)
+            return
+        tasks = self.jobs.get(job)
+        if tasks is not None and tasks.row_of(index) == row:
+            return  # this allocator's own commit, or a listing after it
+        try:
+            shape = self._shape_of(value)
+        except (ValueError, TypeError, AttributeError):
+            # Unknown content: placing anything there could over-commit the machine.
+            _log.warning("machine %s: unreadable allocation entry %s", self.ids[row], task_id)
+            self._mark_readable(row, task_id, False)
+            return
+        self._mark_readable(row, task_id, True)
+        self._add_task(row, sys.intern(job), index, shape)
+
+    def _add_task(self, row: int, job: str, index: int, shape: Shape) -> None:
+        tasks = self.jobs.get(job)
+        if tasks is None:
+            tasks = self.jobs[job] = JobTasks()
+        tasks.make_room(index + 1)
+        elsewhere = int(tasks.rows[index])
+        if elsewhere != NONE:
+            # Two allocators placed the task at once: both entries hold resources until the
+            # scheduler releases one.
+            _log.warning("task %s/%d is held on two machines", job, index)
+            moved = {elsewhere: int(tasks.shapes[index])}
+            self._duplicates.setdefault((job, index), {}).update(moved)
+        else:
+            tasks.held += 1
+        tasks.rows[index] = row
+        tasks.shapes[index] = shape.code
+        self._charge(row, _entitlement_of(job), shape.vector, 1)
+
+    def _remove_task(self, row: int, job: str, index: int) -> None:
+        tasks = self.jobs.get(job)
+        duplicates = self._duplicates.get((job, index))
+        if tasks is not None and tasks.row_of(index) == row:
+            shape = self.shapes[int(tasks.shapes[index])]
+            if duplicates:
+                other, code = duplicates.popitem()
+                tasks.rows[index], tasks.shapes[index] = other, code
+            else:
+                tasks.rows[index] = NONE
+                tasks.held -= 1
+                if not tasks.held:
+                    del self.jobs[job]
+        elif duplicates and row in duplicates:
+            shape = self.shapes[duplicates.pop(row)]
+        else:
+            return
+        if duplicates is not None and not duplicates:
+            del self._duplicates[(job, index)]
+        self._charge(row, _entitlement_of(job), -shape.vector, -1)
+
+    def _charge(self, row: int, entitlement: str, vector: I64, tasks: int) -> None:
+        """Adds `tasks` tasks holding `vector` in all (negative: removed) to the row and to the
+        entitlement's usage."""
+        self.used[row, : len(vector)] += vector
+        self.task_count[row] += tasks
+        usage = self.usage.get(entitlement)
+        if usage is None:
+            usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
+        usage[: len(vector)] += vector
+        if not usage.any():
+            del self.usage[entitlement]
+
+    def _mark_readable(self, row: int, name: str, readable: bool) -> None:
+        """Records whether the row's record (name "") or entry `name` can be read: a row with
+        anything unreadable takes no tasks until it is fixed."""
+        unreadable = self._unreadable.get(row)
+        if readable:
+            if unreadable is not None:
+                unreadable.discard(name)
+                if not unreadable:
+                    del self._unreadable[row]
+                    self.readable[row] = True
+        else:
+            self._unreadable.setdefault(row, set()).add(name)
+            self.readable[row] = False
+
+    def _decode_header(self, row: int, value: bytes) -> Header | None:
+        try:
+            data = orjson.loads(value)
+            owner, target, idle = data["entitlement"], data["host_profile"], data["idle_since"]
+            if data.get("machine") != self.ids[row] or not all(
+                name is None or isinstance(name, str) for name in (owner, target, idle)
+            ):
+                raise ValueError("malformed")
+            return (
+                NONE if owner is None else self.owners.code(owner),
+                NONE if target is None else self.profiles.code(target),
+                math.nan if idle is None else datetime.fromisoformat(idle).timestamp(),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            try:
+                from_json(Allocation, value, stored=True)
+                reason = f"it names another machine than {self.ids[row]}"
+            except ValidationError as error:
+                reason = str(error)
+            # Unknown content: placing anything there could over-commit the machine.
+            _log.warning("machine %s: unreadable allocation record: %s", self.ids[row], reason)
+            return None
 
     def _change_owner(self, row: int, old: int, new: int) -> None:
         self.owner[row] = new
@@ -584,73 +743,6 @@ class AllocationIndex:
                 listener.joined(new, row)
         else:
             self._place_in_pool(row, int(self.msb[row]))
-
-    def _remember_task(self, row: int, task: TaskRef) -> None:
-        self.jobs.setdefault(task.job, {})[task.index] = row
-        entitlement = task.entitlement
-        usage = self.usage.get(entitlement)
-        if usage is None:
-            usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
-        vector = task.shape.vector
-        usage[: len(vector)] += vector
-
-    def _forget_task(self, row: int, task: TaskRef) -> None:
-        placed = self.jobs.get(task.job)
-        if placed is not None and placed.get(task.index) == row:
-            del placed[task.index]
-            if not placed:
-                del self.jobs[task.job]
-        entitlement = task.entitlement
-        usage = self.usage.get(entitlement)
-        if usage is not None:
-            vector = task.shape.vector
-            usage[: len(vector)] -= vector
-            if not usage.any():
-                del self.usage[entitlement]
-
-    def _decode_record(self, row: int, value: bytes) -> ParsedRecord | None:
-        try:
-            data = orjson.loads(value)
-            if data.get("machine") != self.ids[row]:
-                raise ValueError("malformed")
-            return self._parse_record(data, self._tasks[row])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            try:
-                from_json(Allocation, value, stored=True)
-                reason = f"it names another machine than {self.ids[row]}"
-            except ValidationError as error:
-                reason = str(error)
-            # Unknown content: placing anything there could over-commit the machine.
-            _log.warning("machine %s: unreadable allocation record: %s", self.ids[row], reason)
-            return None
-
-    def _parse_record(self, data: Mapping[str, Any], previous: tuple[TaskRef, ...]) -> ParsedRecord:
-        owner = data.get("entitlement")
-        target = data.get("host_profile")
-        idle = data.get("idle_since")
-        if not (owner is None or isinstance(owner, str)):
-            raise ValueError("malformed")
-        known = {(task.job, task.index): task for task in previous}
-        tasks = []
-        for entry in data.get("tasks", {}).values():
-            job, index, resources = entry["job"], int(entry["index"]), entry["resources"]
-            task = known.get((job, index))
-            if task is None or not (resources is task.shape.data or resources == task.shape.data):
-                task = TaskRef(_job_name(job), index, self._shape(resources))
-            tasks.append(task)
-        return (
-            NONE if owner is None else self.owners.code(owner),
-            NONE if target is None else self.profiles.code(target),
-            math.nan if idle is None else datetime.fromisoformat(idle).timestamp(),
-            tuple(tasks),
-        )
-
-    def _shape(self, resources: Mapping[str, Any]) -> Shape:
-        key = orjson.dumps(resources, option=orjson.OPT_SORT_KEYS)
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = Shape(dict(resources), self._vector_of(resources))
-        return shape
 
     # --- entitlements ------------------------------------------------------------------------
 
@@ -686,9 +778,14 @@ class AllocationIndex:
             )
         return usage
 
+    def held(self, job: str) -> dict[int, int]:
+        """Task index -> row of every task of `job` held in some allocation entry."""
+        tasks = self.jobs.get(job)
+        return {} if tasks is None else tasks.placed()
+
     def placements(self, job: str) -> dict[int, str]:
-        """Task index -> machine id for every task of `job` held in some allocation record."""
-        return {index: self.ids[row] for index, row in self.jobs.get(job, {}).items()}
+        """Task index -> machine id for every task of `job` held in some allocation entry."""
+        return {index: self.ids[row] for index, row in self.held(job).items()}
 
     def live_rows(self) -> npt.NDArray[np.intp]:
         """Rows that have a machine record."""
@@ -698,7 +795,13 @@ class AllocationIndex:
         return [self.ids[row] for row in self.live_rows()]
 
     def records_present(self) -> list[str]:
-        return [self.ids[row] for row in np.flatnonzero(self.revision[: self.rows])]
+        """Names under `allocations/` the index holds: machine ids and `<machine>/<task id>`."""
+        names = [self.ids[row] for row in np.flatnonzero(self.revision[: self.rows])]
+        for job, tasks in self.jobs.items():
+            names += [f"{self.ids[row]}/{job}/{index}" for index, row in tasks.placed().items()]
+        for (job, index), rows in self._duplicates.items():
+            names += [f"{self.ids[row]}/{job}/{index}" for row in rows]
+        return names
 
 
 _FILL: Final[dict[str, Any]] = {
@@ -734,9 +837,8 @@ def _is_empty_record(value: bytes, machine_id: str) -> bool:
     )
 
 
-def _job_name(handle: str) -> str:
-    """One string object per job handle, however many tasks name it (freed with the last)."""
-    return sys.intern(handle)
+def _entitlement_of(job: str) -> str:
+    return job.split("/", 1)[0]
 
 
 def _number(text: str) -> float:
@@ -747,7 +849,7 @@ def _number(text: str) -> float:
 
 
 Apply = Callable[[str, KeyValue | None, int], None]
-"""Applies one key's current value: (last key segment, value or None, revision)."""
+"""Applies one key's current value: (key after the prefix, value or None, revision)."""
 
 
 class _Sink:
@@ -755,10 +857,12 @@ class _Sink:
 
     def __init__(
         self,
+        prefix: str,
         apply: Apply,
         present: Callable[[], Iterable[str]],
         apply_page: Callable[[Sequence[KeyValue]], None] | None = None,
     ) -> None:
+        self._start = len(prefix)
         self._apply = apply
         self._present = present
         self._apply_page = apply_page
@@ -769,11 +873,12 @@ class _Sink:
         self._listed = set()
 
     def put(self, kv: KeyValue) -> None:
-        self._apply(keys.last_segment(kv.key), kv, kv.mod_revision)
+        self._apply(kv.key[self._start :], kv, kv.mod_revision)
 
     def put_page(self, kvs: Sequence[KeyValue]) -> None:
         if self._listed is not None:
-            self._listed.update(keys.last_segment(kv.key) for kv in kvs)
+            start = self._start
+            self._listed.update(kv.key[start:] for kv in kvs)
         if self._apply_page is not None:
             self._apply_page(kvs)
         else:
@@ -781,7 +886,7 @@ class _Sink:
                 self.put(kv)
 
     def delete(self, key: str, revision: int) -> None:
-        self._apply(keys.last_segment(key), None, revision)
+        self._apply(key[self._start :], None, revision)
 
     def end_listing(self, revision: int) -> None:
         listed = self._listed or set()
@@ -795,15 +900,19 @@ def sinks(index: AllocationIndex) -> dict[str, _Sink]:
     """A feed sink per prefix the index is built from."""
     return {
         keys.ENTITLEMENTS: _Sink(
+            keys.ENTITLEMENTS,
             lambda name, kv, _: index.set_entitlement(name, None if kv is None else kv.value),
             lambda: list(index.entitlements),
         ),
         keys.MACHINES: _Sink(
+            keys.MACHINES,
             lambda machine_id, kv, _: index.set_machine(
                 machine_id, None if kv is None else kv.value
             ),
             index.machines_present,
             lambda kvs: index.set_machines([(keys.last_segment(kv.key), kv.value) for kv in kvs]),
         ),
-        keys.ALLOCATIONS: _Sink(index.set_allocation, index.records_present, index.set_allocations),
+        keys.ALLOCATIONS: _Sink(
+            keys.ALLOCATIONS, index.set_allocation, index.records_present, index.set_allocations
+        ),
     }

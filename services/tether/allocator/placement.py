@@ -530,7 +530,7 @@ def explain(planner: Planner) -> Explanation:
         for i, (preference, weight) in enumerate(zip(preferences, weights, strict=True))
     ]
     by_row: dict[int, list[int]] = {}
-    for task, row in sorted(index.jobs.get(job.handle, {}).items()):
+    for task, row in sorted(index.held(job.handle).items()):
         by_row.setdefault(row, []).append(task)
     chosen = []
     for row, tasks in sorted(by_row.items(), key=lambda item: index.ids[item[0]]):

@@ -177,7 +177,7 @@ def affinity_rule(index: AllocationIndex, affinity: Affinity) -> Rule:
     where = affinity.level
 
     def accepts(rows: Rows) -> Mask:
-        other = np.fromiter(index.jobs.get(affinity.job, {}).values(), np.intp)
+        other = np.fromiter(index.held(affinity.job).values(), np.intp)
         if where == "rack":
             inside = np.isin(index.rack[rows], index.rack[other])
         else:

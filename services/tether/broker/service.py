@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 import pydantic
 
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.settings import BrokerSettings
-from tether.model import AgentHeartbeat, Allocation, Machine, from_json, to_json
+from tether.model import ZERO, AgentHeartbeat, Allocation, Machine, Resources, from_json, to_json
 from tether.service import Service
 from tether.store import (
     Get,
@@ -128,7 +129,7 @@ class Broker(Service):
                 if allocation_revision == 0:
                     success.append(Put(allocation_key, to_json(Allocation(machine=machine_id))))
             else:
-                success.append(Get(allocation_key))
+                success.append(Get(keys.allocation_entries(machine_id), prefix=True))
             result = await self._store.txn(
                 compares, success, [Get(machine_key), Get(allocation_key)]
             )
@@ -137,7 +138,7 @@ class Broker(Service):
                     _log.info("machine %s: new in %s, recorded as up", machine_id, self.settings.dc)
                 else:
                     _log.info("machine %s: inventory updated", machine_id)
-                    self._warn_if_overcommitted(record, _kv(result.results[1]))
+                    self._warn_if_overcommitted(record, _kvs(result.results[1]))
                 return
             # Someone else wrote meanwhile: decide again on what is there now.
             recorded_kv, allocation_kv = _kv(result.results[0]), _kv(result.results[1])
@@ -148,16 +149,19 @@ class Broker(Service):
             MAX_ATTEMPTS,
         )
 
-    def _warn_if_overcommitted(self, record: Machine, allocation_kv: KeyValue | None) -> None:
+    def _warn_if_overcommitted(self, record: Machine, entries: Sequence[KeyValue]) -> None:
+        """Warns when the machine's allocation `entries` hold more than its capacity."""
         # The update stands regardless: the allocator sees no free space and places nothing more.
-        if allocation_kv is None:
-            return
-        try:
-            allocation = from_json(Allocation, allocation_kv.value, stored=True)
-        except pydantic.ValidationError as error:
-            _log.error("machine %s: malformed allocation: %s", record.id, error)
-            return
-        shortfall = allocation.used().shortfall(record.capacity)
+        used = ZERO
+        for kv in entries:
+            try:
+                used = used + from_json(Resources, kv.value, stored=True)
+            except pydantic.ValidationError as error:
+                _log.error(
+                    "machine %s: malformed allocation entry %s: %s", record.id, kv.key, error
+                )
+                return
+        shortfall = used.shortfall(record.capacity)
         if shortfall:
             _log.warning(
                 "machine %s: capacity shrank below what is allocated (%s)",
@@ -166,6 +170,11 @@ class Broker(Service):
             )
 
 
-def _kv(result: object) -> KeyValue | None:
+def _kvs(result: object) -> Sequence[KeyValue]:
     assert isinstance(result, RangeResult)
-    return result.kvs[0] if result.kvs else None
+    return result.kvs
+
+
+def _kv(result: object) -> KeyValue | None:
+    kvs = _kvs(result)
+    return kvs[0] if kvs else None

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
 from tether.frontend.problems import CorruptRecord, Unavailable
 from tether.model import (
+    ZERO,
+    Allocation,
     RegionConfig,
+    Resources,
     Task,
     TaskState,
     TaskStatus,
@@ -50,6 +53,31 @@ async def get(store: Store, key: str, cls: type[M]) -> Record[M] | None:
 async def scan(store: Store, prefix: str, cls: type[M]) -> list[M]:
     """Every record under `prefix`, in key order."""
     return [load(cls, kv) for kv in (await store.range(prefix)).kvs]
+
+
+@dataclass(slots=True)
+class MachineAllocation:
+    """A machine's allocation record (None: none stored) and what each task placed on it holds,
+    by task id (`<entitlement>/<job>/<index>`)."""
+
+    record: Allocation | None = None
+    tasks: dict[str, Resources] = field(default_factory=dict)
+
+    def used(self) -> Resources:
+        """The sum of what its tasks hold."""
+        return sum(self.tasks.values(), ZERO)
+
+
+async def allocations(store: Store) -> dict[str, MachineAllocation]:
+    """Every machine's allocation record and entries, by machine id, from one read."""
+    found: defaultdict[str, MachineAllocation] = defaultdict(MachineAllocation)
+    for kv in (await store.range(keys.ALLOCATIONS)).kvs:
+        machine_id, task_id = keys.split_allocation(kv.key)
+        if task_id is None:
+            found[machine_id].record = load(Allocation, kv)
+        else:
+            found[machine_id].tasks[task_id] = load(Resources, kv)
+    return dict(found)
 
 
 @dataclass(frozen=True, slots=True)

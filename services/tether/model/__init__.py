@@ -1,6 +1,6 @@
 """Tether's domain model: the strict, immutable pydantic types every service shares."""
 
-from tether.model.allocation import Allocation, AllocationEntry
+from tether.model.allocation import Allocation
 from tether.model.base import (
     JOB_HANDLE_RULE,
     MAX_QUANTITY,
@@ -85,7 +85,6 @@ __all__ = [
     "Affinity",
     "AgentHeartbeat",
     "Allocation",
-    "AllocationEntry",
     "AllocatorEndpoint",
     "Assignment",
     "AttributeKey",

@@ -1,38 +1,18 @@
-"""Allocation records: what is placed on one machine, the unit of optimistic concurrency."""
+"""Allocation records: a machine's owner (the unit of optimistic concurrency) and its tasks."""
 
 from __future__ import annotations
 
-from functools import reduce
-
-from pydantic import Field
-
-from tether.model.base import JobHandle, Name, Quantity, TetherModel, Timestamp
-from tether.model.resources import ZERO, Resources
-
-
-class AllocationEntry(TetherModel):
-    """One task holding resources on a machine."""
-
-    job: JobHandle
-    index: Quantity
-    resources: Resources
-
-    @property
-    def task_id(self) -> str:
-        """`<entitlement>/<job>/<index>`."""
-        return f"{self.job}/{self.index}"
-
-    @property
-    def entitlement(self) -> str:
-        """The entitlement the resources are charged to."""
-        return self.job.split("/", 1)[0]
+from tether.model.base import Name, TetherModel, Timestamp
 
 
 class Allocation(TetherModel):
-    """Every task placed on one machine, keyed by task id (`<entitlement>/<job>/<index>`).
+    """Who a machine belongs to, and the version of everything placed on it.
 
-    Allocators change this record only in a transaction that compares its mod revision, so two
-    allocators can never both fill the same free space.
+    The tasks on the machine are its allocation entries, one key each under this record
+    (`keys.allocation_entry`, the task's `Resources` as value). Every transaction that adds or
+    removes entries also rewrites this record and compares its mod revision, so the record's
+    mod revision orders all changes to the machine and two allocators can never both fill the
+    same free space.
     """
 
     machine: Name
@@ -46,8 +26,3 @@ class Allocation(TetherModel):
     idle_since: Timestamp | None = None
     """When the last task left a machine of an entitlement; it returns to the free pool after
     the allocator's idle delay."""
-    tasks: dict[str, AllocationEntry] = Field(default_factory=dict)
-
-    def used(self) -> Resources:
-        """The sum of the resources of every task on the machine."""
-        return reduce(lambda total, entry: total + entry.resources, self.tasks.values(), ZERO)

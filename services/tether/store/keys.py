@@ -10,7 +10,9 @@ ROOT = "/tether/v1/"
 
 MACHINES = ROOT + "machines/"  # machine id -> Machine (inventory: topology, capacity, labels)
 HEARTBEATS = ROOT + "heartbeats/"  # machine id -> AgentHeartbeat, bound to the agent's lease
-ALLOCATIONS = ROOT + "allocations/"  # machine id -> Allocation (unit of OCC)
+# machine id -> Allocation (owner, host profile; the unit of OCC), and under it
+# <machine>/<entitlement>/<job>/<index> -> Resources (one task's, held on the machine)
+ALLOCATIONS = ROOT + "allocations/"
 ASSIGNMENTS = ROOT + "assignments/"  # <machine>/<entitlement>/<job>/<index> -> Assignment
 ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
 QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator that grew it last
@@ -68,6 +70,23 @@ def heartbeat(machine_id: str) -> str:
 
 def allocation(machine_id: str) -> str:
     return _join(ALLOCATIONS, machine_id)
+
+
+def allocation_entry(machine_id: str, entitlement_name: str, job_name: str, index: int) -> str:
+    """One task's resources on a machine; written with its machine's `allocation` record."""
+    return _join(ALLOCATIONS, machine_id, entitlement_name, job_name, str(index))
+
+
+def allocation_entries(machine_id: str) -> str:
+    """The prefix of every allocation entry of one machine."""
+    return _join(ALLOCATIONS, machine_id) + "/"
+
+
+def split_allocation(key: str) -> tuple[str, str | None]:
+    """(machine id, task id `<entitlement>/<job>/<index>` or None) of a key under ALLOCATIONS:
+    None for the machine's allocation record itself."""
+    machine_id, _, task_id = key[len(ALLOCATIONS) :].partition("/")
+    return machine_id, task_id or None
 
 
 def assignment(machine_id: str, entitlement_name: str, job_name: str, index: int) -> str:

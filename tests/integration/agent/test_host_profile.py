@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.agent.helpers import (
+    ENT,
+    JOB,
     StartAgent,
     assign,
     read_status,
@@ -26,6 +28,7 @@ from tests.integration.agent.helpers import (
 from tests.integration.agent.helpers import (
     work_dir as work_dir,
 )
+from tests.support.allocations import put_allocation
 from tests.support.machines import eventually, read_machine
 from tether.agent.profile import CurrentProfile
 from tether.agent.workdir import WorkDir, read_record
@@ -36,6 +39,7 @@ from tether.model import (
     Allocation,
     HostProfile,
     Machine,
+    Resources,
     TaskState,
     TaskStatus,
     from_json,
@@ -81,10 +85,12 @@ def hook_settings(hook: Path) -> dict[str, object]:
     return {"profile_hook": f"{hook} 'two words'", "profile_hook_timeout_s": 20}
 
 
-async def allocate(store: Store, machine_id: str, profile: str | None) -> None:
-    """What an allocator writes when it moves the machine into an entitlement."""
-    allocation = Allocation(machine=machine_id, entitlement="ent", host_profile=profile)
-    await store.put(keys.allocation(machine_id), to_json(allocation))
+async def allocate(store: Store, machine_id: str, profile: str | None, *indexes: int) -> None:
+    """What an allocator writes when it moves the machine into an entitlement and places the
+    job's tasks `indexes` there: the record and, under its key, their entries."""
+    allocation = Allocation(machine=machine_id, entitlement=ENT, host_profile=profile)
+    tasks = {f"{ENT}/{JOB}/{index}": Resources(cpu=200, memory_mib=256) for index in indexes}
+    await put_allocation(store, allocation, tasks)
 
 
 async def read_heartbeat(store: Store, machine_id: str) -> AgentHeartbeat | None:
@@ -128,8 +134,8 @@ async def test_tasks_wait_for_the_switch_which_survives_a_restart(
     profile = HostProfile(name="web", settings=WEB_SETTINGS, switch_seconds=SWITCH_S)
     await store.put(keys.host_profile("web"), to_json(profile))
     # A machine whose id extends this one's: its allocation key is under this one's as a prefix.
-    await allocate(store, machine.id + "x", "batch")
-    await allocate(store, machine.id, "web")
+    await allocate(store, machine.id + "x", "batch", 0)
+    await allocate(store, machine.id, "web", 0)
 
     started_at = datetime.now(UTC)
     agent = await start_agent(**hook_settings(hook))
@@ -177,12 +183,13 @@ async def test_tasks_wait_for_the_switch_which_survives_a_restart(
     await stop(agent)
     second = await start_agent(**hook_settings(hook))
     assert await announced_profile(store, machine.id) == "web"
+    await allocate(store, machine.id, "web", 1)
     await assign(store, machine, 1, attempt=1)
     await wait_status(store, 1, 1, TaskState.RUNNING)
     assert await hook_runs(hook) == [line]
 
     # No profile wanted any more (None): the machine keeps what it carries.
-    await allocate(store, machine.id, None)
+    await allocate(store, machine.id, None, 2)
     await assign(store, machine, 2, attempt=1)
     await wait_status(store, 2, 1, TaskState.RUNNING)
     assert await hook_runs(hook) == [line]
@@ -193,7 +200,7 @@ async def test_a_failing_hook_keeps_tasks_waiting_and_is_retried(
     store: Store, start_agent: StartAgent, machine: Machine, hook: Path, work_dir: Path
 ) -> None:
     # No HostProfile record: no settings, and the agent's own switch duration.
-    await allocate(store, machine.id, "batch")
+    await allocate(store, machine.id, "batch", 0)
     (hook.parent / "fail").touch()
     (hook.parent / "gate").touch()
     await start_agent(**hook_settings(hook), profile_retry_s=0.1, profile_switch_s=0)

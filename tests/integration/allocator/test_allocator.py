@@ -9,21 +9,14 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
+from tests.support.allocations import put_allocation, read_allocations
 from tests.support.allocator_builders import entitlement, job, machine
 from tests.support.machines import eventually
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
-from tether.model import (
-    Allocation,
-    AllocationEntry,
-    AllocatorEndpoint,
-    Job,
-    Resources,
-    from_json,
-    to_json,
-)
+from tether.model import Allocation, AllocatorEndpoint, Job, Resources, from_json, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.store import EventType, Store, keys, open_store
@@ -33,13 +26,6 @@ MSBS = 4
 
 async def put_job(store: Store, record: Job) -> None:
     await store.put(keys.job(record.spec.entitlement, record.spec.name), to_json(record))
-
-
-async def allocations(store: Store) -> dict[str, Allocation]:
-    result = await store.range(keys.ALLOCATIONS)
-    return {
-        keys.last_segment(kv.key): from_json(Allocation, kv.value, stored=True) for kv in result.kvs
-    }
 
 
 @pytest.fixture
@@ -88,10 +74,9 @@ async def test_place_spreads_over_msbs_and_commits(
     assert len(set(placed.values())) == 3, "one task per MSB"
     assert (response.attempts, response.conflicts, list(response.unplaced)) == (1, 0, [])
 
-    stored = await allocations(region)
+    stored = await read_allocations(region)
     for index, machine_id in placed.items():
-        entry = stored[machine_id].tasks[f"ads/web/{index}"]
-        assert entry.resources == Resources(cpu=500, memory_mib=1024)
+        assert stored[machine_id].tasks[f"ads/web/{index}"] == Resources(cpu=500, memory_mib=1024)
     assert sum(len(a.tasks) for a in stored.values()) == 3
 
     # Again (a scheduler retry without request id): the same machines, nothing written.
@@ -154,12 +139,12 @@ async def test_release_empties_the_records_and_is_idempotent(
     )
     one = await client.Release(pb.ReleaseRequest(job_handle="ads/web", task_indexes=[1, 7]))
     assert one.released == 1
-    stored = await allocations(region)
+    stored = await read_allocations(region)
     assert sorted(t for a in stored.values() for t in a.tasks) == ["ads/web/0", "ads/web/2"]
 
     rest = await client.Release(pb.ReleaseRequest(job_handle="ads/web"))
     assert rest.released == 2
-    assert all(not a.tasks for a in (await allocations(region)).values())
+    assert all(not a.tasks for a in (await read_allocations(region)).values())
     assert (await client.Release(pb.ReleaseRequest(job_handle="ads/web"))).released == 0
 
 
@@ -253,9 +238,8 @@ async def test_follows_the_store(
 ) -> None:
     # Another writer fills m0..m3 to the brim; a new machine appears without a record.
     for n in range(MSBS):
-        filler = AllocationEntry(job="ml/filler", index=n, resources=Resources(memory_mib=4096))
-        full = Allocation(machine=f"m{n}", tasks={filler.task_id: filler})
-        await region.put(keys.allocation(f"m{n}"), to_json(full))
+        filler = {f"ml/filler/{n}": Resources(memory_mib=4096)}
+        await put_allocation(region, Allocation(machine=f"m{n}"), filler)
     await region.put(keys.machine("m9"), to_json(machine("m9", msb="msb9")))
 
     async def usage() -> int:
@@ -273,36 +257,42 @@ async def test_follows_the_store(
     )
     assert machines_of(response) == {0: "m9", 1: "m9"}
     # The record did not exist: the allocator created it.
-    assert set((await allocations(region))["m9"].tasks) == {"ads/web/0", "ads/web/1"}
+    created = (await read_allocations(region))["m9"]
+    assert created.record is not None
+    assert set(created.tasks) == {"ads/web/0", "ads/web/1"}
 
 
 async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
-    # An index filled once and never updated, so another writer's change surprises it.
+    # An index filled once and updated only when the engine waits for its feed after a
+    # conflict, so another writer's change surprises it.
     index = AllocationIndex()
     for kv in (await region.range(keys.MACHINES)).kvs:
         index.set_machine(keys.last_segment(kv.key), kv.value)
-    result = await region.range(keys.ALLOCATIONS)
-    for kv in result.kvs:
-        index.set_allocation(keys.last_segment(kv.key), kv, result.revision)
+    index.set_allocations((await region.range(keys.ALLOCATIONS)).kvs)
     ads = await region.get(keys.entitlement("ads"))
     index.set_entitlement("ads", ads.value if ads else None)
 
+    waits: list[int] = []
+
     async def caught_up(revision: int) -> None:
-        raise AssertionError("no quota fence moves in this test")
+        # Stands in for the allocation feed: the index learns the store's records only now.
+        waits.append(revision)
+        index.set_allocations((await region.range(keys.ALLOCATIONS)).kvs)
 
     engine = Engine(
         region, index, max_attempts=10, idle_return_s=300, writer="test", caught_up=caught_up
     )
 
     # m0 is the first choice for one task (all tie, then the id); someone else takes 3.5 GiB.
-    filler = AllocationEntry(job="ml/filler", index=0, resources=Resources(memory_mib=3584))
-    await region.put(
-        keys.allocation("m0"), to_json(Allocation(machine="m0", tasks={filler.task_id: filler}))
+    await put_allocation(
+        region, Allocation(machine="m0"), {"ml/filler/0": Resources(memory_mib=3584)}
     )
+    filled = await region.revision()
     placed = await engine.place("ads/web", [0], 1, "")
     assert (placed.attempts, placed.conflicts) == (2, 1)
+    assert waits == [filled], "one wait, for the revision the conflict saw"
     assert placed.placements == [(0, "m1")]
-    stored = await allocations(region)
+    stored = await read_allocations(region)
     assert set(stored["m0"].tasks) == {"ml/filler/0"}
     assert set(stored["m1"].tasks) == {"ads/web/0"}
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.support.allocations import Stored, put_allocation, read_allocations
 from tests.support.allocator_builders import entitlement, job, machine
 from tests.support.machines import eventually
 from tether.model import (
     Allocation,
-    AllocationEntry,
     AllocatorEndpoint,
     Entitlement,
     Job,
@@ -30,7 +30,7 @@ from tether.model import (
 )
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
-from tether.store import KeyValue, Put, Store, keys, open_store
+from tether.store import KeyValue, Store, keys, open_store
 from tether.store.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -101,11 +101,14 @@ async def registered(
     return from_json(AllocatorEndpoint, kv.value, stored=True).address
 
 
-async def stored_allocations(store: Store) -> dict[str, Allocation]:
-    return {
-        keys.last_segment(kv.key): from_json(Allocation, kv.value, stored=True)
-        for kv in (await store.range(keys.ALLOCATIONS)).kvs
-    }
+def job_of(task_id: str) -> str:
+    """The job handle `<entitlement>/<job>` of a task id `<entitlement>/<job>/<index>`."""
+    return task_id.rpartition("/")[0]
+
+
+def owner_of(stored: Stored) -> str | None:
+    """The entitlement a machine belongs to; None for the free pool or a missing record."""
+    return None if stored.record is None else stored.record.entitlement
 
 
 async def nearly_full_region(store: Store) -> None:
@@ -115,13 +118,8 @@ async def nearly_full_region(store: Store) -> None:
             keys.machine(machine_id),
             to_json(machine(machine_id, msb=f"msb{n % 4}", memory=CAPACITY_MIB, cpu=64000)),
         )
-        filler = AllocationEntry(
-            job="other/filler", index=n, resources=Resources(memory_mib=FILLED_MIB[n % 4])
-        )
-        await store.put(
-            keys.allocation(machine_id),
-            to_json(Allocation(machine=machine_id, tasks={filler.task_id: filler})),
-        )
+        filler = {f"other/filler/{n}": Resources(memory_mib=FILLED_MIB[n % 4])}
+        await put_allocation(store, Allocation(machine=machine_id), filler)
     await store.put(keys.entitlement("race"), to_json(entitlement("race")))
     for i in range(JOBS):
         record = job(f"j{i}", entitlement="race", count=1 + i % 2, memory=TASK_MIB[i % 3], cpu=100)
@@ -155,7 +153,7 @@ async def test_two_allocators_never_over_commit(
             for channel in channels:
                 await channel.close(None)
 
-    stored = await stored_allocations(store)
+    stored = await read_allocations(store)
     capacity = Resources(cpu=64000, memory_mib=CAPACITY_MIB)
     for machine_id, allocation in stored.items():
         assert allocation.used().fits_in(capacity), f"{machine_id} is over-committed"
@@ -167,10 +165,10 @@ async def test_two_allocators_never_over_commit(
         for p in response.placements
     }
     held = [
-        (entry.job, entry.index, machine_id)
+        (job_of(task), int(task.rpartition("/")[2]), machine_id)
         for machine_id, allocation in stored.items()
-        for entry in allocation.tasks.values()
-        if entry.entitlement == "race"
+        for task in allocation.tasks
+        if task.startswith("race/")
     ]
     assert Counter((job_handle, index) for job_handle, index, _ in held).most_common(1)[0][1] == 1
     assert set(held) == answered
@@ -243,15 +241,11 @@ def growth_machine(n: int) -> Machine:
     )
 
 
-def pre_owned(n: int, capacity: Resources) -> Allocation:
+def pre_owned(n: int, capacity: Resources) -> tuple[Allocation, dict[str, Resources]]:
     """Half of the machine held by one task of the owner's seed job."""
     owner = "other" if n in OTHER_OWNED else "alpha"
-    seed = AllocationEntry(
-        job=f"{owner}/seed",
-        index=n,
-        resources=Resources(cpu=capacity.cpu // 2, memory_mib=capacity.memory_mib // 2),
-    )
-    return Allocation(machine=f"m{n:02}", entitlement=owner, tasks={seed.task_id: seed})
+    half = Resources(cpu=capacity.cpu // 2, memory_mib=capacity.memory_mib // 2)
+    return Allocation(machine=f"m{n:02}", entitlement=owner), {f"{owner}/seed/{n}": half}
 
 
 async def growing_region(store: Store) -> dict[str, Machine]:
@@ -261,14 +255,11 @@ async def growing_region(store: Store) -> dict[str, Machine]:
         record = growth_machine(n)
         machines[record.id] = record
         owned = n in OTHER_OWNED or n in ALPHA_OWNED
-        allocation = pre_owned(n, record.capacity) if owned else Allocation(machine=record.id)
-        await store.txn(
-            (),
-            (
-                Put(keys.machine(record.id), to_json(record)),
-                Put(keys.allocation(record.id), to_json(allocation)),
-            ),
-        )
+        await store.put(keys.machine(record.id), to_json(record))
+        if owned:
+            await put_allocation(store, *pre_owned(n, record.capacity))
+        else:
+            await put_allocation(store, Allocation(machine=record.id))
     for holder in (*RACERS, entitlement("other")):
         await store.put(keys.entitlement(holder.name), to_json(holder))
     for i in range(GROWTH_JOBS):
@@ -305,7 +296,7 @@ async def test_three_allocators_grow_entitlements_from_the_pool_on_etcd(
 ) -> None:
     store = etcd_store
     machines = await growing_region(store)
-    before = await stored_allocations(store)
+    before = await read_allocations(store)
     ids = ["allocator-a", "allocator-b", "allocator-c"]
     async with replicas(store, etcd_server.url, tmp_path, ids) as addresses:
         channels = [grpc.aio.insecure_channel(address) for address in addresses]
@@ -329,7 +320,7 @@ async def test_three_allocators_grow_entitlements_from_the_pool_on_etcd(
         finally:
             for channel in channels:
                 await channel.close(None)
-    stored = await stored_allocations(store)
+    stored = await read_allocations(store)
 
     # No machine over-committed, in any dimension.
     for machine_id, allocation in stored.items():
@@ -338,11 +329,9 @@ async def test_three_allocators_grow_entitlements_from_the_pool_on_etcd(
 
     # A machine holds only tasks of its owner; the free pool holds none.
     for machine_id, allocation in stored.items():
-        strangers = [
-            task for task, entry in allocation.tasks.items()
-            if entry.entitlement != allocation.entitlement
-        ]  # fmt: skip
-        assert not strangers, f"{machine_id} of {allocation.entitlement} holds {strangers}"
+        owner = owner_of(allocation)
+        strangers = [task for task in allocation.tasks if task.split("/", 1)[0] != owner]
+        assert not strangers, f"{machine_id} of {owner} holds {strangers}"
 
     # Each task is held once, exactly where the responses said.
     held = Counter(task for allocation in stored.values() for task in allocation.tasks)
@@ -355,21 +344,21 @@ async def test_three_allocators_grow_entitlements_from_the_pool_on_etcd(
     racing = {
         task: machine_id
         for machine_id, allocation in stored.items()
-        for task, entry in allocation.tasks.items()
-        if not entry.job.endswith("/seed")
+        for task in allocation.tasks
+        if not job_of(task).endswith("/seed")
     }
     assert racing == answered
 
     # Machines owned before the race keep their owner and their seed tasks.
     for machine_id, allocation in before.items():
-        if allocation.entitlement is not None:
-            assert stored[machine_id].entitlement == allocation.entitlement, machine_id
+        if owner_of(allocation) is not None:
+            assert owner_of(stored[machine_id]) == owner_of(allocation), machine_id
             assert set(allocation.tasks) <= set(stored[machine_id].tasks), machine_id
 
     # Quotas: resources, machines per hardware type, datacenters; joined machines carry the
     # entitlement's host profile.
     for racer in RACERS:
-        owned = {m: a for m, a in stored.items() if a.entitlement == racer.name}
+        owned = {m: a for m, a in stored.items() if owner_of(a) == racer.name}
         usage = Resources()
         for allocation in owned.values():
             usage = usage + allocation.used()
@@ -380,9 +369,11 @@ async def test_three_allocators_grow_entitlements_from_the_pool_on_etcd(
             assert not over, f"{racer.name} owns {dict(by_type)} > {racer.quota.machines}"
         if racer.allowed_dcs:
             assert {machines[m].topology.dc for m in owned} <= set(racer.allowed_dcs)
-        grown = owned.keys() - {m for m, a in before.items() if a.entitlement == racer.name}
+        grown = owned.keys() - {m for m, a in before.items() if owner_of(a) == racer.name}
         assert grown, f"{racer.name} took no machine from the free pool"
-        assert {owned[m].host_profile for m in grown} == {racer.host_profile}
+        # An owned machine has a record: owner_of is None without one.
+        profiles = {record.host_profile for m in grown if (record := owned[m].record) is not None}
+        assert profiles == {racer.host_profile}
 
     # Every requested task is answered once; a request that placed anything committed once.
     no_room = gave_up = 0
@@ -418,34 +409,38 @@ TIGHT_ROOM_MIB = 4096
 CAPPED_DCS = ("x", "y", "z")
 
 
-def tight_records(r: int) -> tuple[Entitlement, list[Machine], list[Allocation]]:
+Held = tuple[Allocation, dict[str, Resources]]
+"""A machine's allocation record and its entries by task id."""
+
+
+def tight_records(r: int) -> tuple[Entitlement, list[Machine], list[Held]]:
     """Entitlement tight<r>, owning three machines whose seed tasks leave TIGHT_FREE_MIB free."""
     name = f"tight{r}"
-    machines, allocations, held = [], [], 0
+    machines: list[Machine] = []
+    allocations: list[Held] = []
+    held = 0
     for k, free in enumerate(TIGHT_FREE_MIB):
         record = machine(
             f"t{r}-{k}", dc=f"dct{r}", msb=f"msbt{r}", rack=f"rt{r}", memory=16384, cpu=8000
         )
-        seed = AllocationEntry(
-            job=f"{name}/seed", index=k, resources=Resources(cpu=1000, memory_mib=16384 - free)
-        )
-        held += seed.resources.memory_mib
+        seed = Resources(cpu=1000, memory_mib=16384 - free)
+        held += seed.memory_mib
         machines.append(record)
         allocations.append(
-            Allocation(machine=record.id, entitlement=name, tasks={seed.task_id: seed})
+            (Allocation(machine=record.id, entitlement=name), {f"{name}/seed/{k}": seed})
         )
     quota = Resources(cpu=10**9, memory_mib=held + TIGHT_ROOM_MIB)
     return Entitlement(name=name, quota=Quota(resources=quota)), machines, allocations
 
 
-def capped_records(r: int) -> tuple[Entitlement, list[Machine], list[Allocation]]:
+def capped_records(r: int) -> tuple[Entitlement, list[Machine], list[Held]]:
     """Entitlement capped<r>, allowed one std machine and owning none; one empty pool machine
     in each of its three datacenters."""
     machines = [
         machine(f"c{r}-{dc}", dc=f"dc{r}{dc}", msb=f"msb{r}{dc}", rack=f"r{r}{dc}")
         for dc in CAPPED_DCS
     ]
-    allocations = [Allocation(machine=record.id) for record in machines]
+    allocations: list[Held] = [(Allocation(machine=record.id), {}) for record in machines]
     quota = Quota(resources=Resources(cpu=10**9, memory_mib=10**9), machines={"std": 1})
     return Entitlement(name=f"capped{r}", quota=quota), machines, allocations
 
@@ -485,9 +480,9 @@ async def test_three_allocators_at_a_quota_edge_never_exceed_it_together(
             ent, machines, allocations = records
             entitlements[ent.name] = ent
             await store.put(keys.entitlement(ent.name), to_json(ent))
-            for record, allocation in zip(machines, allocations, strict=True):
+            for record, seeded in zip(machines, allocations, strict=True):
                 await store.put(keys.machine(record.id), to_json(record))
-                await store.put(keys.allocation(record.id), to_json(allocation))
+                await put_allocation(store, *seeded)
         steps += edge_steps(r)
     for queued in (record for step in steps for record in step):
         await store.put(keys.job(queued.spec.entitlement, queued.spec.name), to_json(queued))
@@ -519,12 +514,12 @@ async def test_three_allocators_at_a_quota_edge_never_exceed_it_together(
         finally:
             for channel in channels:
                 await channel.close(None)
-    stored = await stored_allocations(store)
+    stored = await read_allocations(store)
     held: dict[str, list[str]] = {}
     for machine_id, allocation in stored.items():
-        for entry in allocation.tasks.values():
-            if not entry.job.endswith("/seed"):
-                held.setdefault(entry.job, []).append(machine_id)
+        for task in allocation.tasks:
+            if not job_of(task).endswith("/seed"):
+                held.setdefault(job_of(task), []).append(machine_id)
     assert held == {
         handle: [p.machine_id for p in response.placements]
         for handle, response in responses.items()
@@ -533,7 +528,7 @@ async def test_three_allocators_at_a_quota_edge_never_exceed_it_together(
 
     exceeded = []
     for name, ent in entitlements.items():
-        owned = [a for a in stored.values() if a.entitlement == name]
+        owned = [a for a in stored.values() if owner_of(a) == name]
         usage = Resources()
         for allocation in owned:
             usage = usage + allocation.used()

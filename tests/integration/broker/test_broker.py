@@ -8,17 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.allocations import put_allocation
 from tests.support.machines import eventually, heartbeating, make_machine, read_machine
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
-from tether.model import (
-    Allocation,
-    AllocationEntry,
-    MachineState,
-    Resources,
-    from_json,
-    to_json,
-)
+from tether.model import Allocation, MachineState, Resources, from_json, to_json
 from tether.store import Store, keys, open_store
 
 TIMEOUT_S = 5.0
@@ -84,9 +78,9 @@ async def test_a_capacity_shrink_below_the_allocation_is_recorded_with_a_warning
         await eventually(
             lambda: read_allocation(store, "m1"), bool, timeout_s=TIMEOUT_S, what="allocation"
         )
-    entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=3000))
-    allocation = Allocation(machine="m1", tasks={entry.task_id: entry})
-    await store.put(keys.allocation("m1"), to_json(allocation))
+    allocation = Allocation(machine="m1")
+    await put_allocation(store, allocation, {"team/web/0": Resources(cpu=3000)})
+    entries = await store.range(keys.allocation_entries("m1"))
 
     smaller = Resources(cpu=1000, memory_mib=8192, disk_gib=100)
     with caplog.at_level(logging.WARNING, logger="tether.broker"):
@@ -99,6 +93,7 @@ async def test_a_capacity_shrink_below_the_allocation_is_recorded_with_a_warning
             )
     assert "m1: capacity shrank below what is allocated (cpu: need 3000" in caplog.text
     assert await read_allocation(store, "m1") == allocation
+    assert (await store.range(keys.allocation_entries("m1"))).kvs == entries.kvs
 
 
 @pytest.mark.usefixtures("broker")
@@ -126,14 +121,15 @@ async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
 
 @pytest.mark.usefixtures("broker")
 async def test_an_existing_allocation_is_kept_when_the_machine_is_recorded(store: Store) -> None:
-    entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=1000))
-    leftover = Allocation(machine="m1", tasks={entry.task_id: entry})
-    await store.put(keys.allocation("m1"), to_json(leftover))
+    leftover = Allocation(machine="m1", entitlement="team")
+    await put_allocation(store, leftover, {"team/web/0": Resources(cpu=1000)})
+    entries = await store.range(keys.allocation_entries("m1"))
     async with heartbeating(store, make_machine("m1")):
         await eventually(
             lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
         )
     assert await read_allocation(store, "m1") == leftover
+    assert (await store.range(keys.allocation_entries("m1"))).kvs == entries.kvs
 
 
 async def test_heartbeats_present_at_start_are_recorded(store: Store, store_url: str) -> None:

@@ -14,9 +14,9 @@ from tests.integration.frontend.conftest import (
     serving,
 )
 from tests.integration.frontend.problems import assert_problem
+from tests.support.allocations import put_allocation
 from tether.model import (
     Allocation,
-    AllocationEntry,
     Entitlement,
     PrincipalRecord,
     RegionConfig,
@@ -108,11 +108,8 @@ async def test_entitlement_shows_requested_and_allocated(region: Region) -> None
     assert (await api.post("/v1/jobs", headers=ALICE, json=job_spec("b", count=1))).is_success
     assert (await api.delete("/v1/jobs/team-a/b", headers=ALICE)).status_code == 202
     held = Resources(cpu=1000, memory_mib=512)
-    entries = {
-        "team-a/a/0": AllocationEntry(job="team-a/a", index=0, resources=held),
-        "team-b/x/0": AllocationEntry(job="team-b/x", index=0, resources=held),
-    }
-    await region.store.put(keys.allocation("m1"), to_json(Allocation(machine="m1", tasks=entries)))
+    tasks = {"team-a/a/0": held, "team-b/x/0": held}
+    await put_allocation(region.store, Allocation(machine="m1"), tasks)
 
     view = (await api.get("/v1/entitlements/team-a", headers=ALICE)).json()
     assert view.keys() == {"entitlement", "shard", "requested", "allocated"}

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from tests.integration.frontend.conftest import ADMIN, ALICE, MALLORY, SHARDS, Region, job_spec
 from tests.integration.frontend.problems import assert_problem
+from tests.support.allocations import put_allocation
 from tether.model import (
     AgentHeartbeat,
     Allocation,
-    AllocationEntry,
     AllocatorEndpoint,
     DesiredState,
     Machine,
@@ -127,15 +127,10 @@ async def test_machines_show_resources_owner_and_host_profiles(region: Region) -
     # m1 still carries profile batch while its allocation record asks for web.
     await store.put(keys.machine("m1"), to_json(machine("m1", host_profile="batch")))
     await store.put(keys.machine("m2"), to_json(machine("m2")))
-    entries = {
-        f"team-a/web/{index}": AllocationEntry(
-            job="team-a/web", index=index, resources=Resources(cpu=1000, memory_mib=512)
-        )
-        for index in (0, 1)
-    }
-    owned = Allocation(machine="m1", entitlement="team-a", host_profile="web", tasks=entries)
-    await store.put(keys.allocation("m1"), to_json(owned))
-    await store.put(keys.allocation("m2"), to_json(Allocation(machine="m2")))
+    tasks = {f"team-a/web/{index}": Resources(cpu=1000, memory_mib=512) for index in (0, 1)}
+    owned = Allocation(machine="m1", entitlement="team-a", host_profile="web")
+    await put_allocation(store, owned, tasks)
+    await put_allocation(store, Allocation(machine="m2"))
     heartbeat = AgentHeartbeat(
         machine=machine("m1"), address="http://127.0.0.1:1", pid=1, started_at=NOW
     )
@@ -202,3 +197,7 @@ async def test_an_invalid_stored_record_is_a_500_naming_it(region: Region) -> No
     answer = await region.api.get("/v1/machines", headers=ALICE)
     problem = assert_problem(answer, 500, keys.machine("m1"), "not a valid Machine")
     assert problem["type"] == "urn:tether:problem:corrupt-record"
+    entry = keys.allocation_entry("m2", "team-a", "web", 0)
+    await region.store.put(entry, b'{"cpu": "lots"}')
+    answer = await region.api.get("/v1/entitlements/team-a", headers=ALICE)
+    assert_problem(answer, 500, entry, "not a valid Resources")

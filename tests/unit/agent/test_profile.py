@@ -136,6 +136,9 @@ async def test_the_target_follows_the_newest_allocation_record(tmp_path: Path) -
     assert after(allocation_kv("m1", "batch", 4)) == ("web", "web")
     # A malformed record is ignored.
     assert after(KeyValue(keys.allocation("m1"), b"{not json", 1, 6, 2)) == ("web", "web")
+    # The machine's allocation entries share the record's key as a prefix: they are not it.
+    await profiles._allocation_changed({keys.allocation_entry("m1", "ent", "job", 0)})
+    assert (profiles.target, profiles.wanted) == ("web", "web")
     assert after(allocation_kv("m1", None, 7)) == (None, None)
     profiles.current = "batch"
     assert after(allocation_kv("m1", "batch", 8)) == ("batch", None)

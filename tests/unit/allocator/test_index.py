@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.support.allocator_builders import Region, allocation, entitlement, machine
+from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
 from tether.allocator.index import ABSENT, NONE, UP, AllocationIndex
 from tether.model import Allocation, MachineState, Resources, from_json, to_json
-from tether.store import KeyValue
+from tether.store import KeyValue, keys
 
 GIB = Resources(memory_mib=1024)
 
@@ -115,12 +115,12 @@ def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
     assert index.owned[ads] == {m1}
     assert index.owned_hardware[ads] == {index.hardware.find("std"): 1}
     assert m1 not in index.pool[int(index.msb[m1])]
-    assert index.jobs == {"ads/web": {0: m1}, "ml/x": {3: m1}}
+    assert {job: index.held(job) for job in index.jobs} == {"ads/web": {0: m1}, "ml/x": {3: m1}}
     assert index.placements("ads/web") == {0: "m1"}
     assert usage(region, "ads") == {"memory": 1024}
     assert usage(region, "ml") == {"cpu": 250}
-    # The record the index gives back is the one stored.
-    assert from_json(Allocation, to_json(Allocation.model_validate(index.record(m1)))) == record
+    # The record the index writes back is the one stored.
+    assert from_json(Allocation, index.header_json(m1)) == record.header
 
     region.put_record("m2", allocation("m2", ("ads/web", 1, GIB), owner="ads"))
     assert index.owned[ads] == {m1, m2}
@@ -139,23 +139,36 @@ def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
     assert m1 in index.pool[int(index.msb[m1])]
 
 
-def test_record_commit_applies_and_old_revisions_are_ignored() -> None:
+def test_own_commit_echo_and_old_events_change_nothing() -> None:
     region = Region().add(machine("m1"))
     index, row = region.index, region.row("m1")
-    record = allocation("m1", ("ads/web", 0, GIB), owner="ads").model_dump(mode="json")
-    index.record_commit({row: record}, 10)
-    assert index.revision[row] == 10
+    ads = entitlement("ads")
+    region.entitle(ads)
+    choice = region.choose(job(count=1), ads)
+    revision = region.commit(job(count=1), ads, choice)
     assert index.placements("ads/web") == {0: "m1"}
-    # The watch delivers an older value after the allocator's own commit.
-    index.set_allocation("m1", KeyValue("allocations/m1", to_json(allocation("m1")), 1, 8, 1), 8)
-    assert index.revision[row] == 10
+    # The watch then delivers the commit itself: the record and its entry, already applied.
+    entry = keys.allocation_entry("m1", "ads", "web", 0)
+    echo = [
+        (keys.allocation("m1"), region.store[keys.allocation("m1")]),
+        (entry, region.store[entry]),
+    ]
+    for key, value in echo:
+        index.set_allocation(
+            key[len(keys.ALLOCATIONS) :], KeyValue(key, value, 1, revision, 1), revision
+        )
+    assert memory(region, "m1") == (4096, 1024)
+    assert index.task_count[row] == 1
+    # An older record, or the deletion of an entry before the commit, is ignored.
+    older = KeyValue(keys.allocation("m1"), to_json(allocation("m1").header), 1, revision - 1, 1)
+    index.set_allocation("m1", older, revision - 1)
+    index.set_allocation("m1/ads/web/0", None, revision - 1)
+    assert index.revision[row] == revision
+    assert index.owner[row] == index.owners.find("ads")
     assert index.placements("ads/web") == {0: "m1"}
-    index.record_commit({row: allocation("m1").model_dump(mode="json")}, 9)
-    assert index.placements("ads/web") == {0: "m1"}
-    # A deletion seen before the commit is older too; one seen after it applies.
-    index.set_allocation("m1", None, 9)
-    assert index.revision[row] == 10
-    index.set_allocation("m1", None, 11)
+    # A deletion after it applies.
+    index.set_allocation("m1/ads/web/0", None, revision + 1)
+    index.set_allocation("m1", None, revision + 1)
     assert index.revision[row] == 0
     assert index.placements("ads/web") == {}
     assert usage(region, "ads") == {}
@@ -163,6 +176,39 @@ def test_record_commit_applies_and_old_revisions_are_ignored() -> None:
     assert index.owner[row] == NONE
     assert row in index.pool[int(index.msb[row])]
     assert index.records_present() == []
+
+
+def test_entries_of_a_transaction_apply_whichever_comes_first() -> None:
+    region = Region().add(machine("m1"))
+    index, row = region.index, region.row("m1")
+    header = to_json(allocation("m1", owner="ads").header)
+    entry = to_json(GIB)
+    record_kv = KeyValue(keys.allocation("m1"), header, 1, 5, 1)
+    # The record first, then its entry at the same revision.
+    index.set_allocation("m1", record_kv, 5)
+    index.set_allocation("m1/ads/web/0", KeyValue("e", entry, 5, 5, 1), 5)
+    assert memory(region, "m1") == (4096, 1024)
+    # An entry of a later transaction before its record.
+    index.set_allocation("m1/ads/web/1", KeyValue("e", entry, 6, 6, 1), 6)
+    index.set_allocation("m1", KeyValue(keys.allocation("m1"), header, 1, 6, 2), 6)
+    assert memory(region, "m1") == (4096, 2048)
+    assert index.task_count[row] == 2
+    assert index.revision[row] == 6
+
+
+def test_a_task_held_on_two_machines_counts_on_both_until_one_goes() -> None:
+    region = Region().add(machine("m1"), machine("m2"))
+    region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
+    region.put_record("m2", allocation("m2", ("ads/web", 0, GIB), owner="ads"))
+    assert memory(region, "m1") == memory(region, "m2") == (4096, 1024)
+    assert usage(region, "ads") == {"memory": 2048}
+    region.put_record("m2", allocation("m2", owner="ads"))
+    assert memory(region, "m2") == (4096, 0)
+    assert region.index.placements("ads/web") == {0: "m1"}
+    region.put_record("m1", allocation("m1", owner="ads"))
+    assert memory(region, "m1") == (4096, 0)
+    assert region.index.placements("ads/web") == {}
+    assert usage(region, "ads") == {}
 
 
 def test_tasks_without_resources_come_and_go() -> None:
@@ -183,14 +229,20 @@ def test_unreadable_record_takes_the_machine_out_until_fixed() -> None:
     region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
     region.put_record("m1", b"{not json")
     assert not index.readable[row]
-    assert index.placements("ads/web") == {}
-    assert index.owner[row] == NONE
+    # Its entries still hold their resources.
+    assert index.placements("ads/web") == {0: "m1"}
     # A valid JSON record of another machine is unreadable here as well.
-    region.put_record("m1", to_json(allocation("m2")))
+    region.put_record("m1", to_json(allocation("m2").header))
     assert not index.readable[row]
     region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
     assert index.readable[row]
     assert memory(region, "m1") == (4096, 1024)
+    # So is an unreadable entry, until it is gone.
+    region.put_record("m1", allocation("m1", ("ads/web", 1, GIB), owner="ads"))
+    region.put(keys.allocation_entry("m1", "ads", "web", 2), b"[1]", region.revision)
+    assert not index.readable[row]
+    index.set_allocation("m1/ads/web/2", None, region.revision + 1)
+    assert index.readable[row]
 
 
 def test_record_before_its_machine() -> None:
@@ -199,7 +251,7 @@ def test_record_before_its_machine() -> None:
     index, row = region.index, region.row("m1")
     assert index.state[row] == ABSENT
     assert index.machines_present() == []
-    assert index.records_present() == ["m1"]
+    assert index.records_present() == ["m1", "m1/ads/web/0"]
     region.add(machine("m1"))
     assert memory(region, "m1") == (4096, 1024)
     assert index.owned[index.owners.find("ads")] == {row}

@@ -186,9 +186,11 @@ def test_free_pool_machines_join_the_entitlement() -> None:
     assert len(choice.placements) == 2
     assert choice.joined == set(choice.placements.values())
     region.commit(job(count=2), ads, choice)
-    for row in choice.joined:
-        record = region.index.record(row)
-        assert (record["entitlement"], record["host_profile"]) == ("ads", "web")
+    for machine_id in region.ids(choice.joined):
+        record, entries = region.stored(machine_id)
+        assert record is not None
+        assert (record.entitlement, record.host_profile) == ("ads", "web")
+        assert len(entries) == 1
     joined = region.ids(choice.joined)
     assert [region.owner_of(m) for m in joined] == ["ads", "ads"]
     assert [m for m in "abc" if region.owner_of(m) is None] == sorted(set("abc") - set(joined))

@@ -12,14 +12,7 @@ from tests.support.machines import heartbeat_of, make_machine
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
-from tether.model import (
-    Allocation,
-    AllocationEntry,
-    MachineState,
-    Resources,
-    Topology,
-    to_json,
-)
+from tether.model import MachineState, Resources, Topology, to_json
 from tether.store import KeyValue, Store, keys
 
 
@@ -83,13 +76,29 @@ def test_a_heartbeat_under_another_machines_key_is_refused() -> None:
 def test_a_capacity_shrink_below_the_allocation_is_reported(
     caplog: pytest.LogCaptureFixture, cpu: int, warnings: list[str]
 ) -> None:
-    entry = AllocationEntry(job="team/web", index=0, resources=Resources(cpu=3000))
-    allocation = Allocation(machine="m1", tasks={entry.task_id: entry})
-    stored = KeyValue(keys.allocation("m1"), to_json(allocation), 1, 1, 1)
+    # Two tasks of 1500 millicores each: the entries are summed.
+    held = to_json(Resources(cpu=1500))
+    entries = [
+        KeyValue(keys.allocation_entry("m1", "team", "web", i), held, 1, 1, 1) for i in (0, 1)
+    ]
     # Deciding whether to warn reads nothing from the store.
     broker = Broker(cast(Store, object()), BrokerSettings(dc="dc1"))
     with caplog.at_level(logging.WARNING, logger="tether.broker"):
-        broker._warn_if_overcommitted(make_machine("m1", capacity=Resources(cpu=cpu)), stored)
+        broker._warn_if_overcommitted(make_machine("m1", capacity=Resources(cpu=cpu)), entries)
     assert [record.getMessage() for record in caplog.records] == [
         f"machine m1: {warning}" for warning in warnings
     ]
+
+
+def test_a_malformed_allocation_entry_is_reported_instead_of_a_shrink(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = keys.allocation_entry("m1", "team", "web", 0)
+    broker = Broker(cast(Store, object()), BrokerSettings(dc="dc1"))
+    with caplog.at_level(logging.WARNING, logger="tether.broker"):
+        broker._warn_if_overcommitted(
+            make_machine("m1", capacity=Resources(cpu=0)), [KeyValue(key, b"{not json", 1, 1, 1)]
+        )
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR
+    assert record.getMessage().startswith(f"machine m1: malformed allocation entry {key}: ")

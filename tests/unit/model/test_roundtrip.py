@@ -20,7 +20,6 @@ from tether.model import (
     Affinity,
     AgentHeartbeat,
     Allocation,
-    AllocationEntry,
     AllocatorEndpoint,
     Assignment,
     AttributePredicate,
@@ -297,16 +296,12 @@ assignments = st.builds(
     template=task_templates,
 )
 
-allocation_entries = st.builds(AllocationEntry, job=handles, index=quantities, resources=resources)
 allocations = st.builds(
     Allocation,
     machine=names,
     entitlement=st.none() | names,
     host_profile=st.none() | names,
     idle_since=st.none() | timestamps,
-    tasks=st.lists(allocation_entries, max_size=3).map(
-        lambda entries: {entry.task_id: entry for entry in entries}
-    ),
 )
 principal_records = st.builds(
     PrincipalRecord, name=principals, roles=unique_lists(st.sampled_from(Role))
@@ -359,7 +354,6 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     AdvanceNotice: advance_notices,
     TaskStatus: task_statuses,
     Assignment: assignments,
-    AllocationEntry: allocation_entries,
     Allocation: allocations,
     PrincipalRecord: principal_records,
     RegionConfig: region_configs,

@@ -13,7 +13,7 @@ from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.quota import total_demand
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
-from tether.model import ZERO, Allocation, Entitlement, Job, shard_for, to_json
+from tether.model import ZERO, Entitlement, Job, shard_for, to_json
 from tether.store import Put, Store, key_missing, keys
 
 router = APIRouter(prefix="/v1/entitlements", tags=["entitlements"], responses=AUTH_PROBLEMS)
@@ -22,11 +22,15 @@ router = APIRouter(prefix="/v1/entitlements", tags=["entitlements"], responses=A
 async def _view(store: Store, entitlement: Entitlement) -> EntitlementView:
     shard = await store.get(keys.shard_assignment(entitlement.name))
     jobs = await records.scan(store, keys.jobs_of(entitlement.name), Job)
-    allocated = ZERO
-    for allocation in await records.scan(store, keys.ALLOCATIONS, Allocation):
-        for entry in allocation.tasks.values():
-            if entry.entitlement == entitlement.name:
-                allocated = allocated + entry.resources
+    allocated = sum(
+        (
+            resources
+            for machine in (await records.allocations(store)).values()
+            for task_id, resources in machine.tasks.items()
+            if task_id.split("/", 1)[0] == entitlement.name
+        ),
+        ZERO,
+    )
     return EntitlementView(
         entitlement=entitlement,
         shard=shard.value.decode() if shard else None,

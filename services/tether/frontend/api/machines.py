@@ -10,7 +10,7 @@ from tether.frontend.api import AUTH_PROBLEMS
 from tether.frontend.auth import CurrentPrincipal
 from tether.frontend.deps import StoreDep
 from tether.frontend.schemas.machines import MachineList, MachineView
-from tether.model import Allocation, Machine
+from tether.model import Machine
 from tether.store import keys
 
 router = APIRouter(prefix="/v1/machines", tags=["machines"], responses=AUTH_PROBLEMS)
@@ -20,13 +20,12 @@ router = APIRouter(prefix="/v1/machines", tags=["machines"], responses=AUTH_PROB
 async def list_machines(store: StoreDep, principal: CurrentPrincipal) -> Response:
     """Machines by id, with capacity, allocated and free resources and heartbeat presence."""
     machines = await records.scan(store, keys.MACHINES, Machine)
-    allocations = {
-        allocation.machine: allocation
-        for allocation in await records.scan(store, keys.ALLOCATIONS, Allocation)
-    }
+    allocations = await records.allocations(store)
     alive = {keys.last_segment(kv.key) for kv in (await store.range(keys.HEARTBEATS)).kvs}
     views = [
-        MachineView.of(machine, allocations.get(machine.id), machine.id in alive)
+        MachineView.of(
+            machine, allocations.get(machine.id, records.MachineAllocation()), machine.id in alive
+        )
         for machine in sorted(machines, key=lambda machine: machine.id)
     ]
     return MachineList(machines=views).response()

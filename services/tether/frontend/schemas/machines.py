@@ -1,9 +1,10 @@
-"""Machine views: inventory, state, and what the machine's allocation record holds and says."""
+"""Machine views: inventory, state, what its allocation record says and what its tasks hold."""
 
 from __future__ import annotations
 
+from tether.frontend.records import MachineAllocation
 from tether.frontend.schemas import View
-from tether.model import Allocation, Machine, MachineState, Resources, Topology
+from tether.model import Machine, MachineState, Resources, Topology
 
 
 class MachineView(View):
@@ -30,8 +31,9 @@ class MachineView(View):
     """Whether its agent's heartbeat key is present."""
 
     @classmethod
-    def of(cls, machine: Machine, allocation: Allocation | None, heartbeat: bool) -> MachineView:
-        allocated = allocation.used() if allocation else Resources()
+    def of(cls, machine: Machine, allocation: MachineAllocation, heartbeat: bool) -> MachineView:
+        record = allocation.record
+        allocated = allocation.used()
         fits = allocated.fits_in(machine.capacity)
         return cls(
             id=machine.id,
@@ -39,13 +41,13 @@ class MachineView(View):
             topology=machine.topology,
             hardware_type=machine.hardware_type,
             state=machine.state,
-            entitlement=allocation.entitlement if allocation else None,
-            host_profile=allocation.host_profile if allocation else None,
+            entitlement=record.entitlement if record else None,
+            host_profile=record.host_profile if record else None,
             host_profile_current=machine.host_profile_current,
             capacity=machine.capacity,
             allocated=allocated,
             free=machine.capacity - allocated if fits else Resources(),
-            tasks=len(allocation.tasks) if allocation else 0,
+            tasks=len(allocation.tasks),
             heartbeat=heartbeat,
         )
 
