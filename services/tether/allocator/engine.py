@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.commit import Write, commit
+from tether.allocator.commit import Outcome, Write, commit
 from tether.allocator.errors import (
     CorruptRecord,
     InvalidRequest,
@@ -69,6 +69,20 @@ class _Request:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """Place requests planned together, to be committed in one transaction."""
+
+    planned: list[_Request] = field(default_factory=list)
+    snapshots: list[tuple[int, Snapshot]] = field(default_factory=list)
+    """Each touched row's record before each request, in the order they were planned."""
+    base: dict[int, int] = field(default_factory=dict)
+    """Row -> the record revision the plans saw."""
+    added: dict[int, list[Entry]] = field(default_factory=dict)
+    fenced: set[str] = field(default_factory=set)
+    """Entitlements whose quota fence the commit compares and bumps."""
+
+
+@dataclass(slots=True)
 class EngineStats:
     """Counters since the replica started."""
 
@@ -113,6 +127,7 @@ class Engine:
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
         self._queue: list[_Request] = []
+        self._committer: asyncio.Task[None] | None = None
         self._fences: dict[str, int] = {}
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
         self._stats = EngineStats()
@@ -152,17 +167,21 @@ class Engine:
         request = _Request(job, entitlement, indexes, asyncio.get_running_loop().create_future())
         self._stats.places += 1
         self._queue.append(request)
-        async with self._writing:
-            # Whoever holds the lock commits everything queued, this request or not.
-            while not request.done.done():
-                batch, self._queue = self._queue[:_BATCH_REQUESTS], self._queue[_BATCH_REQUESTS:]
-                await self._commit_batch(batch)
-        result = request.done.result()
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_queued(), name="place commits")
+        # A caller that goes away leaves its request to finish: its plan may be in the store.
+        result = await asyncio.shield(request.done)
         if request_id:
             self._responses[request_id] = result
             while len(self._responses) > RESPONSE_MEMORY:
                 self._responses.popitem(last=False)
         return result
+
+    async def close(self) -> None:
+        """Waits for the Place requests under way to be committed (or to fail)."""
+        if self._committer is not None:
+            await self._committer
+            self._committer = None
 
     async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
         """Removes tasks of the job (all of them when `indexes` is empty) from their machines."""
@@ -242,59 +261,119 @@ class Engine:
             self._stats.machines_returned += returned
             return returned
 
-    async def _commit_batch(self, batch: list[_Request]) -> None:
+    async def _commit_queued(self) -> None:
+        """Commits queued requests in batches until none is left, planning each batch while
+        the one before it is in the store: planning takes this process's CPU, a commit the
+        store's, and the two overlap."""
+        async with self._writing:
+            in_flight: tuple[_Batch, asyncio.Task[Outcome]] | None = None
+            batch: _Batch | None = None
+            try:
+                while True:
+                    if self._queue:
+                        batch = self._prepare(self._take_batch())
+                    if in_flight is not None:
+                        outcome = await in_flight[1]
+                        sent, in_flight = in_flight[0], None
+                        if not outcome.succeeded and batch is not None:
+                            # Planned over tentative records that are about to go: plan it
+                            # again, after the requests before it.
+                            self._roll_back(batch)
+                            self._queue[:0] = batch.planned
+                            batch = None
+                        committed = await self._finish_batch(sent, outcome)
+                        if batch is not None and committed is not None:
+                            # Rows both batches touched: the first one's commit is the base.
+                            for row in batch.base.keys() & sent.added.keys():
+                                batch.base[row] = committed
+                    if batch is None:
+                        if not self._queue:
+                            return
+                        continue
+                    in_flight = (batch, asyncio.create_task(self._send(batch)))
+                    batch = None
+                    # Let the transaction leave before planning the next batch.
+                    await asyncio.sleep(0)
+            except Exception as error:
+                # The store failed: every request waiting gets the error, and the index
+                # forgets the tentative placements.
+                for unsent in (batch, in_flight[0] if in_flight else None):
+                    if unsent is not None:
+                        self._roll_back(unsent)
+                        self._queue[:0] = unsent.planned
+                for request in self._queue:
+                    if not request.done.done():
+                        request.done.set_exception(error)
+                self._queue = []
+
+    def _take_batch(self) -> list[_Request]:
+        batch, self._queue = self._queue[:_BATCH_REQUESTS], self._queue[_BATCH_REQUESTS:]
+        return batch
+
+    def _prepare(self, requests: list[_Request]) -> _Batch | None:
         """Plans the requests one after another, each seeing the earlier ones' machines as
-        taken, and commits them in one transaction; requests that conflicted go back to the
-        front of the queue with their plan to merge."""
+        taken (None: none had anything to place)."""
         index = self._index
-        snapshots: list[tuple[int, Snapshot]] = []
-        added: dict[int, list[Entry]] = {}
-        fences: dict[str, int] = {}
-        planned: list[_Request] = []
-        for position, request in enumerate(batch):
-            if len(added) >= _BATCH_ROWS:
+        batch = _Batch()
+        for position, request in enumerate(requests):
+            if len(batch.added) >= _BATCH_ROWS:
                 # The transaction is big enough: the rest waits for the next one, in order.
-                self._queue[:0] = batch[position:]
+                self._queue[:0] = requests[position:]
                 break
             choice = self._plan(request)
             if choice is None:
                 continue
-            planned.append(request)
-            fences[request.entitlement.name] = self._fences.get(request.entitlement.name, 0)
-            touched = place_tentatively(index, request.job, request.entitlement, choice)
-            snapshots += touched.items()
+            batch.planned.append(request)
+            batch.fenced.add(request.entitlement.name)
+            for row, snapshot in place_tentatively(
+                index, request.job, request.entitlement, choice
+            ).items():
+                batch.snapshots.append((row, snapshot))
+                batch.base.setdefault(row, snapshot.revision)
             for row, entries in allocation_entries(index, request.job, choice).items():
-                added.setdefault(row, []).extend(entries)
-        if not planned:
-            return
-        # Every row's record after all the batch's requests, over its record before them all.
-        base = {row: snapshot.revision for row, snapshot in reversed(snapshots)}
+                batch.added.setdefault(row, []).extend(entries)
+        return batch if batch.planned else None
+
+    async def _send(self, batch: _Batch) -> Outcome:
+        """Commits a planned batch: every row's record after all its requests, over the
+        record its plans saw (or the one the batch before it just wrote)."""
+        index = self._index
         writes = {
-            row: Write(base[row], index.header_json(row), entries) for row, entries in added.items()
+            row: Write(batch.base[row], index.header_json(row), entries)
+            for row, entries in batch.added.items()
         }
-        outcome = await commit(self._store, index.ids, writes, fences, self._writer)
+        fences = {name: self._fences.get(name, 0) for name in batch.fenced}
+        return await commit(self._store, index.ids, writes, fences, self._writer)
+
+    async def _finish_batch(self, batch: _Batch, outcome: Outcome) -> int | None:
+        """Answers a batch's requests after its commit, or rolls it back and queues them
+        again to merge; returns the commit's revision (None: it conflicted)."""
         self._stats.attempts += 1
         if outcome.succeeded:
-            index.confirm(writes, outcome.revision)
-            for name in fences:
+            self._index.confirm(batch.added, outcome.revision)
+            for name in batch.fenced:
                 self._fences[name] = outcome.revision
-            for request in planned:
+            for request in batch.planned:
                 assert request.choice is not None
                 self._stats.machines_joined += len(request.choice.joined)
                 self._finish(request, request.choice.unplaced)
-            return
+            return outcome.revision
         self._stats.conflicts += 1
-        for row, snapshot in reversed(snapshots):
-            index.roll_back(row, snapshot)
+        self._roll_back(batch)
         # The next plan must see what the other allocator committed: its records, and its
         # tasks counted against the quota of a fence that moved.
         self._fences.update(outcome.fences)
         await self._catch_up(outcome.revision)
-        for request in planned:
+        for request in batch.planned:
             assert request.choice is not None
             request.conflicts += 1
             request.keep = request.choice.placements
-        self._queue[:0] = planned
+        self._queue[:0] = batch.planned
+        return None
+
+    def _roll_back(self, batch: _Batch) -> None:
+        for row, snapshot in reversed(batch.snapshots):
+            self._index.roll_back(row, snapshot)
 
     def _plan(self, request: _Request) -> Choice | None:
         """The request's next attempt, or None when it is finished (and answered)."""

@@ -97,6 +97,7 @@ class Allocator(Service):
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
             self._server = None
+        await self.engine.close()
         for feed in reversed(self.feeds):
             await feed.stop()
         await self._store.close()

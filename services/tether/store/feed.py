@@ -12,7 +12,8 @@ from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreE
 
 _log = logging.getLogger(__name__)
 
-_PAGE = 5000
+# etcd counts the rest of the range on every page: big pages keep a listing linear.
+_PAGE = 50_000
 _RETRY_S = 0.5
 
 
