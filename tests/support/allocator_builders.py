@@ -221,7 +221,7 @@ class Region:
     def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
         """Writes the records and entries Place would write for `choice` and applies them to
         the index as a successful commit does."""
-        rows = place_tentatively(self.index, placed_job, owner, choice)
+        rows = place_tentatively(self.index, placed_job, owner, choice).rows.tolist()
         for row in rows:
             self.store[keys.allocation(self.index.ids[row])] = self.index.header_json(row)
         for entries in allocation_entries(self.index, placed_job, choice).values():

@@ -73,8 +73,8 @@ class _Batch:
     """Place requests planned together, to be committed in one transaction."""
 
     planned: list[_Request] = field(default_factory=list)
-    snapshots: list[tuple[int, Snapshot]] = field(default_factory=list)
-    """Each touched row's record before each request, in the order they were planned."""
+    snapshots: list[Snapshot] = field(default_factory=list)
+    """The touched rows' records before each request, in the order they were planned."""
     base: dict[int, int] = field(default_factory=dict)
     """Row -> the record revision the plans saw."""
     added: dict[int, list[Entry]] = field(default_factory=dict)
@@ -325,11 +325,12 @@ class Engine:
                 continue
             batch.planned.append(request)
             batch.fenced.add(request.entitlement.name)
-            for row, snapshot in place_tentatively(
-                index, request.job, request.entitlement, choice
-            ).items():
-                batch.snapshots.append((row, snapshot))
-                batch.base.setdefault(row, snapshot.revision)
+            snapshot = place_tentatively(index, request.job, request.entitlement, choice)
+            batch.snapshots.append(snapshot)
+            for row, revision in zip(
+                snapshot.rows.tolist(), snapshot.revisions.tolist(), strict=True
+            ):
+                batch.base.setdefault(row, revision)
             for row, entries in allocation_entries(index, request.job, choice).items():
                 batch.added.setdefault(row, []).extend(entries)
         return batch if batch.planned else None
@@ -372,8 +373,8 @@ class Engine:
         return None
 
     def _roll_back(self, batch: _Batch) -> None:
-        for row, snapshot in reversed(batch.snapshots):
-            self._index.roll_back(row, snapshot)
+        for snapshot in reversed(batch.snapshots):
+            self._index.roll_back(snapshot)
 
     def _plan(self, request: _Request) -> Choice | None:
         """The request's next attempt, or None when it is finished (and answered)."""
@@ -458,22 +459,18 @@ class Engine:
 
 def place_tentatively(
     index: AllocationIndex, job: Job, entitlement: Entitlement, choice: Choice
-) -> dict[int, Snapshot]:
+) -> Snapshot:
     """Shows a choice in the index for the plans after it (the records to commit are then
-    `index.header_json(row)` of the rows returned); returns the touched rows' records from
-    before."""
+    `index.header_json(row)` of the snapshot's rows); returns the rows' records from before."""
     shape = index.shape(job.spec.task.resources.model_dump(mode="json"))
-    join = (
+    joined = (
         index.owners.code(entitlement.name),
         NONE if entitlement.host_profile is None else index.profiles.code(entitlement.host_profile),
         math.nan,
     )
-    return {
-        row: index.place_tentatively(
-            row, job.handle, tasks, shape, join if row in choice.joined else None
-        )
-        for row, tasks in _by_row(choice).items()
-    }
+    return index.place_tentatively(
+        job.handle, choice.placements, shape, joined if choice.joined else None
+    )
 
 
 def _by_row(choice: Choice) -> dict[int, list[int]]:

@@ -119,12 +119,16 @@ since."""
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A row's allocation record before tasks were added tentatively, and the tasks added."""
+    """The allocation records of the rows a job's tasks were added to tentatively, from
+    before, and the tasks added."""
 
-    revision: int
-    header: Header
+    rows: npt.NDArray[np.intp]
+    revisions: I64
+    owners: I32
+    targets: I32
+    idle: npt.NDArray[np.float64]
     job: str
-    indexes: Sequence[int]
+    placements: Mapping[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,30 +519,47 @@ class AllocationIndex:
             self.revision[empty_rows] = revisions
 
     def place_tentatively(
-        self,
-        row: int,
-        job: str,
-        indexes: Sequence[int],
-        shape: Shape,
-        join: Header | None,
+        self, job: str, placements: Mapping[int, int], shape: Shape, joined: Header | None
     ) -> Snapshot:
-        """Shows tasks about to be committed to later plans, keeping the row's revision (the
-        commit's base); `join` is the record of a free-pool machine moving into an entitlement.
-        Returns what `roll_back` needs to undo it."""
-        header = self.header(row)
-        snapshot = Snapshot(int(self.revision[row]), header, job, indexes)
-        if join is not None:
-            self._set_header(row, join, snapshot.revision)
-        elif not math.isnan(header[2]):
-            self._set_header(row, (header[0], header[1], math.nan), snapshot.revision)
+        """Shows a job's tasks about to be committed (task index -> row) to later plans,
+        keeping the rows' revisions (the commit's base); `joined` is the record of the rows
+        that move from the free pool into an entitlement (those whose owner is NONE). Returns
+        what `roll_back` needs to undo it."""
+        count = len(placements)
+        indexes = np.fromiter(placements.keys(), np.intp, count)
+        task_rows = np.fromiter(placements.values(), np.intp, count)
+        rows, tasks_per_row = np.unique(task_rows, return_counts=True)
+        snapshot = Snapshot(
+            rows,
+            self.revision[rows].copy(),
+            self.owner[rows].copy(),
+            self.target[rows].copy(),
+            self.idle_since[rows].copy(),
+            job,
+            placements,
+        )
+        if not count:
+            return snapshot
+        if joined is not None:
+            for row in rows[snapshot.owners == NONE].tolist():
+                self._set_header(row, joined, int(self.revision[row]))
+        # A machine taking tasks is no longer idle.
+        self.idle_since[rows] = math.nan
         tasks = self.jobs.get(job)
         if tasks is None:
             tasks = self.jobs[job] = JobTasks()
-        tasks.make_room(max(indexes) + 1)
-        tasks.rows[indexes] = row
+        tasks.make_room(int(indexes.max()) + 1)
+        tasks.rows[indexes] = task_rows
         tasks.shapes[indexes] = shape.code
-        tasks.held += len(indexes)
-        self._charge(row, _entitlement_of(job), shape.vector * len(indexes), len(indexes))
+        tasks.held += count
+        vector = shape.vector
+        self.used[rows, : len(vector)] += tasks_per_row[:, None] * vector
+        self.task_count[rows] += tasks_per_row.astype(np.int32)
+        entitlement = _entitlement_of(job)
+        usage = self.usage.get(entitlement)
+        if usage is None:
+            usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
+        usage[: len(vector)] += vector * count
         return snapshot
 
     def confirm(self, rows: Iterable[int], revision: int) -> None:
@@ -547,13 +568,21 @@ class AllocationIndex:
             if self.revision[row] < revision:
                 self.revision[row] = revision
 
-    def roll_back(self, row: int, snapshot: Snapshot) -> None:
-        """Undoes `place_tentatively`; the record too unless the store's newer record replaced
-        it meanwhile."""
-        for index in snapshot.indexes:
+    def roll_back(self, snapshot: Snapshot) -> None:
+        """Undoes `place_tentatively`; the records too where the store's newer record did not
+        replace them meanwhile."""
+        for index, row in snapshot.placements.items():
             self._remove_task(row, snapshot.job, index)
-        if self.revision[row] == snapshot.revision:
-            self._set_header(row, snapshot.header, snapshot.revision)
+        unchanged = np.flatnonzero(self.revision[snapshot.rows] == snapshot.revisions)
+        for position in unchanged.tolist():
+            header = (
+                int(snapshot.owners[position]),
+                int(snapshot.targets[position]),
+                float(snapshot.idle[position]),
+            )
+            self._set_header(
+                int(snapshot.rows[position]), header, int(snapshot.revisions[position])
+            )
 
     def remove(
         self, row: int, job: str, indexes: Iterable[int], header: Header, revision: int
