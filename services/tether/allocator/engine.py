@@ -350,6 +350,10 @@ class Engine:
         """Answers a batch's requests after its commit, or rolls it back and queues them
         again to merge; returns the commit's revision (None: it conflicted)."""
         self._stats.attempts += 1
+        # Counted here, not when planned: a plan dropped unsent (the batch before it
+        # conflicted) is no store transaction.
+        for request in batch.planned:
+            request.attempts += 1
         if outcome.succeeded:
             self._index.confirm(batch.added, outcome.revision)
             for name in batch.fenced:
@@ -403,7 +407,6 @@ class Engine:
         self._stats.merged += sum(
             1 for task, row in choice.placements.items() if request.keep.get(task) == row
         )
-        request.attempts += 1
         request.choice = choice
         return choice
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,13 @@ _NO_ROWS: Rows = np.zeros(0, np.intp)
 _NO_AMOUNTS: I64 = np.zeros(0, np.int64)
 # Rows of a free-pool list examined at once when looking for the next machine that fits.
 _POOL_CHUNK = 64
+# An entitlement with more machines than this, and than _SAMPLE_FACTOR per task of the job,
+# is planned on a sample of its machines (as Borg scores a random sample of feasible machines):
+# sorting all of a big entitlement's machines for every job would cost milliseconds. The sample
+# is kept only if it has room for twice the tasks in as many domains as the spread wants.
+_SAMPLE_MIN = 2048
+_SAMPLE_FACTOR = 16
+_SAMPLE_STRIDE = 1_000_003
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,30 +337,22 @@ class Planner:
         )
 
     def _domains(self, counts: Counter[int], tasks: int) -> dict[int, _Domain]:
-        index = self.index
-        column = self._domain_column()
         rows = self._owned_candidates()
         if self.joined:
             # Pool machines a kept placement moved in are the entitlement's for this plan.
             rows = np.concatenate([rows, np.array(sorted(self.joined), np.intp)])
         rows = rows[accepted_by_all(self.affinity_rules, rows)]
         domains: dict[int, _Domain] = {}
-        if len(rows):
-            free = self._free_rows(rows)
-            room = slots(free, self.need)
-            fitting = room > 0
-            rows, free, room = rows[fitting], free[fitting], room[fitting]
-            scores = preference_scores(index, self.job, rows)
-            codes = column[rows]
-            order = np.lexsort((rows, free[:, 0], free[:, 1], -scores, codes))
-            rows, room, scores, codes = rows[order], room[order], scores[order], codes[order]
-            # One slice of the sorted arrays per domain: no Python loop over the machines.
-            present, starts = np.unique(codes, return_index=True)
-            ends = [*starts[1:].tolist(), len(codes)] if len(codes) else []
-            for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True):
-                domains[code] = _Domain(
-                    code, counts[code], rows[start:end], room[start:end], scores[start:end]
-                )
+        # Racks are too many for a sample to hold enough of them.
+        sampled = self.level is not FaultDomain.RACK
+        if sampled and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
+            domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks), counts)
+            room = sum(int(domain.room.sum()) for domain in domains.values())
+            level = self.index.msbs if self.level is FaultDomain.MSB else self.index.dcs
+            if room < 2 * tasks or len(domains) < min(tasks, len(level.names)):
+                domains = {}
+        if not domains and len(rows):
+            domains = self._owned_domains(rows, counts)
         # Pool machines differ in score only by preferences and the host profile; without either
         # every domain's best pool machine scores 0 and reading them is wasted.
         ranked_pool = self.level is not FaultDomain.RACK and (
@@ -368,6 +368,33 @@ class Planner:
                 if ranked_pool:
                     domain.pool_score = max(self._pool_head(msb) for msb in msbs)
         return domains
+
+    def _sample(self, rows: Rows, size: int) -> Rows:
+        """About `size` of `rows` spread over the whole array (a stride that is prime to its
+        length), starting at a place that differs per job."""
+        size = max(size, _SAMPLE_MIN)
+        start = zlib.crc32(self.job.handle.encode())
+        picks = (start + np.arange(size, dtype=np.int64) * _SAMPLE_STRIDE) % len(rows)
+        return rows[np.unique(picks)]
+
+    def _owned_domains(self, rows: Rows, counts: Counter[int]) -> dict[int, _Domain]:
+        """The entitlement's `rows` that take a task, by domain, best first."""
+        index = self.index
+        free = self._free_rows(rows)
+        room = slots(free, self.need)
+        fitting = room > 0
+        rows, free, room = rows[fitting], free[fitting], room[fitting]
+        scores = preference_scores(index, self.job, rows)
+        codes = self._domain_column()[rows]
+        order = np.lexsort((rows, free[:, 0], free[:, 1], -scores, codes))
+        rows, room, scores, codes = rows[order], room[order], scores[order], codes[order]
+        # One slice of the sorted arrays per domain: no Python loop over the machines.
+        present, starts = np.unique(codes, return_index=True)
+        ends = [*starts[1:].tolist(), len(codes)] if len(codes) else []
+        return {
+            code: _Domain(code, counts[code], rows[start:end], room[start:end], scores[start:end])
+            for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True)
+        }
 
     def _can_grow(self) -> bool:
         left = self._machines_left

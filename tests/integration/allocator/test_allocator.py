@@ -277,7 +277,8 @@ async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
     async def caught_up(revision: int) -> None:
         # Stands in for the allocation feed: the index learns the store's records only now.
         waits.append(revision)
-        index.set_allocations((await region.range(keys.ALLOCATIONS)).kvs)
+        for kv in (await region.range(keys.ALLOCATIONS)).kvs:
+            index.set_allocation(kv.key[len(keys.ALLOCATIONS) :], kv, kv.mod_revision)
 
     engine = Engine(
         region, index, max_attempts=10, idle_return_s=300, writer="test", caught_up=caught_up
