@@ -123,6 +123,7 @@ def job_stream(region: Region, fill: float, rng: random.Random) -> list[JobPlan]
     gpu_goal = sum(r.size for r in region.racks if r.hardware.name == GPU_TYPE) * (
         GPUS_PER_MACHINE * fill * STREAM_MARGIN
     )
+    region_dcs = sorted({rack.dc for rack in region.racks})
     cpu = memory = gpus = 0
     plans: list[JobPlan] = []
     while cpu < cpu_goal or memory < memory_goal:
@@ -137,7 +138,7 @@ def job_stream(region: Region, fill: float, rng: random.Random) -> list[JobPlan]
         if policy == "gang":
             count = min(count, GANG_MAX_TASKS)
         elif policy == "datacenters":
-            allowed = team.record["allowed_dcs"] or sorted({rack.dc for rack in region.racks})
+            allowed = team.record["allowed_dcs"] or region_dcs
             datacenters = tuple(sorted(rng.sample(allowed, min(2, len(allowed)))))
         plans.append(
             JobPlan(

@@ -228,33 +228,27 @@ class Planner:
     def _pool_head(self, msb: int) -> int:
         """The score of the best machine still in the MSB's pool list (0: none)."""
         entry = self._pool_list(msb)
-        owner, rows = self.index.owner, entry.rows
-        # Machines only leave the pool between rebuilds of the list: skipping them is for good.
-        while entry.start < len(rows) and owner[rows[entry.start]] != NONE:
-            entry.start += 1
-        return int(entry.scores[entry.start]) if entry.start < len(rows) else 0
+        _skip_gone(self.index, entry)
+        return int(entry.scores[entry.start]) if entry.start < len(entry.rows) else 0
 
     def _pull(self, domain: _Domain) -> int | None:
         """The best free-pool machine of the domain that takes a task now, or None."""
         index = self.index
-        column = self._domain_column()
         for msb in domain.pool_msbs:
             entry = self._pool_list(msb)
-            start = entry.start
-            while start < len(entry.rows):
-                chunk = entry.rows[start : start + _POOL_CHUNK]
-                in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
-                if start == entry.start and not in_pool[0]:
-                    # Rows ahead of the first pool member left the pool for good.
-                    leading = int(np.argmax(in_pool)) if in_pool.any() else len(chunk)
-                    start = entry.start = start + leading
-                    continue
+            _skip_gone(index, entry)
+            rows = entry.rows[entry.start :]
+            if self.level is FaultDomain.RACK:
+                # The MSB's list holds every rack of it.
+                rows = rows[index.rack[rows] == domain.code]
+            for start in range(0, len(rows), _POOL_CHUNK):
+                chunk = rows[start : start + _POOL_CHUNK]
                 fits = (
-                    in_pool
+                    (index.owner[chunk] == NONE)
+                    & (index.state[chunk] == UP)
                     & index.readable[chunk]
                     & accepted_by_all(self.rules, chunk)
                     & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
-                    & (column[chunk] == domain.code)
                     & accepted_by_all(self.affinity_rules, chunk)
                 )
                 for position in np.flatnonzero(fits).tolist():
@@ -262,7 +256,6 @@ class Planner:
                     if row in self.joined or not self._within_machine_quota(row):
                         continue
                     return row
-                start += len(chunk)
         return None
 
     def _within_machine_quota(self, row: int) -> bool:
@@ -526,6 +519,18 @@ class Explanation:
     preferences: list[PreferenceCount]
     chosen: list[Ranked]
     summary: str
+
+
+def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:
+    """Moves the list's start past the rows ahead of its first usable pool member: they left
+    the pool or are not up, and either change drops the list."""
+    while entry.start < len(entry.rows):
+        chunk = entry.rows[entry.start : entry.start + _POOL_CHUNK]
+        in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
+        if in_pool.any():
+            entry.start += int(np.argmax(in_pool))
+            return
+        entry.start += len(chunk)
 
 
 def _round_robin(lists: Iterator[list[int]]) -> Iterator[int]:
