@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -58,8 +58,23 @@ class Allocator(Protocol):
     async def release(self, job_handle: str, indexes: Sequence[int]) -> int: ...
 
 
+def replica_order(entitlement: str, replicas: Iterable[str]) -> list[str]:
+    """The replicas in the order calls for the entitlement's jobs try them (rendezvous hashing).
+
+    Each entitlement has a home replica: its commits there never race each other on the
+    entitlement's quota fence, and the replica's caches for it stay warm. A replica that comes
+    or goes moves only the entitlements whose home it is or becomes.
+    """
+    return sorted(
+        replicas,
+        key=lambda replica: (zlib.crc32(f"{replica}/{entitlement}".encode()), replica),
+        reverse=True,
+    )
+
+
 class AllocatorClient:
-    """Calls any live allocator replica, trying the next one on UNAVAILABLE or a timeout."""
+    """Calls the entitlement's home allocator replica, trying the next one on UNAVAILABLE or a
+    timeout."""
 
     def __init__(self, store: Store, timeout_s: float) -> None:
         self._timeout_s = timeout_s
@@ -67,8 +82,6 @@ class AllocatorClient:
         # Both keyed by the replica id in the registration's key.
         self._endpoints: dict[str, AllocatorEndpoint] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
-        # Spreads calls over the replicas instead of sending everything to the first one.
-        self._turn = itertools.count()
 
     async def start(self) -> None:
         await self._mirror.start()
@@ -110,12 +123,12 @@ class AllocatorClient:
         method: str,
         job_handle: str,
     ) -> T:
-        endpoints = self._live_endpoints()
+        endpoints = dict(self._endpoints)
         if not endpoints:
             raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
-        start = next(self._turn) % len(endpoints)
         failures: list[str] = []
-        for replica, endpoint in endpoints[start:] + endpoints[:start]:
+        for replica in replica_order(job_handle.split("/", 1)[0], endpoints):
+            endpoint = endpoints[replica]
             stub = allocator_pb2_grpc.AllocatorStub(self._channel(replica, endpoint))
             try:
                 return await call(stub)
@@ -127,9 +140,6 @@ class AllocatorClient:
                     continue
                 raise _domain_error(method, job_handle, error) from None
         raise AllocatorUnavailable(f"{method} {job_handle}: every allocator failed: {failures}")
-
-    def _live_endpoints(self) -> list[tuple[str, AllocatorEndpoint]]:
-        return sorted(self._endpoints.items())
 
     def _channel(self, replica: str, endpoint: AllocatorEndpoint) -> grpc.aio.Channel:
         channel = self._channels.get(replica)

@@ -17,6 +17,7 @@ from tether.scheduler.allocator_client import (
     AllocatorUnavailable,
     JobNotFound,
     StaleGeneration,
+    replica_order,
 )
 from tether.store import Store, keys
 
@@ -50,7 +51,8 @@ async def test_places_through_any_live_replica_and_skips_dead_ones(
     for machine_id in ("m1", "m2"):
         await put(store, keys.machine(machine_id), make_machine(machine_id))
     await put(store, keys.job("ads", "web"), make_job("ads", "web", 3))
-    # Sorted first, so that some calls try the dead replica before the live one.
+    # The home replica of "ads": every call tries the dead replica before the live one.
+    assert replica_order("ads", ["a-dead", "b-live"]) == ["a-dead", "b-live"]
     await register_dead_replica(store, "a-dead")
     async with serve_fake_allocator(store, "b-live") as allocator:
         await client.start()
