@@ -19,10 +19,11 @@ Each allocator (tether.allocator.service.Allocator) builds its index from the st
 then keeps --concurrency Place calls in flight on its share of the jobs until the CPU or memory
 it placed reaches --fill of its share of the region. At 60% fill every allocator pauses and one
 places the --large-job job (spread over MSBs) alone. With --allocators N > 1 the allocators are
-separate processes racing on the same store. Finally the store itself is read back, page by
-page, to check that no machine holds more than its capacity, no entitlement more than its
-quota, and no task sits on two machines; and --plot shows the free CPU and memory per MSB
-before and after.
+separate processes racing on the same store and free pool; each gets the jobs of the
+entitlements whose home replica it is, as the scheduler routes them. Finally the store itself
+is read back, page by page, to check that no machine holds more than its capacity, no
+entitlement more than its quota, and no task sits on two machines; and --plot shows the free
+CPU and memory per MSB before and after.
 
 Prints one JSON line on stdout (progress goes to stderr):
   machines, allocators, jobs (Place calls of the stream; jobs_fully_placed of them placed
@@ -61,6 +62,7 @@ from allocbench.jobs import JobPlan, job_stream, large_entitlement, large_job, w
 from allocbench.plot import plot_free
 from allocbench.region import Region, build_region, write_region
 
+from tether.scheduler.allocator_client import replica_order
 from tether.store import open_store
 from tether.store.etcd_server import EtcdServer
 
@@ -175,6 +177,35 @@ def run_workers(shares: list[Share]) -> list[dict[str, Any]]:
     return [received[share.worker] for share in shares]
 
 
+def _shares(
+    args: argparse.Namespace, url: str, region: Region, plans: list[JobPlan], large: JobPlan | None
+) -> list[Share]:
+    """Each allocator's jobs, as the scheduler routes them (to the entitlement's home replica),
+    and its part of the region's capacity: its jobs' part of the stream's demand."""
+    workers = [f"bench-{worker}" for worker in range(args.allocators)]
+    jobs: dict[str, list[JobPlan]] = {worker: [] for worker in workers}
+    for plan in plans:
+        jobs[replica_order(plan.entitlement, workers)[0]].append(plan)
+    cpu = sum(plan.count * plan.shape.cpu for plan in plans) or 1
+    memory = sum(plan.count * plan.shape.memory_mib for plan in plans) or 1
+    return [
+        Share(
+            store_url=url,
+            worker=number,
+            jobs=jobs[worker],
+            cpu=region.cpu * sum(p.count * p.shape.cpu for p in jobs[worker]) / cpu,
+            memory_mib=region.memory_mib
+            * sum(p.count * p.shape.memory_mib for p in jobs[worker])
+            / memory,
+            fill=args.fill,
+            large_fill=min(LARGE_JOB_FILL, args.fill),
+            large=large if number == 0 else None,
+            concurrency=args.concurrency,
+        )
+        for number, worker in enumerate(workers)
+    ]
+
+
 def summary(
     args: argparse.Namespace,
     region: Region,
@@ -260,20 +291,7 @@ def main() -> None:
         try:
             asyncio.run(prepare(url, region, plans, large))
             log(f"region and jobs written in {time.monotonic() - started:.0f} s")
-            shares = [
-                Share(
-                    store_url=url,
-                    worker=worker,
-                    jobs=plans[worker :: args.allocators],
-                    cpu=region.cpu / args.allocators,
-                    memory_mib=region.memory_mib / args.allocators,
-                    fill=args.fill,
-                    large_fill=min(LARGE_JOB_FILL, args.fill),
-                    large=large if worker == 0 else None,
-                    concurrency=args.concurrency,
-                )
-                for worker in range(args.allocators)
-            ]
+            shares = _shares(args, url, region, plans, large)
             if args.allocators == 1:
                 results = [asyncio.run(run_single(shares[0]))]
             else:
