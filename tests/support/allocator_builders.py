@@ -142,9 +142,9 @@ class Region:
     """An allocation index with the choice cache an allocator replica keeps, fed and committed
     to as the replica does it, without a store: revisions are counted here."""
 
-    def __init__(self) -> None:
+    def __init__(self, replica: str = "") -> None:
         self.index = AllocationIndex()
-        self.cache = ChoiceCache()
+        self.cache = ChoiceCache(replica)
         self.index.listeners.append(self.cache)
         # The records a commit writes come from the engine's own code, which reads nothing of
         # the engine but its index: no store, no replica.

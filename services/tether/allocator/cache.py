@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +15,10 @@ from tether.model import Entitlement, Job
 
 Signature = tuple[object, ...]
 """Everything the machine rules and the pool order depend on; equal for jobs alike in it."""
+
+
+def replica_salt(replica: str) -> np.uint64:
+    return np.uint64(zlib.crc32(replica.encode()))
 
 
 def signatures(job: Job, entitlement: Entitlement) -> tuple[Signature, Signature]:
@@ -76,7 +81,11 @@ class ChoiceCache(IndexListener):
     it touches.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, replica: str = "") -> None:
+        self.salt = replica_salt(replica)
+        """Orders alike free-pool machines differently in each replica (see `Planner`)."""
+        self.peers: list[np.uint64] = [self.salt]
+        """The salts of every live replica: each prefers its own share of the free pool."""
         self._keys: dict[Signature, int] = {}
         self._owned: dict[int, OwnedEntry] = {}
         self._owned_by: dict[int, set[int]] = {}
@@ -115,6 +124,14 @@ class ChoiceCache(IndexListener):
         else:
             self.hits += 1
         return entry
+
+    def set_replicas(self, replicas: Iterable[str]) -> None:
+        """The live replicas changed: the free pool is shared out among them anew."""
+        peers = sorted({replica_salt(replica) for replica in replicas} | {self.salt})
+        if peers != self.peers:
+            self.peers = peers
+            self._pool.clear()
+            self._pool_by_msb.clear()
 
     @property
     def hit_ratio(self) -> float:

@@ -123,7 +123,7 @@ class Engine:
         self._idle_return_s = idle_return_s
         self._writer = writer
         self._caught_up = caught_up
-        self.cache = ChoiceCache()
+        self.cache = ChoiceCache(writer)
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
         self._queue: list[_Request] = []

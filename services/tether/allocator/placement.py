@@ -48,6 +48,9 @@ _NO_ROWS: Rows = np.zeros(0, np.intp)
 _NO_AMOUNTS: I64 = np.zeros(0, np.int64)
 # Rows of a free-pool list examined at once when looking for the next machine that fits.
 _POOL_CHUNK = 64
+_GOLDEN = np.uint64(2654435761)
+"""Knuth's multiplicative hash: consecutive rows land far apart."""
+_LOW_32 = np.uint64(0xFFFFFFFF)
 # An entitlement with more machines than this, and than _SAMPLE_FACTOR per task of the job,
 # is planned on a sample of its machines (as Borg scores a random sample of feasible machines):
 # sorting all of a big entitlement's machines for every job would cost milliseconds. The sample
@@ -210,7 +213,14 @@ class Planner:
                     rows = rows[rule.accepts(rows)]
             free = index.capacity[rows] - index.used[rows]
             scores = self._pool_scores(rows)
-            order = np.lexsort((rows, free[:, 0], free[:, 1], -scores))
+            # The replica's own share of the pool comes first (the machines whose highest
+            # salted hash is its own; each share is a random sample of the pool, with its best
+            # machines), in an order of its own: replicas growing entitlements at once pull
+            # different machines.
+            salted = [_salted(rows, peer) for peer in self.cache.peers]
+            own = salted[self.cache.peers.index(self.cache.salt)]
+            others = np.argmax(np.stack(salted), axis=0) != self.cache.peers.index(self.cache.salt)
+            order = np.lexsort((rows, own, free[:, 0], free[:, 1], -scores, others))
             return rows[order], scores[order]
 
         return self.cache.pool(self.pool_key, msb, build)
@@ -519,6 +529,11 @@ class Explanation:
     preferences: list[PreferenceCount]
     chosen: list[Ranked]
     summary: str
+
+
+def _salted(rows: Rows, salt: np.uint64) -> npt.NDArray[np.uint64]:
+    hashed: npt.NDArray[np.uint64] = (rows.astype(np.uint64) * _GOLDEN + salt) & _LOW_32
+    return hashed
 
 
 def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:

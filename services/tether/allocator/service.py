@@ -21,6 +21,7 @@ from tether.service import Service
 from tether.store import Store, StoreError, keys
 from tether.store.feed import PrefixFeed
 from tether.store.lease import LeaseKeeper
+from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Allocator(Service):
             writer=settings.id,
             caught_up=feeds[keys.ALLOCATIONS].wait_for,
         )
+        self._replicas = PrefixMirror(store, keys.ALLOCATORS, self._replicas_changed)
         self._idle_returns: asyncio.Task[None] | None = None
         self._server: grpc.aio.Server | None = None
         self._lease = LeaseKeeper(self._store, settings.lease_ttl_s)
@@ -78,6 +80,8 @@ class Allocator(Service):
         await self._server.start()
         self.address = f"{self.settings.host}:{port}"
         await self._register()
+        await self._replicas.start()
+        await self._replicas_changed(set())
         self._registration = asyncio.create_task(
             self._keep_registered(), name=f"{self.name} registration"
         )
@@ -93,6 +97,7 @@ class Allocator(Service):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._registration = self._idle_returns = None
+        await self._replicas.stop()
         await self._lease.stop(revoke=True)
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
@@ -101,6 +106,9 @@ class Allocator(Service):
         for feed in reversed(self.feeds):
             await feed.stop()
         await self._store.close()
+
+    async def _replicas_changed(self, _: set[str]) -> None:
+        self.engine.cache.set_replicas(keys.last_segment(key) for key in self._replicas.items)
 
     async def _register(self) -> None:
         lease = await self._lease.start()

@@ -107,3 +107,18 @@ def test_a_changed_entitlement_drops_its_entries() -> None:
     widened = entitlement(allowed_dcs=["dc2"])
     region.entitle(widened)
     assert region.ids(region.choose(job(count=1), widened).placements.values()) == ["m2"]
+
+
+def test_replicas_pull_from_their_own_share_of_the_pool_first() -> None:
+    machines = [machine(f"m{n:02}", memory=4096) for n in range(60)]
+    regions = {replica: Region(replica).add(*machines) for replica in ("alloc-a", "alloc-b")}
+    chosen = {}
+    for replica, region in regions.items():
+        region.entitle(entitlement())
+        region.cache.set_replicas(regions)
+        choice = region.choose(job(count=20, memory=4096), entitlement())
+        chosen[replica] = set(region.ids(choice.joined))
+    # Alike machines, both growing the entitlement at once: no machine is pulled by both (in
+    # one order for both, or two random ones, they would share about seven).
+    assert len(chosen["alloc-a"]) == len(chosen["alloc-b"]) == 20
+    assert not chosen["alloc-a"] & chosen["alloc-b"]
