@@ -532,7 +532,11 @@ class Explanation:
 
 
 def _salted(rows: Rows, salt: np.uint64) -> npt.NDArray[np.uint64]:
-    hashed: npt.NDArray[np.uint64] = (rows.astype(np.uint64) * _GOLDEN + salt) & _LOW_32
+    """A hash of each row that differs per salt (mixed twice: a plain sum with the salt would
+    only rotate one order)."""
+    hashed: npt.NDArray[np.uint64] = ((rows.astype(np.uint64) ^ salt) * _GOLDEN) & _LOW_32
+    hashed ^= hashed >> np.uint64(15)
+    hashed = (hashed * _GOLDEN) & _LOW_32
     return hashed
 
 
