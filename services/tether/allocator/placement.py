@@ -42,7 +42,9 @@ from tether.model import Entitlement, FaultDomain, Job
 
 I64 = npt.NDArray[np.int64]
 
-_REASON_TTL_S = 1.0
+# Explaining a failure reads every machine (about 0.1 s at a million); a full region fails
+# many jobs of few kinds, so one answer serves its kind for a while.
+_REASON_TTL_S = 30.0
 _REASONS_KEPT = 10_000
 _NO_ROWS: Rows = np.zeros(0, np.intp)
 _NO_AMOUNTS: I64 = np.zeros(0, np.int64)
@@ -479,7 +481,7 @@ class Planner:
         """Why one more task fits nowhere: each rule's rejections over the whole region.
 
         Going over a million machines takes a while, and jobs alike fail alike: the answer is
-        kept for a second per signature and task size.
+        kept for _REASON_TTL_S per signature and task size.
         """
         key = (self.key, self.need.tobytes(), self.level, self.skew)
         now = time.monotonic()
