@@ -268,10 +268,15 @@ class Engine:
         async with self._writing:
             in_flight: tuple[_Batch, asyncio.Task[Outcome]] | None = None
             batch: _Batch | None = None
+            taken: list[_Request] = []
             try:
                 while True:
                     if self._queue:
-                        batch = self._prepare(self._take_batch())
+                        taken, batch = self._take_batch(), _Batch()
+                        self._prepare(taken, batch)
+                        taken = []
+                        if not batch.planned:
+                            batch = None
                     if in_flight is not None:
                         outcome = await in_flight[1]
                         sent, in_flight = in_flight[0], None
@@ -295,13 +300,13 @@ class Engine:
                     # Let the transaction leave before planning the next batch.
                     await asyncio.sleep(0)
             except Exception as error:
-                # The store failed: every request waiting gets the error, and the index
-                # forgets the tentative placements.
+                # The store failed (or planning did): every request waiting gets the error,
+                # and the index forgets the tentative placements.
                 for unsent in (batch, in_flight[0] if in_flight else None):
                     if unsent is not None:
                         self._roll_back(unsent)
                         self._queue[:0] = unsent.planned
-                for request in self._queue:
+                for request in [*taken, *self._queue]:
                     if not request.done.done():
                         request.done.set_exception(error)
                 self._queue = []
@@ -310,11 +315,10 @@ class Engine:
         batch, self._queue = self._queue[:_BATCH_REQUESTS], self._queue[_BATCH_REQUESTS:]
         return batch
 
-    def _prepare(self, requests: list[_Request]) -> _Batch | None:
-        """Plans the requests one after another, each seeing the earlier ones' machines as
-        taken (None: none had anything to place)."""
+    def _prepare(self, requests: list[_Request], batch: _Batch) -> None:
+        """Plans the requests into `batch` one after another, each seeing the earlier ones'
+        machines as taken."""
         index = self._index
-        batch = _Batch()
         for position, request in enumerate(requests):
             if len(batch.added) >= _BATCH_ROWS:
                 # The transaction is big enough: the rest waits for the next one, in order.
@@ -333,7 +337,6 @@ class Engine:
                 batch.base.setdefault(row, revision)
             for row, entries in allocation_entries(index, request.job, choice).items():
                 batch.added.setdefault(row, []).extend(entries)
-        return batch if batch.planned else None
 
     async def _send(self, batch: _Batch) -> Outcome:
         """Commits a planned batch: every row's record after all its requests, over the
