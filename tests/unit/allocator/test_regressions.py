@@ -7,6 +7,7 @@ from typing import Literal
 import pytest
 
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
+from tether.allocator import placement
 from tether.model import (
     Affinity,
     ConstraintOp,
@@ -166,3 +167,13 @@ def test_merge_after_a_conflict_leaves_no_task_unplaced_that_fitted() -> None:
     again = region.choose(web, ads, keep=first.placements)
     assert again.unplaced == {}
     assert again.placements == first.placements
+
+
+def test_a_big_region_explains_a_failure_from_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement, "_REASON_ROWS", 4)
+    region = Region().add(*(machine(f"m{n}", memory=1024) for n in range(8)))
+    region.entitle(entitlement())
+    choice = region.choose(job(count=1, memory=4096), entitlement())
+    (reason,) = set(choice.unplaced.values())
+    assert reason.startswith("no machine fits: in a sample of 4 of 8 machines, 4 of 4 machines:")
+    assert "insufficient memory" in reason
