@@ -29,7 +29,9 @@ Prints one JSON line on stdout (progress goes to stderr):
   machines, allocators, jobs (Place calls of the stream; jobs_fully_placed of them placed
   every task), tasks_placed (all, large job included), fill (the higher of the CPU and memory
   fraction placed) and fill_reached,
-  jobs_left (jobs of the stream never placed: 0 means the stream ran dry before the fill);
+  jobs_left (jobs of the stream never placed: 0 means the stream ran dry before the fill),
+  fill_stalled (an allocator stopped because 10,000 calls raised its fill by under 0.2%: the
+  free pool and quotas were used up);
   build_s (index build from the store, slowest allocator), rss_mib (peak RSS of the allocator
   process, VmHWM, the largest over workers; with one allocator that process also generated the
   job stream); job_allocs_per_s and task_placements_per_s (regular jobs over the fill's wall
@@ -245,6 +247,7 @@ def summary(
         "fill_cpu": round(fill_cpu, 4),
         "fill_memory": round(fill_memory, 4),
         "fill_reached": max(fill_cpu, fill_memory) >= args.fill,
+        "fill_stalled": any(r["stalled"] for r in results),
         "fill_s": round(fill_s, 2),
         "job_allocs_per_s": round(calls / fill_s, 1) if fill_s else None,
         "task_placements_per_s": round(regular_tasks / fill_s) if fill_s else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,10 @@ GENERATION: Final = 1
 # Long enough for any share of a million-machine fill; a crashed worker aborts the barrier.
 BARRIER_TIMEOUT_S: Final = 6 * 3600.0
 REASONS_KEPT: Final = 10
+# A fill whose last STALL_CALLS Place calls raised it by less than STALL_GAIN has stalled (the
+# free pool and quotas are used up): it ends there instead of running the stream dry.
+STALL_CALLS: Final = 10_000
+STALL_GAIN: Final = 0.002
 REASON_CHARS: Final = 200
 
 Sync = Callable[[], Awaitable[None]]
@@ -75,6 +79,9 @@ class Filler:
     attempts: int = 0
     conflicts: int = 0
     busy_s: float = 0.0
+    stalled: bool = False
+    checkpoints: deque[tuple[int, float]] = field(default_factory=deque)
+    """(calls, fraction) every STALL_CALLS / 10 calls, the last STALL_CALLS' worth."""
 
     def fraction(self) -> float:
         """The higher of the CPU and memory fill of this allocator's part of the region."""
@@ -86,7 +93,7 @@ class Filler:
         started = time.perf_counter()
 
         async def caller() -> None:
-            while self.fraction() < fraction:
+            while self.fraction() < fraction and not self._stalling():
                 plan = next(jobs, None)
                 if plan is None:
                     return
@@ -94,6 +101,16 @@ class Filler:
 
         await asyncio.gather(*(caller() for _ in range(self.share.concurrency)))
         self.busy_s += time.perf_counter() - started
+
+    def _stalling(self) -> bool:
+        if self.calls - (self.checkpoints[-1][0] if self.checkpoints else 0) >= STALL_CALLS // 10:
+            self.checkpoints.append((self.calls, self.fraction()))
+            while self.calls - self.checkpoints[0][0] > STALL_CALLS:
+                self.checkpoints.popleft()
+            first_calls, first_fraction = self.checkpoints[0]
+            if self.calls - first_calls >= STALL_CALLS * 9 // 10:
+                self.stalled = self.fraction() - first_fraction < STALL_GAIN
+        return self.stalled
 
     async def call(self, plan: JobPlan) -> tuple[int, float]:
         """Places every task of `plan`; returns (tasks placed, seconds)."""
@@ -167,6 +184,7 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
         "calls": filler.calls,
         "complete": filler.complete,
         "jobs_left": sum(1 for _ in jobs),
+        "stalled": filler.stalled,
         "tasks_placed": filler.tasks_placed,
         "cpu": filler.cpu,
         "memory_mib": filler.memory_mib,
