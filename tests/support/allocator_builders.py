@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.engine import allocation_entries, place_tentatively
+from tether.allocator.engine import place_tentatively
 from tether.allocator.index import AllocationIndex
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import (
@@ -221,11 +221,12 @@ class Region:
     def commit(self, placed_job: Job, owner: Entitlement, choice: Choice) -> int:
         """Writes the records and entries Place would write for `choice` and applies them to
         the index as a successful commit does."""
-        rows = place_tentatively(self.index, placed_job, owner, choice).rows.tolist()
+        snapshot, entries = place_tentatively(self.index, placed_job, owner, choice)
+        rows = snapshot.rows.tolist()
         for row in rows:
             self.store[keys.allocation(self.index.ids[row])] = self.index.header_json(row)
-        for entries in allocation_entries(self.index, placed_job, choice).values():
-            self.store.update(entries)
+        for added in entries.values():
+            self.store.update(added)
         revision = self._next_revision()
         self.index.confirm(rows, revision)
         return revision

@@ -17,8 +17,22 @@ Signature = tuple[object, ...]
 """Everything the machine rules and the pool order depend on; equal for jobs alike in it."""
 
 
-def replica_salt(replica: str) -> np.uint64:
+_GOLDEN = np.uint64(2654435761)
+"""Knuth's multiplicative hash: consecutive rows land far apart."""
+_LOW_32 = np.uint64(0xFFFFFFFF)
+
+
+def _replica_salt(replica: str) -> np.uint64:
     return np.uint64(zlib.crc32(replica.encode()))
+
+
+def _salted(rows: Rows, salt: np.uint64) -> npt.NDArray[np.uint64]:
+    """A hash of each row that differs per salt (mixed twice: a plain sum with the salt would
+    only rotate one order)."""
+    hashed: npt.NDArray[np.uint64] = ((rows.astype(np.uint64) ^ salt) * _GOLDEN) & _LOW_32
+    hashed ^= hashed >> np.uint64(15)
+    hashed = (hashed * _GOLDEN) & _LOW_32
+    return hashed
 
 
 def signatures(job: Job, entitlement: Entitlement) -> tuple[Signature, Signature]:
@@ -82,9 +96,9 @@ class ChoiceCache(IndexListener):
     """
 
     def __init__(self, replica: str = "") -> None:
-        self.salt = replica_salt(replica)
-        """Orders alike free-pool machines differently in each replica (see `Planner`)."""
-        self.peers: list[np.uint64] = [self.salt]
+        self._salt = _replica_salt(replica)
+        """Orders alike free-pool machines differently in each replica (`pool_shares`)."""
+        self._peers: list[np.uint64] = [self._salt]
         """The salts of every live replica: each prefers its own share of the free pool."""
         self._keys: dict[Signature, int] = {}
         self._owned: dict[int, OwnedEntry] = {}
@@ -125,11 +139,19 @@ class ChoiceCache(IndexListener):
             self.hits += 1
         return entry
 
+    def pool_shares(self, rows: Rows) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+        """For free-pool rows: a hash that orders them this replica's own way, and whether each
+        is in another replica's share (its hash is highest for another replica). Each share is
+        a random sample of the pool, with its best machines."""
+        hashes = np.stack([_salted(rows, peer) for peer in self._peers])
+        mine = self._peers.index(self._salt)
+        return hashes[mine], np.argmax(hashes, axis=0) != mine
+
     def set_replicas(self, replicas: Iterable[str]) -> None:
         """The live replicas changed: the free pool is shared out among them anew."""
-        peers = sorted({replica_salt(replica) for replica in replicas} | {self.salt})
-        if peers != self.peers:
-            self.peers = peers
+        peers = sorted({_replica_salt(replica) for replica in replicas} | {self._salt})
+        if peers != self._peers:
+            self._peers = peers
             self._pool.clear()
             self._pool_by_msb.clear()
 

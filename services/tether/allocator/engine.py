@@ -24,7 +24,7 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
-from tether.allocator.index import NONE, AllocationIndex, Header, Snapshot
+from tether.allocator.index import FREE, NONE, AllocationIndex, Header, Snapshot, tasks_by_row
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import Entitlement, Job, from_json, parse_job_handle
 from tether.store import Store, keys
@@ -38,7 +38,7 @@ _RETURN_BATCH = 500
 # for the store's disk write, so batching is what makes a replica fast.
 _BATCH_REQUESTS = 64
 _BATCH_ROWS = 4000
-# How long a replica waits for its feed to show another allocator's commit after a fence moved.
+# How long a replica waits for its feed to show the store as a conflicting commit saw it.
 _CATCH_UP_S = 5.0
 # Enough for every Place a scheduler may retry: retries follow the first call within seconds.
 RESPONSE_MEMORY = 512
@@ -194,9 +194,7 @@ class Engine:
                 chosen = held if not indexes else {i: held[i] for i in indexes if i in held}
                 if not chosen:
                     return 0
-                by_row: dict[int, list[int]] = {}
-                for task, row in chosen.items():
-                    by_row.setdefault(row, []).append(task)
+                by_row = tasks_by_row(chosen)
                 headers: dict[int, Header] = {}
                 writes = {}
                 for row, tasks in by_row.items():
@@ -245,7 +243,7 @@ class Engine:
             headers: dict[int, Header] = {}
             for row in np.flatnonzero(due | unmarked)[:_RETURN_BATCH].tolist():
                 owner, target, _ = index.header(row)
-                headers[row] = (NONE, NONE, math.nan) if due[row] else (owner, target, now)
+                headers[row] = FREE if due[row] else (owner, target, now)
             if not headers:
                 return 0
             writes = {
@@ -329,14 +327,14 @@ class Engine:
                 continue
             batch.planned.append(request)
             batch.fenced.add(request.entitlement.name)
-            snapshot = place_tentatively(index, request.job, request.entitlement, choice)
+            snapshot, entries = place_tentatively(index, request.job, request.entitlement, choice)
             batch.snapshots.append(snapshot)
             for row, revision in zip(
                 snapshot.rows.tolist(), snapshot.revisions.tolist(), strict=True
             ):
                 batch.base.setdefault(row, revision)
-            for row, entries in allocation_entries(index, request.job, choice).items():
-                batch.added.setdefault(row, []).extend(entries)
+            for row, added in entries.items():
+                batch.added.setdefault(row, []).extend(added)
 
     async def _send(self, batch: _Batch) -> Outcome:
         """Commits a planned batch: every row's record after all its requests, over the
@@ -465,40 +463,28 @@ class Engine:
 
 def place_tentatively(
     index: AllocationIndex, job: Job, entitlement: Entitlement, choice: Choice
-) -> Snapshot:
-    """Shows a choice in the index for the plans after it (the records to commit are then
-    `index.header_json(row)` of the snapshot's rows); returns the rows' records from before."""
+) -> tuple[Snapshot, dict[int, list[Entry]]]:
+    """Shows a choice in the index for the plans after it; returns the touched rows' records
+    from before, and the allocation entries (key, value) to commit by row (with the record
+    `index.header_json(row)` of each)."""
     shape = index.shape(job.spec.task.resources.model_dump(mode="json"))
     joined = (
         index.owners.code(entitlement.name),
         NONE if entitlement.host_profile is None else index.profiles.code(entitlement.host_profile),
         math.nan,
     )
-    return index.place_tentatively(
+    snapshot = index.place_tentatively(
         job.handle, choice.placements, shape, joined if choice.joined else None
     )
-
-
-def _by_row(choice: Choice) -> dict[int, list[int]]:
-    by_row: dict[int, list[int]] = {}
-    for task, row in choice.placements.items():
-        by_row.setdefault(row, []).append(task)
-    return by_row
-
-
-def allocation_entries(
-    index: AllocationIndex, job: Job, choice: Choice
-) -> dict[int, list[tuple[str, bytes]]]:
-    """The allocation entries (key, value) of a choice, by row."""
-    value = index.shape(job.spec.task.resources.model_dump(mode="json")).json
     entitlement_name, job_name = job.spec.entitlement, job.spec.name
-    return {
+    entries = {
         row: [
-            (keys.allocation_entry(index.ids[row], entitlement_name, job_name, task), value)
+            (keys.allocation_entry(index.ids[row], entitlement_name, job_name, task), shape.json)
             for task in tasks
         ]
-        for row, tasks in _by_row(choice).items()
+        for row, tasks in tasks_by_row(choice.placements).items()
     }
+    return snapshot, entries
 
 
 def _problems(error: ValidationError) -> str:

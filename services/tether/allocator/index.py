@@ -115,6 +115,8 @@ class JobTasks:
 Header = tuple[int, int, float]
 """An allocation record (`Allocation`) as the columns keep it: owner, target profile, idle
 since."""
+FREE: Final[Header] = (NONE, NONE, math.nan)
+"""The record of a free-pool machine."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +196,6 @@ class AllocationIndex:
         self.jobs: dict[str, JobTasks] = {}
         self.entitlements: dict[str, Entitlement] = {}
         self.listeners: list[IndexListener] = []
-        self._seen: set[int] | None = None
 
     # --- columns -----------------------------------------------------------------------------
 
@@ -489,20 +490,15 @@ class AllocationIndex:
             return
         if kv is None:
             if held and held < revision:
-                self._set_header(row, (NONE, NONE, math.nan), 0)
+                self.set_header(row, FREE, 0)
                 self._mark_readable(row, "", True)
             return
         if kv.mod_revision > held:
-            header = self._decode_header(row, kv.value)
-            self._mark_readable(row, "", header is not None)
-            if header is not None:
-                self._set_header(row, header, kv.mod_revision)
-            else:
-                self.revision[row] = kv.mod_revision
+            self._apply_header(row, self._decode_header(row, kv.value), kv.mod_revision)
 
     def set_allocations(self, kvs: Sequence[KeyValue]) -> None:
-        """Applies a page of the first listing: empty free-pool records of rows without one
-        only set their revision; any other key goes through `set_allocation`."""
+        """Applies a page of the first listing: free-pool records of rows without one only set
+        their revision (in one assignment); any other key goes through `set_allocation`."""
         empty_rows: list[int] = []
         revisions: list[int] = []
         start = len(keys.ALLOCATIONS)
@@ -510,9 +506,13 @@ class AllocationIndex:
             name = kv.key[start:]
             if "/" not in name:
                 row = self.row(name)
-                if not self.revision[row] and _is_empty_record(kv.value, name):
-                    empty_rows.append(row)
-                    revisions.append(kv.mod_revision)
+                if not self.revision[row]:
+                    header = self._decode_header(row, kv.value)
+                    if header is not None and _is_free(header):
+                        empty_rows.append(row)
+                        revisions.append(kv.mod_revision)
+                    else:
+                        self._apply_header(row, header, kv.mod_revision)
                     continue
             self.set_allocation(name, kv, kv.mod_revision)
         if empty_rows:
@@ -542,7 +542,7 @@ class AllocationIndex:
             return snapshot
         if joined is not None:
             for row in rows[snapshot.owners == NONE].tolist():
-                self._set_header(row, joined, int(self.revision[row]))
+                self.set_header(row, joined, int(self.revision[row]))
         # A machine taking tasks is no longer idle.
         self.idle_since[rows] = math.nan
         tasks = self.jobs.get(job)
@@ -555,11 +555,7 @@ class AllocationIndex:
         vector = shape.vector
         self.used[rows, : len(vector)] += tasks_per_row[:, None] * vector
         self.task_count[rows] += tasks_per_row.astype(np.int32)
-        entitlement = _entitlement_of(job)
-        usage = self.usage.get(entitlement)
-        if usage is None:
-            usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
-        usage[: len(vector)] += vector * count
+        self._add_usage(_entitlement_of(job), vector * count)
         return snapshot
 
     def confirm(self, rows: Iterable[int], revision: int) -> None:
@@ -580,9 +576,7 @@ class AllocationIndex:
                 int(snapshot.targets[position]),
                 float(snapshot.idle[position]),
             )
-            self._set_header(
-                int(snapshot.rows[position]), header, int(snapshot.revisions[position])
-            )
+            self.set_header(int(snapshot.rows[position]), header, int(snapshot.revisions[position]))
 
     def remove(
         self, row: int, job: str, indexes: Iterable[int], header: Header, revision: int
@@ -590,11 +584,7 @@ class AllocationIndex:
         """Applies a committed release: the tasks left `row`, whose record is now `header`."""
         for index in indexes:
             self._remove_task(row, job, index)
-        self._set_header(row, header, revision)
-
-    def set_header(self, row: int, header: Header, revision: int) -> None:
-        """Applies a committed allocation record that changed no entries."""
-        self._set_header(row, header, revision)
+        self.set_header(row, header, revision)
 
     def header(self, row: int) -> Header:
         return int(self.owner[row]), int(self.target[row]), float(self.idle_since[row])
@@ -631,7 +621,9 @@ class AllocationIndex:
             self._shape_codes[value] = code
         return self.shapes[code]
 
-    def _set_header(self, row: int, header: Header, revision: int) -> None:
+    def set_header(self, row: int, header: Header, revision: int) -> None:
+        """Applies the row's allocation record as of `revision` (a committed one that changed
+        no entries, or one read from the store)."""
         owner, target, idle = header
         old_owner = int(self.owner[row])
         self.revision[row] = revision
@@ -710,12 +702,24 @@ class AllocationIndex:
         entitlement's usage."""
         self.used[row, : len(vector)] += vector
         self.task_count[row] += tasks
+        self._add_usage(entitlement, vector)
+
+    def _add_usage(self, entitlement: str, vector: I64) -> None:
         usage = self.usage.get(entitlement)
         if usage is None:
             usage = self.usage[entitlement] = np.zeros(len(self.dimensions), np.int64)
         usage[: len(vector)] += vector
         if not usage.any():
             del self.usage[entitlement]
+
+    def _apply_header(self, row: int, header: Header | None, revision: int) -> None:
+        """Applies a record read from the store (None: unreadable, which keeps the machine out
+        of placement until it is fixed)."""
+        self._mark_readable(row, "", header is not None)
+        if header is None:
+            self.revision[row] = revision
+        else:
+            self.set_header(row, header, revision)
 
     def _mark_readable(self, row: int, name: str, readable: bool) -> None:
         """Records whether the row's record (name "") or entry `name` can be read: a row with
@@ -852,18 +856,17 @@ _FILL: Final[dict[str, Any]] = {
 }
 
 
-def _is_empty_record(value: bytes, machine_id: str) -> bool:
-    try:
-        data = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return False
-    return (
-        isinstance(data, dict)
-        and data.get("machine") == machine_id
-        and not data.get("tasks")
-        and all(data.get(name) is None for name in ("entitlement", "host_profile", "idle_since"))
-        and set(data) <= {"machine", "tasks", "entitlement", "host_profile", "idle_since"}
-    )
+def _is_free(header: Header) -> bool:
+    owner, target, idle = header
+    return owner == NONE and target == NONE and math.isnan(idle)
+
+
+def tasks_by_row(placements: Mapping[int, int]) -> dict[int, list[int]]:
+    """Task index -> row turned into row -> task indexes (in the mapping's order)."""
+    by_row: dict[int, list[int]] = {}
+    for task, row in placements.items():
+        by_row.setdefault(row, []).append(task)
+    return by_row
 
 
 def _entitlement_of(job: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tether.allocator.cache import ChoiceCache, PoolEntry, signatures
-from tether.allocator.index import NONE, UP, AllocationIndex
+from tether.allocator.index import NONE, UP, AllocationIndex, tasks_by_row
 from tether.allocator.rules import (
     DATACENTER_RULE,
     Rows,
@@ -51,9 +51,6 @@ _NO_ROWS: Rows = np.zeros(0, np.intp)
 _NO_AMOUNTS: I64 = np.zeros(0, np.int64)
 # Rows of a free-pool list examined at once when looking for the next machine that fits.
 _POOL_CHUNK = 64
-_GOLDEN = np.uint64(2654435761)
-"""Knuth's multiplicative hash: consecutive rows land far apart."""
-_LOW_32 = np.uint64(0xFFFFFFFF)
 # An entitlement with more machines than this, and than _SAMPLE_FACTOR per task of the job,
 # is planned on a sample of its machines (as Borg scores a random sample of feasible machines):
 # sorting all of a big entitlement's machines for every job would cost milliseconds. The sample
@@ -216,14 +213,10 @@ class Planner:
                     rows = rows[rule.accepts(rows)]
             free = index.capacity[rows] - index.used[rows]
             scores = self._pool_scores(rows)
-            # The replica's own share of the pool comes first (the machines whose highest
-            # salted hash is its own; each share is a random sample of the pool, with its best
-            # machines), in an order of its own: replicas growing entitlements at once pull
-            # different machines.
-            salted = [_salted(rows, peer) for peer in self.cache.peers]
-            own = salted[self.cache.peers.index(self.cache.salt)]
-            others = np.argmax(np.stack(salted), axis=0) != self.cache.peers.index(self.cache.salt)
-            order = np.lexsort((rows, own, free[:, 0], free[:, 1], -scores, others))
+            # The replica's own share of the pool first, in an order of its own: replicas
+            # growing entitlements at once pull different machines.
+            own_order, others = self.cache.pool_shares(rows)
+            order = np.lexsort((rows, own_order, free[:, 0], free[:, 1], -scores, others))
             return rows[order], scores[order]
 
         return self.cache.pool(self.pool_key, msb, build)
@@ -542,15 +535,6 @@ class Explanation:
     summary: str
 
 
-def _salted(rows: Rows, salt: np.uint64) -> npt.NDArray[np.uint64]:
-    """A hash of each row that differs per salt (mixed twice: a plain sum with the salt would
-    only rotate one order)."""
-    hashed: npt.NDArray[np.uint64] = ((rows.astype(np.uint64) ^ salt) * _GOLDEN) & _LOW_32
-    hashed ^= hashed >> np.uint64(15)
-    hashed = (hashed * _GOLDEN) & _LOW_32
-    return hashed
-
-
 def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:
     """Moves the list's start past the rows ahead of its first usable pool member: they left
     the pool or are not up, and either change drops the list."""
@@ -591,9 +575,7 @@ def explain(planner: Planner) -> Explanation:
         )
         for i, (preference, weight) in enumerate(zip(preferences, weights, strict=True))
     ]
-    by_row: dict[int, list[int]] = {}
-    for task, row in sorted(index.held(job.handle).items()):
-        by_row.setdefault(row, []).append(task)
+    by_row = tasks_by_row(dict(sorted(index.held(job.handle).items())))
     chosen = []
     for row, tasks in sorted(by_row.items(), key=lambda item: index.ids[item[0]]):
         score = int(preference_scores(index, job, np.array([row], np.intp))[0])

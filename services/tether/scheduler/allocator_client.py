@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 import grpc
 from pydantic import ValidationError
 
-from tether.model import AllocatorEndpoint, from_json
+from tether.model import AllocatorEndpoint, from_json, parse_job_handle
 from tether.proto.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from tether.store import Store, keys
 from tether.store.mirror import PrefixMirror
@@ -127,7 +127,8 @@ class AllocatorClient:
         if not endpoints:
             raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
         failures: list[str] = []
-        for replica in replica_order(job_handle.split("/", 1)[0], endpoints):
+        entitlement, _ = parse_job_handle(job_handle)
+        for replica in replica_order(entitlement, endpoints):
             endpoint = endpoints[replica]
             stub = allocator_pb2_grpc.AllocatorStub(self._channel(replica, endpoint))
             try:
