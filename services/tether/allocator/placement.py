@@ -483,11 +483,12 @@ class Planner:
         if known is not None and now - known[0] < _REASON_TTL_S:
             return known[1]
         rows = self.index.live_rows()
+        machines = len(rows)
         # A reason, not an inventory: past _REASON_ROWS machines an evenly spread sample says
         # the same for a fraction of the cost (Explain still reads every machine).
-        sampled = len(rows) > _REASON_ROWS
+        sampled = machines > _REASON_ROWS
         if sampled:
-            rows = rows[:: -(-len(rows) // _REASON_ROWS)]
+            rows = rows[:: -(-machines // _REASON_ROWS)]
         filtered = apply_rules(rows, self.all_rules())
         if len(filtered.survivors):
             reason = (
@@ -498,7 +499,7 @@ class Planner:
         else:
             reason = rejections(filtered.outcomes, filtered.considered, details=True)
         if sampled:
-            reason = f"in a sample of {len(rows)} of {self.index.rows} machines, {reason}"
+            reason = f"in a sample of {len(rows)} of {machines} machines, {reason}"
         if len(self.cache.reasons) > _REASONS_KEPT:
             self.cache.reasons.clear()
         self.cache.reasons[key] = (now, reason)

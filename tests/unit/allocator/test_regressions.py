@@ -172,6 +172,8 @@ def test_merge_after_a_conflict_leaves_no_task_unplaced_that_fitted() -> None:
 def test_a_big_region_explains_a_failure_from_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(placement, "_REASON_ROWS", 4)
     region = Region().add(*(machine(f"m{n}", memory=1024) for n in range(8)))
+    # A record without its machine is a row of the index, but no machine to count.
+    region.put_record("gone", allocation("gone"))
     region.entitle(entitlement())
     choice = region.choose(job(count=1, memory=4096), entitlement())
     (reason,) = set(choice.unplaced.values())
