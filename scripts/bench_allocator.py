@@ -36,9 +36,11 @@ Prints one JSON line on stdout (progress goes to stderr):
   process, VmHWM, the largest over workers; with one allocator that process also generated the
   job stream); job_allocs_per_s and task_placements_per_s (regular jobs over the fill's wall
   time), p50_ms and p99_ms (latency of one job's Place call), large_job_tasks (tasks of the
-  large job actually placed) and large_job_s; conflict_rate (conflicts / commit attempts),
-  cache_hit_ratio; unplaced_tasks and unplaced_reasons (top 3); and from the store:
-  overcommitted_machines, quota_violations, tasks_held_twice, store_tasks.
+  large job actually placed) and large_job_s; conflict_rate (Place attempts whose machines or
+  quota another allocator had changed, over all attempts), txn_conflict_rate (failed commit
+  transactions over all: one conflict fails the whole group commit it is in), cache_hit_ratio;
+  unplaced_tasks and unplaced_reasons (top 3); and from the store: overcommitted_machines,
+  quota_violations, tasks_held_twice, store_tasks.
 """
 
 from __future__ import annotations
@@ -258,6 +260,11 @@ def summary(
         "conflict_rate": round(sum(r["conflicts"] for r in results) / attempts, 4)
         if attempts
         else 0.0,
+        "txn_conflict_rate": round(
+            sum(r["failed_transactions"] for r in results)
+            / max(sum(r["transactions"] for r in results), 1),
+            4,
+        ),
         "cache_hit_ratio": round(hits / lookups, 4) if lookups else None,
         "unplaced_tasks": sum(unplaced.values()),
         "unplaced_reasons": [

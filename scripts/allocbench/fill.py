@@ -174,6 +174,7 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
         rss_mib = peak_rss_mib()
         stats = engine.stats
         cache_hits, cache_misses = stats.cache_hits, stats.cache_misses
+        transactions, failed_transactions = stats.attempts, stats.conflicts
     finally:
         await allocator.stop()
     return {
@@ -193,6 +194,8 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
         "latencies_ms": filler.latencies_ms,
         "attempts": filler.attempts,
         "conflicts": filler.conflicts,
+        "transactions": transactions,
+        "failed_transactions": failed_transactions,
         "cache_hits": cache_hits,
         "cache_misses": cache_misses,
         "large_job_tasks": large_tasks,

@@ -366,16 +366,30 @@ class Engine:
             return outcome.revision
         self._stats.conflicts += 1
         self._roll_back(batch)
+        fences = self._fences
+        moved = {name for name, fence in outcome.fences.items() if fence != fences.get(name, 0)}
         # The next plan must see what the other allocator committed: its records, and its
         # tasks counted against the quota of a fence that moved.
-        self._fences.update(outcome.fences)
+        fences.update(outcome.fences)
         await self._catch_up(outcome.revision)
-        for request in batch.planned:
+        # Only a request whose own machines or quota another writer changed conflicted; the
+        # others shared the failed transaction and are simply sent again. If the feed did
+        # not show the change in time, every request counts it, so retries stay bounded.
+        conflicted = [
+            request.entitlement.name in moved or self._changed_since(snapshot, batch.base)
+            for request, snapshot in zip(batch.planned, batch.snapshots, strict=True)
+        ]
+        for request, changed in zip(batch.planned, conflicted, strict=True):
             assert request.choice is not None
-            request.conflicts += 1
+            request.conflicts += changed or not any(conflicted)
             request.keep = request.choice.placements
         self._queue[:0] = batch.planned
         return None
+
+    def _changed_since(self, snapshot: Snapshot, base: dict[int, int]) -> bool:
+        """Whether another writer changed a row of `snapshot` after the batch's `base`."""
+        bases = np.fromiter((base[row] for row in snapshot.rows.tolist()), np.int64)
+        return bool((self._index.revision[snapshot.rows] > bases).any())
 
     def _roll_back(self, batch: _Batch) -> None:
         for snapshot in reversed(batch.snapshots):
@@ -389,13 +403,13 @@ class Engine:
         if not pending:
             self._finish(request, {})
             return None
-        if request.attempts == self._max_attempts:
+        if request.conflicts == self._max_attempts:
             self._finish(
                 request,
                 dict.fromkeys(
                     pending,
-                    f"gave up after {request.attempts} attempts: other allocators kept changing "
-                    "the chosen machines; retry later",
+                    f"gave up after {request.conflicts} conflicts: other allocators kept "
+                    "changing the chosen machines; retry later",
                 ),
             )
             return None

@@ -25,7 +25,10 @@ class AllocatorSettings(BaseSettings):
         default=5, ge=1, description="TTL of the lease the registration lives on."
     )
     max_attempts: int = Field(
-        default=10, ge=1, description="Store transactions one Place or Release may try."
+        default=10,
+        ge=1,
+        description="Conflicts one Place (or transactions one Release) may meet before it "
+        "gives up.",
     )
     idle_return_s: float = Field(
         default=300.0,

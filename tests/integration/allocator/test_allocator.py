@@ -262,9 +262,10 @@ async def test_follows_the_store(
     assert set(created.tasks) == {"ads/web/0", "ads/web/1"}
 
 
-async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
-    # An index filled once and updated only when the engine waits for its feed after a
-    # conflict, so another writer's change surprises it.
+async def stale_engine(region: Store) -> tuple[Engine, list[int]]:
+    """An engine over an index filled once and updated only when the engine waits for its
+    feed after a conflict (the revisions it waited for are listed), so another writer's
+    change surprises it."""
     index = AllocationIndex()
     for kv in (await region.range(keys.MACHINES)).kvs:
         index.set_machine(keys.last_segment(kv.key), kv.value)
@@ -283,6 +284,11 @@ async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
     engine = Engine(
         region, index, max_attempts=10, idle_return_s=300, writer="test", caught_up=caught_up
     )
+    return engine, waits
+
+
+async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
+    engine, waits = await stale_engine(region)
 
     # m0 is the first choice for one task (all tie, then the id); someone else takes 3.5 GiB.
     await put_allocation(
@@ -323,3 +329,32 @@ async def test_registration_follows_the_lease(region: Store, allocator: Allocato
 
     await allocator.stop()
     assert await region.get(key) is None
+
+
+async def test_only_the_request_whose_machine_changed_counts_a_conflict(region: Store) -> None:
+    # Two jobs committed in one transaction: whichever is planned first takes m0 (web 1 GiB,
+    # api 3.5 GiB); the other no longer fits there and goes elsewhere. Someone else fills m0
+    # first.
+    await put_job(region, job("api", count=1, memory=3584))
+    engine, _ = await stale_engine(region)
+    await put_allocation(
+        region, Allocation(machine="m0"), {"ml/filler/0": Resources(memory_mib=3584)}
+    )
+    # While commits wait for the engine's write lock, both requests queue for one batch.
+    async with engine._writing:
+        web_call = asyncio.create_task(engine.place("ads/web", [0], 1, ""))
+        api_call = asyncio.create_task(engine.place("ads/api", [0], 1, ""))
+        await eventually(
+            lambda: asyncio.sleep(0, engine.stats.places),
+            lambda places: places == 2,
+            timeout_s=5,
+            what="both requests queued",
+        )
+    web, api = await web_call, await api_call
+    # Both were sent twice (the transaction failed), but only the one planned on m0 had its
+    # machine changed: the other kept its machine and did not conflict.
+    assert (web.attempts, api.attempts) == (2, 2)
+    assert sorted([web.conflicts, api.conflicts]) == [0, 1]
+    assert "m0" not in {web.placements[0][1], api.placements[0][1]}
+    stored = await read_allocations(region)
+    assert set(stored["m0"].tasks) == {"ml/filler/0"}

@@ -132,7 +132,9 @@ class PlaceResponse(_message.Message):
     attempts: _builtins.int
     """Store transactions attempted, including retries after conflicts."""
     conflicts: _builtins.int
-    """Transactions that failed because another allocator changed a machine first."""
+    """Attempts in which another allocator changed one of the chosen machines (or the
+    entitlement's quota) first; a request gives up after 10.
+    """
     @_builtins.property
     def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Placement]:
         """Tasks placed, in the order of task_indexes."""
