@@ -139,13 +139,20 @@ class ChoiceCache(IndexListener):
             self.hits += 1
         return entry
 
-    def pool_shares(self, rows: Rows) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-        """For free-pool rows: a hash that orders them this replica's own way, and whether each
-        is in another replica's share (its hash is highest for another replica). Each share is
-        a random sample of the pool, with its best machines."""
+    def pool_shares(self, rows: Rows) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64]]:
+        """For free-pool rows: this replica's rank among the replicas for each (0: the row is in
+        its own share, where its hash is highest; 1: it is the row's second choice, ...), and an
+        order within a rank. Each share is a random sample of the pool, with its best machines.
+        A replica takes its own share in an order of its own, and another's share from the end
+        of the owner's order: replicas that ran out pull from disjoint second-choice parts, and
+        the owner's next machines last."""
         hashes = np.stack([_salted(rows, peer) for peer in self._peers])
         mine = self._peers.index(self._salt)
-        return hashes[mine], np.argmax(hashes, axis=0) != mine
+        rank = np.argsort(np.argsort(-hashes.astype(np.int64), axis=0), axis=0)[mine]
+        columns = np.arange(len(rows))
+        owner_order = hashes[np.argmax(hashes, axis=0), columns]
+        order = np.where(rank == 0, hashes[mine], ~owner_order)
+        return rank, order
 
     def set_replicas(self, replicas: Iterable[str]) -> None:
         """The live replicas changed: the free pool is shared out among them anew."""

@@ -215,8 +215,8 @@ class Planner:
             scores = self._pool_scores(rows)
             # The replica's own share of the pool first, in an order of its own: replicas
             # growing entitlements at once pull different machines.
-            own_order, others = self.cache.pool_shares(rows)
-            order = np.lexsort((rows, own_order, free[:, 0], free[:, 1], -scores, others))
+            rank, share_order = self.cache.pool_shares(rows)
+            order = np.lexsort((rows, share_order, free[:, 0], free[:, 1], -scores, rank))
             return rows[order], scores[order]
 
         return self.cache.pool(self.pool_key, msb, build)

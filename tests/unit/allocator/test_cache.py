@@ -122,3 +122,20 @@ def test_replicas_pull_from_their_own_share_of_the_pool_first() -> None:
     # one order for both, or two random ones, they would share about seven).
     assert len(chosen["alloc-a"]) == len(chosen["alloc-b"]) == 20
     assert not chosen["alloc-a"] & chosen["alloc-b"]
+
+
+def test_a_replica_past_its_share_takes_its_second_choices_from_the_owners_last() -> None:
+    machines = [machine(f"m{n:02}", memory=4096) for n in range(90)]
+    replicas = ("alloc-a", "alloc-b", "alloc-c")
+    regions = {replica: Region(replica).add(*machines) for replica in replicas}
+    wanted = {"alloc-a": 10, "alloc-b": 45, "alloc-c": 10}
+    chosen = {}
+    for replica, region in regions.items():
+        region.entitle(entitlement())
+        region.cache.set_replicas(replicas)
+        choice = region.choose(job(count=wanted[replica], memory=4096), entitlement())
+        chosen[replica] = set(region.ids(choice.joined))
+    # b needs more than its third of the pool: what it takes from a's and c's shares are the
+    # machines their owners would take last (at random, it would meet about a third of them).
+    assert {replica: len(ids) for replica, ids in chosen.items()} == wanted
+    assert not chosen["alloc-b"] & (chosen["alloc-a"] | chosen["alloc-c"])
