@@ -103,7 +103,7 @@ def parse_args() -> argparse.Namespace:
         help="stop when the CPU or memory placed reaches this fraction of the region (0.8)",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=16, help="Place calls in flight per allocator (16)"
+        "--concurrency", type=int, default=8, help="Place calls in flight per allocator (8)"
     )
     parser.add_argument(
         "--large-job",

@@ -9,9 +9,10 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Literal
 
+import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -36,6 +37,16 @@ class Service(abc.ABC):
 
     @abc.abstractmethod
     async def stop(self) -> None: ...
+
+
+def grpc_status_of(
+    error: Exception, codes: Mapping[type[Exception], grpc.StatusCode]
+) -> grpc.StatusCode:
+    """The code `codes` gives the most specific class of `error`; INTERNAL for the unexpected."""
+    for cls in type(error).__mro__:
+        if cls in codes:
+            return codes[cls]
+    return grpc.StatusCode.INTERNAL
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -8,16 +8,14 @@ from typing import Any, Final
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import TypeAdapter, ValidationError
 
 from tether.agent.workdir import STREAMS, TaskRef, WorkDir, tail
-from tether.model import Name
+from tether.model import check_name
 from tether.service import HttpServer
 
 MAX_TAIL_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_TAIL_BYTES: Final = 65_536
 STOP_TIMEOUT_S: Final = 2
-_NAME: TypeAdapter[str] = TypeAdapter(Name)
 
 
 def problem(status: HTTPStatus, detail: str, **extra: Any) -> JSONResponse:
@@ -28,8 +26,8 @@ def problem(status: HTTPStatus, detail: str, **extra: Any) -> JSONResponse:
 
 def _valid_name(text: str) -> bool:
     try:
-        _NAME.validate_python(text)
-    except ValidationError:
+        check_name(text, "name")
+    except ValueError:
         return False
     return True
 

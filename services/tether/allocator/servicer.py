@@ -18,6 +18,7 @@ from tether.allocator.errors import (
 )
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
+from tether.service import grpc_status_of
 from tether.store import StoreError, StoreUnavailable
 
 _log = logging.getLogger(__name__)
@@ -44,10 +45,7 @@ STATUS_CODES: Final[dict[type[Exception], grpc.StatusCode]] = {
 
 def status_of(error: Exception) -> grpc.StatusCode:
     """The gRPC status code for `error`: INTERNAL for anything unexpected."""
-    for cls in type(error).__mro__:
-        if cls in STATUS_CODES:
-            return STATUS_CODES[cls]
-    return grpc.StatusCode.INTERNAL
+    return grpc_status_of(error, STATUS_CODES)
 
 
 async def _abort(

@@ -13,6 +13,7 @@ from tether.cli.allocator import allocator as allocator_command
 from tether.cli.broker import broker as broker_command
 from tether.cli.frontend import frontend as frontend_command
 from tether.cli.health import health as health_command
+from tether.cli.registry import registry as registry_command
 from tether.cli.scheduler import scheduler as scheduler_command
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ app.command("agent")(agent_command)
 app.command("broker")(broker_command)
 app.command("frontend")(frontend_command)
 app.command("health")(health_command)
+app.command("registry")(registry_command)
 app.command("scheduler")(scheduler_command)
 app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")

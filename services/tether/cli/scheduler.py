@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import pydantic
 import typer
 
 from tether.cli.serving import LogLevel, load_settings, serve
 from tether.cli.store import StoreUrl
-from tether.model import Name
+from tether.model import check_name
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
-
-_SHARD: pydantic.TypeAdapter[str] = pydantic.TypeAdapter(Name)
 
 
 def _valid_shard(shard: str) -> str:
     try:
-        return _SHARD.validate_python(shard)
-    except pydantic.ValidationError as error:
-        raise typer.BadParameter(error.errors(include_url=False)[0]["msg"]) from None
+        return check_name(shard, "shard")
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def scheduler(

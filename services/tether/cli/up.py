@@ -61,6 +61,12 @@ def up(
     agent_memory_mib: Annotated[int, typer.Option(min=1, help="MiB each agent offers.")] = 4096,
     host: Annotated[str, typer.Option(help="Address of the REST API.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the REST API.")] = 8080,
+    registry_port: Annotated[
+        int,
+        typer.Option(
+            min=1, max=65535, help="Port of the TaskController registry (gRPC), on --host."
+        ),
+    ] = 8081,
     ready_timeout_s: Annotated[
         float, typer.Option(min=1, help="Give up if the region is not ready in this time.")
     ] = 120.0,
@@ -69,7 +75,8 @@ def up(
     """Start a whole region on this machine and run it until Ctrl-C.
 
     Starts each service as its own process (2 allocators, a broker per datacenter, the health
-    checker, 2 scheduler shards with a leader and a standby each, the agents, the frontend),
+    checker, 2 scheduler shards with a leader and a standby each, the agents, the TaskController
+    registry, the frontend),
     each logging to DIR/logs/. Running it again with the same DIR resumes the region: jobs come
     back and running tasks are re-adopted. Ctrl-C stops every service; task processes keep
     running until the next `tether up` adopts them (`tether down --tasks` stops them too).
@@ -84,6 +91,8 @@ def up(
         _fail(f"a region is already running from {state_dir} (pid {pid}); stop it: tether down")
     if not port_is_free(host, port):
         _fail(f"port {port} on {host} is in use; choose another with --port")
+    if registry_port == port or not port_is_free(host, registry_port):
+        _fail(f"port {registry_port} on {host} is in use; choose another with --registry-port")
 
     etcd_server = _start_etcd(state_dir) if etcd else None
     store_url = etcd_server.url if etcd_server else store or f"sqlite:///{state_dir / 'store.db'}"
@@ -94,6 +103,7 @@ def up(
         agent_capacity=Resources(cpu=agent_cpu, memory_mib=agent_memory_mib, disk_gib=20),
         host=host,
         port=port,
+        registry_port=registry_port,
         log_level=log_level,
     )
     supervisor = Supervisor(options, env={**os.environ, "TETHER_STORE": store_url})
@@ -197,6 +207,7 @@ def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
     console.print(f"  REST API     {options.url}")
     console.print(f"  API docs     {options.url}/docs")
     console.print(f"  admin token  {options.admin_token_file}")
+    console.print(f"  TaskControl  {options.registry_address} (TaskControllerRegistry, gRPC)")
     console.print("  try          tether job submit examples/hello.yaml --wait")
     console.print("Press Ctrl-C to stop.")
 

@@ -47,7 +47,7 @@ def require_admin(principal: PrincipalRecord) -> None:
 
 def can_see(principal: PrincipalRecord, entitlement: Entitlement) -> bool:
     """Admins see every entitlement, others those that list them as members."""
-    return principal.is_admin or principal.name in entitlement.members
+    return principal.may_use(entitlement)
 
 
 def require_member(principal: PrincipalRecord, entitlement: Entitlement) -> None:

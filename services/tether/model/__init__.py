@@ -19,6 +19,7 @@ from tether.model.base import (
     TextRule,
     Timestamp,
     Version,
+    check_name,
     from_json,
     no_duplicates,
     to_json,
@@ -69,6 +70,7 @@ from tether.model.task import (
     current_status,
     effective_state,
 )
+from tether.model.taskcontrol import ControllerRegistration, Endpoint
 from tether.model.topology import FaultDomain, Topology
 
 __all__ = [
@@ -92,7 +94,9 @@ __all__ = [
     "AttributeValue",
     "Constraint",
     "ConstraintOp",
+    "ControllerRegistration",
     "DesiredState",
+    "Endpoint",
     "Entitlement",
     "EnvName",
     "FaultDomain",
@@ -139,6 +143,7 @@ __all__ = [
     "UpdatePolicy",
     "Version",
     "can_transition",
+    "check_name",
     "current_status",
     "effective_state",
     "from_json",

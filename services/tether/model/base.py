@@ -16,6 +16,8 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
+    TypeAdapter,
+    ValidationError,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
@@ -97,6 +99,17 @@ NAME_RULE: Final = (
 )
 Name = Annotated[str, TextRule(rf"^{_LABEL}$", NAME_RULE, "invalid_name")]
 """A DNS label: the name of anything a person addresses (job, entitlement, machine, DC...)."""
+
+_NAME: TypeAdapter[str] = TypeAdapter(Name)
+
+
+def check_name(text: str, what: str) -> str:
+    """`text` if it is a valid `Name`; ValueError saying which `what` is wrong otherwise."""
+    try:
+        return _NAME.validate_python(text)
+    except ValidationError:
+        raise ValueError(f"invalid {what} {text!r}: {NAME_RULE}") from None
+
 
 JOB_HANDLE_RULE: Final = f"must be '<entitlement>/<job>', where both parts {NAME_RULE}"
 JobHandle = Annotated[str, TextRule(rf"^{_LABEL}/{_LABEL}$", JOB_HANDLE_RULE, "invalid_job_handle")]

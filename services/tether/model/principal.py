@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from tether.model.base import TetherModel, no_duplicates
-from tether.model.entitlement import Principal
+from tether.model.entitlement import Entitlement, Principal
 
 
 class Role(enum.StrEnum):
@@ -29,6 +29,10 @@ class PrincipalRecord(TetherModel):
     def is_admin(self) -> bool:
         """Whether the principal may use admin endpoints and see every entitlement."""
         return Role.ADMIN in self.roles
+
+    def may_use(self, entitlement: Entitlement) -> bool:
+        """Admins use every entitlement, others those that list them as members."""
+        return self.is_admin or self.name in entitlement.members
 
 
 def new_token() -> str:

@@ -50,6 +50,7 @@ class LocalRegion:
     store_args: list[str] = field(default_factory=list)
     agents: int = 4
     port: int = field(default_factory=free_port)
+    registry_port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
     """Environment for every service on top of FAST_TIMINGS, e.g. TETHER_AGENT_PROFILE_HOOK."""
     process: subprocess.Popen[bytes] | None = None
@@ -59,6 +60,10 @@ class LocalRegion:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def registry_address(self) -> str:
+        return f"127.0.0.1:{self.registry_port}"
 
     @property
     def token(self) -> str:
@@ -85,6 +90,8 @@ class LocalRegion:
             str(self.state_dir),
             "--port",
             str(self.port),
+            "--registry-port",
+            str(self.registry_port),
             "--agents",
             str(self.agents),
             "--ready-timeout-s",

@@ -31,6 +31,7 @@ class RegionOptions:
     )
     host: str = "127.0.0.1"
     port: int = 8080
+    registry_port: int = 8081
     region_name: str = "local"
     log_level: str = "INFO"
 
@@ -45,6 +46,11 @@ class RegionOptions:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def registry_address(self) -> str:
+        """`host:port` of the TaskController registry (gRPC)."""
+        return f"{self.host}:{self.registry_port}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,13 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
                 ],
             )
         )
+    specs.append(
+        ProcessSpec(
+            "registry",
+            "registry",
+            ["registry", "--host", options.host, "--port", str(options.registry_port), *common],
+        )
+    )
     specs.append(
         ProcessSpec(
             "frontend",

@@ -25,7 +25,7 @@ STOP_TIMEOUT_S = 15.0
 
 # Stop order: nothing may judge machines while their agents shut down (health first), and
 # agents go last so that tasks are watched for as long as possible.
-_STOP_ORDER = ("frontend", "health", "scheduler", "allocator", "broker", "agent")
+_STOP_ORDER = ("frontend", "registry", "health", "scheduler", "allocator", "broker", "agent")
 
 
 class RegionError(Exception):

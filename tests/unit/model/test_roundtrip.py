@@ -25,6 +25,7 @@ from tether.model import (
     AttributePredicate,
     Constraint,
     ConstraintOp,
+    ControllerRegistration,
     DesiredState,
     Entitlement,
     FaultDomain,
@@ -330,6 +331,19 @@ agent_heartbeats = st.builds(
     pid=st.integers(1, 2**22),
     started_at=timestamps,
 )
+controller_registrations = st.builds(
+    lambda entitlement, job, **fields: ControllerRegistration(
+        entitlement=entitlement, job=None if job is None else f"{entitlement}/{job}", **fields
+    ),
+    names,
+    st.none() | names,
+    id=identifiers,
+    endpoint=st.builds(lambda host, port: f"{host}:{port}", names, st.integers(1, 65535)),
+    principal=principals,
+    ttl_s=st.integers(1, 3600),
+    lease=st.integers(0, 2**62),
+    expires_at=timestamps,
+)
 
 STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     Resources: resources,
@@ -360,6 +374,7 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     ShardLeader: shard_leaders,
     AllocatorEndpoint: allocator_endpoints,
     AgentHeartbeat: agent_heartbeats,
+    ControllerRegistration: controller_registrations,
 }
 
 

@@ -46,6 +46,7 @@ def test_processes_have_unique_names_and_the_planned_roles(tmp_path: Path) -> No
         "health": 1,
         "scheduler": 2 * len(SHARDS),
         "agent": 3,
+        "registry": 1,
         "frontend": 1,
     }
     assert specs[-1].role == "frontend"

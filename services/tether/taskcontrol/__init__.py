@@ -1,0 +1,1 @@
+"""TaskControl: application-level schedulers approving disruptive operations on their tasks."""

@@ -1,0 +1,1 @@
+"""The TaskControllerRegistry service: where application-level schedulers register."""

@@ -1,0 +1,262 @@
+"""The TaskController registry on a real store, called over real gRPC on loopback, and an SDK
+controller registering with it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+
+import grpc
+import pytest
+
+from tests.support.allocator_builders import entitlement
+from tests.support.machines import eventually
+from tether.model import PrincipalRecord, Role, to_json, token_digest
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.store import Store, keys, open_store
+from tether.taskcontrol.registry.service import Registry
+from tether.taskcontrol.registry.settings import RegistrySettings
+from tether.taskcontrol.sdk import Controller
+
+ALICE, BOB, ROOT = "alice-token", "bob-token", "root-token"
+
+
+@pytest.fixture
+async def region(store: Store) -> Store:
+    """Entitlement ads with member alice, ml with member bob; root is an admin."""
+    for token, record in (
+        (ALICE, PrincipalRecord(name="alice")),
+        (BOB, PrincipalRecord(name="bob")),
+        (ROOT, PrincipalRecord(name="root", roles=[Role.ADMIN])),
+    ):
+        await store.put(keys.principal(token_digest(token)), to_json(record))
+    for name, member in (("ads", "alice"), ("ml", "bob")):
+        team = entitlement(name).model_copy(update={"members": [member]})
+        await store.put(keys.entitlement(name), to_json(team))
+    return store
+
+
+@pytest.fixture
+async def registry(region: Store, store_url: str) -> AsyncIterator[Registry]:
+    service = Registry(open_store(store_url), RegistrySettings(default_ttl_s=5, max_ttl_s=30))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+async def client(
+    registry: Registry,
+) -> AsyncIterator[taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub]:
+    async with grpc.aio.insecure_channel(registry.address) as channel:
+        yield taskcontrol_pb2_grpc.TaskControllerRegistryStub(channel)
+
+
+def bearer(token: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def stored_registrations(store: Store) -> list[str]:
+    return [keys.last_segment(kv.key) for kv in (await store.range(keys.CONTROLLERS)).kvs]
+
+
+async def test_register_list_renew_unregister(
+    region: Store, client: taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub
+) -> None:
+    registered = await client.Register(
+        pb.RegisterRequest(job_handle="ads/web", endpoint="127.0.0.1:7000", ttl_seconds=10),
+        metadata=bearer(ALICE),
+    )
+    assert registered.ttl_seconds == 10
+    assert await stored_registrations(region) == [registered.registration_id]
+
+    listed = await client.List(pb.ListRequest(), metadata=bearer(ALICE))
+    [registration] = listed.registrations
+    assert (registration.registration_id, registration.job_handle) == (
+        registered.registration_id,
+        "ads/web",
+    )
+    assert (registration.endpoint, registration.principal) == ("127.0.0.1:7000", "alice")
+
+    await asyncio.sleep(1.1)
+    renewed = await client.Renew(
+        pb.RenewRequest(registration_id=registered.registration_id), metadata=bearer(ALICE)
+    )
+    assert renewed.expires_at.ToDatetime() > registered.expires_at.ToDatetime()
+
+    await client.Unregister(
+        pb.UnregisterRequest(registration_id=registered.registration_id), metadata=bearer(ALICE)
+    )
+    assert await stored_registrations(region) == []
+    # Unregistering again is no error.
+    await client.Unregister(
+        pb.UnregisterRequest(registration_id=registered.registration_id), metadata=bearer(ALICE)
+    )
+
+
+async def test_a_registration_lapses_unless_renewed(
+    region: Store, client: taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub
+) -> None:
+    registered = await client.Register(
+        pb.RegisterRequest(entitlement="ads", endpoint="127.0.0.1:7000", ttl_seconds=1),
+        metadata=bearer(ALICE),
+    )
+    await eventually(
+        lambda: stored_registrations(region), lambda ids: ids == [], timeout_s=5, what="lapse"
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await client.Renew(
+            pb.RenewRequest(registration_id=registered.registration_id), metadata=bearer(ALICE)
+        )
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    assert registered.registration_id in (raised.value.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("token", "request_", "code", "message"),
+    [
+        (
+            BOB,
+            pb.RegisterRequest(job_handle="ads/web", endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "principal 'bob' is not a member of entitlement 'ads'",
+        ),
+        (
+            "nobody",
+            pb.RegisterRequest(entitlement="ads", endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "not known",
+        ),
+        (
+            "",
+            pb.RegisterRequest(entitlement="ads", endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "authorization: Bearer",
+        ),
+        (
+            ALICE,
+            pb.RegisterRequest(endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "exactly one scope",
+        ),
+        (
+            ALICE,
+            pb.RegisterRequest(entitlement="ads", endpoint="localhost"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "endpoint",
+        ),
+        (
+            ALICE,
+            pb.RegisterRequest(entitlement="ads", endpoint="127.0.0.1:70000"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "port must be 1-65535",
+        ),
+        (
+            ALICE,
+            pb.RegisterRequest(job_handle="ads/Web!", endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid job handle",
+        ),
+        (
+            ALICE,
+            pb.RegisterRequest(entitlement="search", endpoint="127.0.0.1:7000"),
+            grpc.StatusCode.NOT_FOUND,
+            "entitlement 'search' does not exist",
+        ),
+    ],
+)
+async def test_refused_registrations_change_nothing(
+    region: Store,
+    client: taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub,
+    token: str,
+    request_: pb.RegisterRequest,
+    code: grpc.StatusCode,
+    message: str,
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await client.Register(request_, metadata=bearer(token) if token else ())
+    assert raised.value.code() is code
+    assert message in (raised.value.details() or "")
+    assert await stored_registrations(region) == []
+
+
+async def test_others_cannot_see_renew_or_remove_a_registration(
+    region: Store, client: taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub
+) -> None:
+    ads = await client.Register(
+        pb.RegisterRequest(entitlement="ads", endpoint="127.0.0.1:7000"), metadata=bearer(ALICE)
+    )
+    ml = await client.Register(
+        pb.RegisterRequest(entitlement="ml", endpoint="127.0.0.1:7001"), metadata=bearer(BOB)
+    )
+    seen_by_bob = await client.List(pb.ListRequest(), metadata=bearer(BOB))
+    assert [r.registration_id for r in seen_by_bob.registrations] == [ml.registration_id]
+    seen_by_root = await client.List(pb.ListRequest(entitlement="ads"), metadata=bearer(ROOT))
+    assert [r.registration_id for r in seen_by_root.registrations] == [ads.registration_id]
+    for call in (
+        client.Renew(pb.RenewRequest(registration_id=ads.registration_id), metadata=bearer(BOB)),
+        client.Unregister(
+            pb.UnregisterRequest(registration_id=ads.registration_id), metadata=bearer(BOB)
+        ),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call
+        assert raised.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert sorted(await stored_registrations(region)) == sorted(
+        [ads.registration_id, ml.registration_id]
+    )
+
+
+class FirstOnly(Controller):
+    """Approves the first pending operation of every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def decide(self, request: pb.TaskControlRequest) -> Iterable[str]:
+        self.calls.append(request.sequence_number)
+        return [operation.id for operation in request.pending_operations[:1]] + ["unknown"]
+
+
+async def test_an_sdk_controller_registers_serves_and_unregisters(
+    region: Store, registry: Registry
+) -> None:
+    controller = FirstOnly()
+    await controller.start("127.0.0.1:0", registry.address, ALICE, job_handle="ads/web", ttl_s=3)
+    try:
+        assert await stored_registrations(region) == [controller.registration_id]
+        async with grpc.aio.insecure_channel(controller.address) as channel:
+            stub = taskcontrol_pb2_grpc.TaskControllerStub(channel)
+            pending = [
+                pb.TaskOperation(id=f"op-{n}", kind=pb.OPERATION_KIND_RESTART) for n in range(3)
+            ]
+            request = pb.TaskControlRequest(
+                job_handle="ads/web", sequence_number=5, pending_operations=pending
+            )
+            first = await stub.Process(request)
+            # Only ids of pending operations come back, each once.
+            assert list(first.acknowledged_operation_ids) == ["op-0"]
+            # A call that is not newer comes from a stale scheduler: nothing is approved.
+            stale = await stub.Process(request)
+            assert list(stale.acknowledged_operation_ids) == []
+            assert controller.calls == [5]
+        # Renewed every second: it outlives its 3 s TTL.
+        await asyncio.sleep(4)
+        assert await stored_registrations(region) == [controller.registration_id]
+    finally:
+        await controller.stop()
+    assert await stored_registrations(region) == []
+
+
+async def test_an_sdk_controller_for_another_entitlement_is_refused(
+    region: Store, registry: Registry
+) -> None:
+    controller = FirstOnly()
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await controller.start("127.0.0.1:0", registry.address, BOB, entitlement="ads")
+    assert raised.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert await stored_registrations(region) == []
