@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
 from tether.model import ShardLeader, from_json, shard_for
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
 from tether.region.harness import (
     LocalRegion,
     all_running,
@@ -30,6 +32,7 @@ from tether.region.harness import (
 from tether.region.plan import SHARDS
 from tether.region.supervisor import process_alive
 from tether.store import keys, open_store
+from tether.taskcontrol.sdk import Controller
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -292,3 +295,29 @@ def test_killed_agent_machine_goes_down_and_its_tasks_run_elsewhere(
     moved_task = next(t for t in after if t["index"] == before[0]["index"])
     assert moved_task["attempt"] > before[0]["attempt"]
     assert moved_task["restarts"] == before[0]["restarts"]
+
+
+class ApproveNothing(Controller):
+    def decide(self, request: taskcontrol_pb2.TaskControlRequest) -> list[str]:
+        return []
+
+
+def test_a_controller_registers_with_the_regions_registry(region: LocalRegion) -> None:
+    async def scenario() -> list[str]:
+        controller = ApproveNothing()
+        await controller.start(
+            "127.0.0.1:0", region.registry_address, region.token, job_handle="default/hello"
+        )
+        try:
+            async with grpc.aio.insecure_channel(region.registry_address) as channel:
+                registry = taskcontrol_pb2_grpc.TaskControllerRegistryStub(channel)
+                listed = await registry.List(
+                    taskcontrol_pb2.ListRequest(entitlement="default"),
+                    metadata=(("authorization", f"Bearer {region.token}"),),
+                )
+            assert [r.endpoint for r in listed.registrations] == [controller.address]
+            return [r.job_handle for r in listed.registrations]
+        finally:
+            await controller.stop()
+
+    assert asyncio.run(scenario()) == ["default/hello"]
