@@ -189,7 +189,7 @@ async def test_two_allocators_never_over_commit(
                 need = Resources(cpu=100, memory_mib=TASK_MIB[i % 3])
                 assert not any(need.fits_in(left) for left in free), unplaced.reason
             else:
-                assert unplaced.reason.startswith("gave up after 10 attempts"), unplaced.reason
+                assert unplaced.reason.startswith("gave up after 10 conflicts"), unplaced.reason
     assert no_room > 0, "demand exceeds the free capacity"
     conflicts = sum(response.conflicts for response in responses)
     print(f"placed {len(answered)} tasks, {no_room} found no room, {conflicts} conflicts")
