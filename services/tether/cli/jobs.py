@@ -1,4 +1,4 @@
-"""`tether job ...`: submit, list, show, explain, scale and delete jobs through the REST API."""
+"""`tether job ...`: submit, list, show, explain, scale, update and delete jobs (REST API)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from tether.sdk import (
     TetherClient,
 )
 
-app = typer.Typer(help="Submit, inspect, scale and delete jobs.", no_args_is_help=True)
+app = typer.Typer(help="Submit, inspect, scale, update and delete jobs.", no_args_is_help=True)
 
 WAIT_POLL_S = 0.5
 """How often `--wait` asks the frontend again."""
@@ -260,6 +260,35 @@ def scale(
     with client(url, token) as tether:
         job = tether.scale_job(handle, count)
     out().print(f"{job.handle}: count {job.count}, generation {job.generation}")
+
+
+@app.command()
+def update(
+    handle: str = HandleArgument,
+    version: str = typer.Option(..., "--version", help="The package version to roll out."),
+    wait: bool = typer.Option(
+        False, "--wait", help="Wait until every task runs the new version, showing progress."
+    ),
+    timeout: float = TimeoutOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Roll out another package version: running tasks are restarted on it as the job's
+    TaskController approves (without one, at most the update policy's share at once)."""
+    with client(url, token) as tether:
+        job = tether.update_job(handle, version)
+        out().print(f"{job.handle}: version {version}, generation {job.generation}")
+        if not wait:
+            return
+        with err().status(f"updating {handle}") as status:
+            for _ in poll(WAIT_POLL_S, timeout):
+                tasks = tether.list_tasks(handle)
+                done = sum(1 for t in tasks if t.version == version and t.state == "running")
+                status.update(f"updating {handle}: {done} of {job.count} tasks run {version}")
+                if done >= job.count:
+                    out().print(f"{handle}: all {job.count} tasks run version {version}")
+                    return
+    fail(f"{handle} is not fully on version {version} after {timeout:g} s; see tether job show")
 
 
 @app.command("rm")

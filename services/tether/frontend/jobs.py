@@ -182,6 +182,26 @@ async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -
     return await change_job(store, entitlement.name, name, rescale)
 
 
+async def update_version(store: Store, entitlement: str, name: str, version: str) -> Job:
+    """Set the package version its tasks run and bump the generation; 409 while deleting."""
+
+    async def update(job: Job) -> Job | None:
+        if job.deleting:
+            raise Conflict(f"job '{job.handle}' is being deleted and cannot be updated")
+        if job.spec.task.version == version:
+            return None
+        task = job.spec.task.model_copy(update={"version": version})
+        return job.model_copy(
+            update={
+                "spec": job.spec.model_copy(update={"task": task}),
+                "generation": job.generation + 1,
+                "updated_at": datetime.now(UTC),
+            }
+        )
+
+    return await change_job(store, entitlement, name, update)
+
+
 async def delete(store: Store, entitlement: str, name: str) -> Job:
     """Mark the job deleting (the scheduler stops its tasks, then removes it); idempotent."""
 

@@ -13,6 +13,7 @@ from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
 from tether.scheduler.reconciler import (
     JobView,
+    OperationWrite,
     Plan,
     TaskWrite,
     placement_writes,
@@ -27,15 +28,16 @@ from tether.store import (
     Put,
     RangeResult,
     Store,
+    key_missing,
     keys,
     mod_revision_is,
 )
 
 _log = logging.getLogger(__name__)
 
-# Tasks per transaction: each task takes up to three operations (task, assignment, status), and
-# etcd refuses transactions of more than 128 operations by default.
-_CHUNK = 40
+# Tasks per transaction: each task takes up to four operations (task, assignment, status or
+# the operation it executes), and etcd refuses transactions of more than 128 by default.
+_CHUNK = 30
 
 
 class NotLeader(Exception):
@@ -49,6 +51,7 @@ class Outcome:
 
     tasks_revision: int = 0
     job_revision: int = 0
+    operations_revision: int = 0
     unplaced: bool = False
 
 
@@ -75,6 +78,8 @@ class Executor:
             outcome.tasks_revision = max(
                 outcome.tasks_revision, await self.commit(job.handle, plan.writes)
             )
+        if plan.operations:
+            outcome.operations_revision = await self.commit_operations(job.handle, plan.operations)
         if plan.place:
             if may_place:
                 revision, outcome.unplaced = await self._place(view, plan.place)
@@ -125,11 +130,55 @@ class Executor:
                 revision = max(revision, written)
         return revision
 
+    async def commit_operations(self, job_handle: str, writes: Sequence[OperationWrite]) -> int:
+        """Writes each operation if its key is where the plan saw it (one transaction each, so
+        one that changed meanwhile holds up no other); returns the last revision written."""
+        revision = 0
+        for write in writes:
+            compares, ops = _operation_ops(job_handle, write)
+            revision = max(revision, await self._txn(compares, ops))
+        return revision
+
+    async def approve(
+        self,
+        job_handle: str,
+        approved: Sequence[OperationWrite],
+        reported: Sequence[tuple[str, int]],
+    ) -> int:
+        """Marks operations approved, and forgets the completed ones that were `reported` (id,
+        mod revision), unless they changed since; returns the last revision written."""
+        revision = await self.commit_operations(job_handle, approved)
+        if reported:
+            entitlement, name = parse_job_handle(job_handle)
+            forgotten = [(keys.operation(entitlement, name, i), at) for i, at in reported]
+            compares = [mod_revision_is(key, at) for key, at in forgotten]
+            ops: list[Op] = [Delete(key) for key, _ in forgotten]
+            revision = max(revision, await self._txn(compares, ops))
+        return revision
+
+    async def next_sequence(self, job_handle: str) -> int:
+        """The job's next TaskControl sequence number, kept in the store so that it grows
+        across leaders."""
+        entitlement, name = parse_job_handle(job_handle)
+        key = keys.control_sequence(entitlement, name)
+        while True:
+            kv = await self._store.get(key)
+            number = int(kv.value) + 1 if kv is not None else 1
+            compare = mod_revision_is(key, kv.mod_revision) if kv is not None else key_missing(key)
+            if await self._txn([compare], [Put(key, str(number).encode())]):
+                return number
+
     async def _delete_job(self, view: JobView) -> int:
         entitlement, name = parse_job_handle(view.job.value.handle)
         job_key = keys.job(entitlement, name)
-        # Statuses an agent wrote after their task was deleted would otherwise outlive the job.
-        ops: list[Op] = [Delete(job_key), Delete(keys.statuses_of(entitlement, name), prefix=True)]
+        # Statuses an agent wrote after their task was deleted would otherwise outlive the job,
+        # and so would its operations. The TaskControl sequence stays: a job submitted again
+        # under the name keeps counting up for a controller registered for the handle.
+        ops: list[Op] = [
+            Delete(job_key),
+            Delete(keys.statuses_of(entitlement, name), prefix=True),
+            Delete(keys.operations_of(entitlement, name), prefix=True),
+        ]
         return await self._txn([mod_revision_is(job_key, view.job.revision)], ops)
 
     async def _txn(self, compares: list[Compare], ops: list[Op]) -> int:
@@ -164,4 +213,15 @@ def _task_ops(job_handle: str, writes: Sequence[TaskWrite]) -> tuple[list[Compar
             ops.append(
                 Put(keys.assignment(machine, entitlement, name, write.index), to_json(assignment))
             )
+        if write.operation is not None:
+            operation_compares, operation_ops = _operation_ops(job_handle, write.operation)
+            compares += operation_compares
+            ops += operation_ops
     return compares, ops
+
+
+def _operation_ops(job_handle: str, write: OperationWrite) -> tuple[list[Compare], list[Op]]:
+    entitlement, name = parse_job_handle(job_handle)
+    key = keys.operation(entitlement, name, write.operation.id)
+    compare = mod_revision_is(key, write.revision) if write.revision else key_missing(key)
+    return [compare], [Put(key, to_json(write.operation))]

@@ -15,9 +15,12 @@ from tether.model import (
     JobKind,
     Machine,
     MachineState,
+    OperationKind,
+    OperationState,
     RestartMode,
     RestartPolicy,
     Task,
+    TaskOperation,
     TaskState,
     TaskStatus,
     current_status,
@@ -52,6 +55,20 @@ class JobView:
     revision: int = 0
     """A store revision the view's tasks are at least as new as: every task key deleted up to
     here is already absent from `tasks`."""
+    operations: Mapping[str, Stored[TaskOperation]] = field(default_factory=dict)
+    """The job's task operations, by id."""
+
+
+OPEN_OPERATIONS: Final = frozenset({OperationState.PENDING_APPROVAL, OperationState.APPROVED})
+"""Operations not yet executed or withdrawn."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationWrite:
+    """An operation's new record, written only if its key is still at `revision` (0: new)."""
+
+    operation: TaskOperation
+    revision: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,8 @@ class TaskWrite:
     """(machine, assignment) to put."""
     unassign: str | None = None
     """The machine whose assignment of this task is deleted."""
+    operation: OperationWrite | None = None
+    """The operation this write executes, marked done in the same transaction."""
 
 
 @dataclass(slots=True)
@@ -77,6 +96,8 @@ class Plan:
     writes: list[TaskWrite] = field(default_factory=list)
     place: list[int] = field(default_factory=list)
     """Indexes of tasks without a machine to ask `Allocator.Place` for."""
+    operations: list[OperationWrite] = field(default_factory=list)
+    """Operations proposed or withdrawn (executed ones go with their task's write)."""
     delete_job: bool = False
     """The job is deleting and has no task left: delete its key."""
     wake_at: datetime | None = None
@@ -96,8 +117,101 @@ def plan_job(view: JobView, now: datetime) -> Plan:
                 plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
     for index, stored in sorted(view.tasks.items()):
         _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
+    _plan_updates(view, now, plan)
     plan.delete_job = job.deleting and not view.tasks
     return plan
+
+
+def update_id(version: str, index: int) -> str:
+    """The id of the operation that updates task `index` to `version`: the same on every
+    reconcile, so an operation is proposed once."""
+    return f"update-{hashlib.sha256(version.encode()).hexdigest()[:12]}-t{index}"
+
+
+def is_healthy(task: Task, status: TaskStatus | None) -> bool:
+    """Whether the task runs its current attempt on its machine."""
+    current = current_status(task, status)
+    return current is not None and current.state is TaskState.RUNNING
+
+
+def _plan_updates(view: JobView, now: datetime, plan: Plan) -> None:
+    """Healthy tasks on an older package version get an UPDATE operation to approve; approved
+    ones restart on the new version; ones the job or the task overtook are withdrawn.
+
+    A task that is not healthy is no operation: its next incarnation (a restart or a new
+    placement) runs the new version anyway.
+    """
+    job = view.job.value
+    version = job.spec.task.version
+    touched = {write.index for write in (*plan.release, *plan.writes)}
+    open_by_task: dict[int, list[Stored[TaskOperation]]] = {}
+    for stored in view.operations.values():
+        operation = stored.value
+        if operation.kind is OperationKind.UPDATE and operation.state in OPEN_OPERATIONS:
+            for index in operation.tasks:
+                open_by_task.setdefault(index, []).append(stored)
+    for index, stored_task in sorted(view.tasks.items()):
+        task = stored_task.value
+        healthy = is_healthy(task, view.statuses.get(index)) and index not in touched
+        wanted = not job.deleting and index < job.spec.count and task.version != version and healthy
+        current = update_id(version, index)
+        for open_operation in open_by_task.pop(index, []):
+            operation = open_operation.value
+            if wanted and operation.id == current:
+                if operation.state is OperationState.APPROVED:
+                    plan.writes.append(
+                        _executed(view, stored_task, open_operation, f"updated to {version}", now)
+                    )
+                wanted = False
+                continue
+            plan.operations.append(_withdrawn(open_operation, now))
+        if wanted:
+            plan.operations.append(
+                OperationWrite(
+                    TaskOperation(
+                        id=current,
+                        kind=OperationKind.UPDATE,
+                        job=job.handle,
+                        tasks=[index],
+                        reason=f"update from version {task.version} to {version}",
+                        created_at=now,
+                        updated_at=now,
+                        target_version=version,
+                    ),
+                    0,
+                )
+            )
+    # Operations of tasks that are gone.
+    for stale in open_by_task.values():
+        plan.operations += [_withdrawn(operation, now) for operation in stale]
+
+
+def _executed(
+    view: JobView,
+    stored_task: Stored[Task],
+    stored_operation: Stored[TaskOperation],
+    message: str,
+    now: datetime,
+) -> TaskWrite:
+    task = stored_task.value
+    write = _incarnation(view.job.value, stored_task, task.restarts, message, now)
+    done = stored_operation.value.model_copy(
+        update={"state": OperationState.DONE, "updated_at": now}
+    )
+    return TaskWrite(
+        write.index,
+        write.revision,
+        write.task,
+        write.assignment,
+        operation=OperationWrite(done, stored_operation.revision),
+    )
+
+
+def _withdrawn(stored: Stored[TaskOperation], now: datetime) -> OperationWrite:
+    cancelled = stored.value.model_copy(
+        update={"state": OperationState.CANCELLED, "updated_at": now}
+    )
+    return OperationWrite(cancelled, stored.revision)
 
 
 def _plan_task(

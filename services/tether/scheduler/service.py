@@ -8,12 +8,20 @@ import logging
 import time
 from datetime import UTC, datetime
 
+from tether.model import OperationState
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
 from tether.scheduler.executor import Executor, NotLeader
-from tether.scheduler.reconciler import plan_job
+from tether.scheduler.reconciler import JobView, OperationWrite, plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
+from tether.scheduler.taskcontrol import (
+    ControllerClient,
+    ControllerFailed,
+    Pending,
+    control_request,
+    default_acks,
+)
 from tether.service import Service
 from tether.store import Store, StoreError
 
@@ -92,6 +100,11 @@ class Term:
         # Job handle -> monotonic time before which its unplaced tasks are not offered again.
         self._place_after: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._controllers = ControllerClient(settings.control_timeout_s)
+        # Job handle -> calls to its controller that failed in a row.
+        self._control_failures: dict[str, int] = {}
+        self.control_errors: dict[str, str] = {}
+        """Job handle -> why its controller's last call failed (cleared by a success)."""
 
     async def run(self) -> None:
         """Reconciles the shard's jobs until leadership is lost."""
@@ -106,6 +119,7 @@ class Term:
                 timer.cancel()
             await self._state.stop()
             await self._allocator.stop()
+            await self._controllers.close()
 
     def _mark(self, handle: str) -> None:
         self._dirty.add(handle)
@@ -185,7 +199,52 @@ class Term:
             self._place_after.pop(handle, None)
         if plan.wake_at is not None:
             self._later(handle, (plan.wake_at - now).total_seconds())
+        if not plan.delete_job:
+            await self._control(view, now)
         await self._catch_up(outcome.tasks_revision, outcome.job_revision)
+
+    async def _control(self, view: JobView, now: datetime) -> None:
+        """Asks the job's controller (or the built-in rule) which pending operations may
+        proceed, and marks them approved; reports and forgets completed ones."""
+        handle = view.job.value.handle
+        pending = Pending.of(view)
+        if not pending.waiting and not pending.completed:
+            return
+        registration = self._state.controller_for(handle)
+        if registration is None:
+            acks = default_acks(view, pending)
+        else:
+            sequence = await self._executor.next_sequence(handle)
+            try:
+                acks = await self._controllers.process(
+                    registration, control_request(view, pending, sequence)
+                )
+            except ControllerFailed as error:
+                failures = self._control_failures.get(handle, 0) + 1
+                self._control_failures[handle] = failures
+                self.control_errors[handle] = str(error)
+                _log.warning("%s: %s (failure %d in a row)", handle, error, failures)
+                interval = self._settings.control_interval_s
+                self._later(
+                    handle, min(interval * 2**failures, self._settings.control_backoff_max_s)
+                )
+                return
+            self._control_failures.pop(handle, None)
+            self.control_errors.pop(handle, None)
+        waiting = {stored.value.id: stored for stored in pending.waiting}
+        approved = [
+            OperationWrite(
+                waiting[ack].value.model_copy(
+                    update={"state": OperationState.APPROVED, "updated_at": now}
+                ),
+                waiting[ack].revision,
+            )
+            for ack in acks
+        ]
+        reported = [(stored.value.id, stored.revision) for stored in pending.completed]
+        await self._executor.approve(handle, approved, reported)
+        if len(approved) < len(waiting):
+            self._later(handle, self._settings.control_interval_s)
 
     async def _catch_up(self, tasks_revision: int, job_revision: int) -> None:
         waits = []

@@ -28,3 +28,17 @@ class SchedulerSettings(BaseSettings):
     concurrency: int = Field(
         default=8, ge=1, description="How many jobs the leader reconciles at the same time."
     )
+    control_timeout_s: float = Field(
+        default=3.0, gt=0, description="Deadline of one TaskController.Process call."
+    )
+    control_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a job with operations waiting for approval asks again.",
+    )
+    control_backoff_max_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest pause between calls to a controller that keeps failing (the pause "
+        "doubles from control_interval_s).",
+    )

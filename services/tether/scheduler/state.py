@@ -10,10 +10,12 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tether.model import (
+    ControllerRegistration,
     Job,
     Machine,
     MachineState,
     Task,
+    TaskOperation,
     TaskStatus,
     TetherModel,
     from_json,
@@ -79,8 +81,8 @@ def _parser(model: type[M]) -> Callable[[bytes], M]:
 
 
 class ShardState:
-    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/` and `machines/`; calls
-    `mark(job handle)` for every job a change may concern."""
+    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/`, `machines/`, `operations/`
+    and `taskcontrollers/`; calls `mark(job handle)` for every job a change may concern."""
 
     def __init__(self, store: Store, shard: str, mark: Callable[[str], None]) -> None:
         self.shard = shard
@@ -92,7 +94,14 @@ class ShardState:
         self.machines_records = Records(
             store, keys.MACHINES, _parser(Machine), self._machine_changed
         )
+        self.operations = Records(
+            store, keys.OPERATIONS, _parser(TaskOperation), self._operation_changed
+        )
+        self.controllers = Records(
+            store, keys.CONTROLLERS, _parser(ControllerRegistration), self._controller_changed
+        )
         self.machines: dict[str, Machine] = {}
+        self._operations: defaultdict[str, dict[str, Stored[TaskOperation]]] = defaultdict(dict)
         self._tasks: defaultdict[str, dict[int, Stored[Task]]] = defaultdict(dict)
         self._statuses: defaultdict[str, dict[int, TaskStatus]] = defaultdict(dict)
         # machine id -> job handle -> how many of the job's tasks are on it.
@@ -101,7 +110,15 @@ class ShardState:
         )
 
     def _all(self) -> list[Records[Any]]:
-        return [self.shard_map, self.jobs, self.tasks, self.statuses, self.machines_records]
+        return [
+            self.shard_map,
+            self.jobs,
+            self.tasks,
+            self.statuses,
+            self.machines_records,
+            self.operations,
+            self.controllers,
+        ]
 
     async def start(self) -> None:
         """Loads every mirror; returns once all of them hold a snapshot."""
@@ -137,7 +154,24 @@ class ShardState:
             machines=self.machines,
             machines_revision=self.machines_records.mirror.revision,
             revision=self.tasks.mirror.revision,
+            operations=dict(self._operations.get(handle, {})),
         )
+
+    def controller_for(self, handle: str) -> ControllerRegistration | None:
+        """The job's TaskController: one registered for the job, else for its entitlement
+        (the newest registration of either, when several compete)."""
+        entitlement, _ = parse_job_handle(handle)
+        best: tuple[bool, int] | None = None
+        found = None
+        for stored in self.controllers.items.values():
+            registration = stored.value
+            if registration.job == handle or (
+                registration.job is None and registration.entitlement == entitlement
+            ):
+                rank = (registration.job is not None, stored.revision)
+                if best is None or rank > best:
+                    best, found = rank, registration
+        return found
 
     # --- indexes and dirty marking ---------------------------------------------------------
 
@@ -187,6 +221,37 @@ class ShardState:
         else:
             self._statuses[handle][index] = new.value
         self._mark(handle)
+
+    def _operation_changed(
+        self, key: str, old: Stored[TaskOperation] | None, new: Stored[TaskOperation] | None
+    ) -> None:
+        entitlement, name, operation_id = key.rsplit("/", 3)[-3:]
+        handle = f"{entitlement}/{name}"
+        if new is None:
+            self._operations[handle].pop(operation_id, None)
+            if not self._operations[handle]:
+                del self._operations[handle]
+        else:
+            self._operations[handle][operation_id] = new
+        self._mark(handle)
+
+    def _controller_changed(
+        self,
+        key: str,
+        old: Stored[ControllerRegistration] | None,
+        new: Stored[ControllerRegistration] | None,
+    ) -> None:
+        for stored in (old, new):
+            if stored is None:
+                continue
+            registration = stored.value
+            if registration.job is not None:
+                self._mark(registration.job)
+                continue
+            prefix = keys.jobs_of(registration.entitlement)
+            for job_key, job in list(self.jobs.items.items()):
+                if job_key.startswith(prefix):
+                    self._mark(job.value.handle)
 
     def _machine_changed(
         self, key: str, old: Stored[Machine] | None, new: Stored[Machine] | None

@@ -114,6 +114,11 @@ class TetherClient:
         response = self._request("POST", f"{_job_path(handle)}/scale", json={"count": count})
         return _view(JobView, response)
 
+    def update_job(self, handle: str, version: str) -> JobView:
+        """Roll out another package version through the job's TaskController."""
+        response = self._request("PATCH", _job_path(handle), json={"version": version})
+        return _view(JobView, response)
+
     def delete_job(self, handle: str) -> None:
         """Start deleting the job; it disappears once the scheduler has stopped every task."""
         self._request("DELETE", _job_path(handle))

@@ -55,6 +55,7 @@ class TaskView(View):
     attempt: int = 0
     restarts: int = 0
     generation: int = 0
+    version: str = ""
     pid: int | None = None
     exit_code: int | None = None
     message: str | None = None

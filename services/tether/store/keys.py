@@ -23,6 +23,8 @@ TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placemen
 TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
 OPERATIONS = ROOT + "operations/"  # <entitlement>/<job>/<operation id> -> TaskOperation
 CONTROLLERS = ROOT + "taskcontrollers/"  # registration id -> TaskController registration
+# <entitlement>/<job> -> the last TaskControl sequence number sent for the job (plain integer)
+CONTROL_SEQUENCES = ROOT + "taskcontrol-sequences/"
 MAINTENANCE = ROOT + "maintenance/"  # notice id -> AdvanceNotice
 SHARD_MAP = ROOT + "shards/map/"  # entitlement name -> shard id
 SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> ShardLeader, bound to its lease
@@ -44,6 +46,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     TASK_STATUS,
     OPERATIONS,
     CONTROLLERS,
+    CONTROL_SEQUENCES,
     MAINTENANCE,
     SHARD_MAP,
     SHARD_LEADERS,
@@ -161,6 +164,15 @@ def task_of_key(key: str) -> tuple[str, str, int]:
 
 def operation(entitlement_name: str, job_name: str, operation_id: str) -> str:
     return _join(OPERATIONS, entitlement_name, job_name, operation_id)
+
+
+def operations_of(entitlement_name: str, job_name: str) -> str:
+    """The prefix of every operation of one job."""
+    return _join(OPERATIONS, entitlement_name, job_name) + "/"
+
+
+def control_sequence(entitlement_name: str, job_name: str) -> str:
+    return _join(CONTROL_SEQUENCES, entitlement_name, job_name)
 
 
 def controller(registration_id: str) -> str:

@@ -18,7 +18,7 @@ from tether.frontend.bodies import (
 )
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
-from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest
+from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
 from tether.model import Entitlement, Job, JobSpec, Name
 from tether.store import keys
 
@@ -106,6 +106,22 @@ async def scale_job(
     entitlement = await authorize_entitlement(store, principal, ent)
     scaled = await jobs.scale(store, entitlement.model, job, request.count)
     return (await jobs.job_view(store, scaled)).response()
+
+
+@router.patch("/{ent}/{job}", response_model=JobView, responses=problems(400, 404, 409, 422))
+async def update_job(
+    store: StoreDep,
+    principal: CurrentPrincipal,
+    ent: EntitlementName,
+    job: JobName,
+    request: UpdateRequest,
+) -> Response:
+    """Roll out another package version: running tasks become UPDATE operations that the job's
+    TaskController approves (without one, at most `update.max_unavailable_percent` of the tasks
+    are down at once). The generation grows by one, unless the version is the same."""
+    await authorize_entitlement(store, principal, ent)
+    updated = await jobs.update_version(store, ent, job, request.version)
+    return (await jobs.job_view(store, updated)).response()
 
 
 @router.delete("/{ent}/{job}", status_code=202, response_model=JobView, responses=problems(404))

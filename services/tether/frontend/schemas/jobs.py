@@ -1,4 +1,4 @@
-"""Job views and the scale request."""
+"""Job views, and the scale and update requests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.frontend.records import TaskRecords, state_counts
 from tether.frontend.schemas import View
-from tether.model import Job, JobSpec, TaskState, Timestamp
+from tether.model import Job, JobSpec, TaskState, Timestamp, Version
 
 
 class JobView(View):
@@ -48,6 +48,17 @@ class JobView(View):
 
 class JobList(View):
     jobs: list[JobView]
+
+
+class UpdateRequest(BaseModel):
+    """The body of PATCH /v1/jobs/{ent}/{job}."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    version: Version = Field(
+        description="The package version to roll out: running tasks are updated through the "
+        "job's TaskController (or at most the update policy's max_unavailable_percent at once)."
+    )
 
 
 class ScaleRequest(BaseModel):

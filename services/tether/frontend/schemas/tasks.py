@@ -19,6 +19,8 @@ class TaskView(View):
     attempt: int
     restarts: int
     generation: int
+    version: str
+    """The package version this attempt runs."""
     pid: int | None
     exit_code: int | None
     message: str
@@ -37,6 +39,7 @@ class TaskView(View):
             attempt=task.attempt,
             restarts=task.restarts,
             generation=task.generation,
+            version=task.version,
             pid=status.pid if status else None,
             exit_code=status.exit_code if status else None,
             # The agent's message explains a process's end; the scheduler's, a pending task.

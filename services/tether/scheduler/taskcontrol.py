@@ -1,0 +1,201 @@
+"""Approving task operations: the job's TaskController over gRPC, or the built-in rule."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tether.model import (
+    ControllerRegistration,
+    OperationKind,
+    OperationState,
+    TaskOperation,
+    TaskState,
+    current_status,
+)
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.scheduler.reconciler import JobView, Stored, is_healthy
+
+_log = logging.getLogger(__name__)
+
+_KINDS: Mapping[OperationKind, pb.OperationKind.ValueType] = {
+    OperationKind.START: pb.OPERATION_KIND_START,
+    OperationKind.STOP: pb.OPERATION_KIND_STOP,
+    OperationKind.RESTART: pb.OPERATION_KIND_RESTART,
+    OperationKind.MOVE: pb.OPERATION_KIND_MOVE,
+    OperationKind.UPDATE: pb.OPERATION_KIND_UPDATE,
+}
+_STATES: Mapping[OperationState, pb.OperationState.ValueType] = {
+    OperationState.PENDING_APPROVAL: pb.OPERATION_STATE_PENDING_APPROVAL,
+    OperationState.APPROVED: pb.OPERATION_STATE_APPROVED,
+    OperationState.DONE: pb.OPERATION_STATE_DONE,
+    OperationState.CANCELLED: pb.OPERATION_STATE_CANCELLED,
+}
+_TASK_STATES: Mapping[TaskState, pb.TaskState.ValueType] = {
+    TaskState.PENDING: pb.TASK_STATE_PENDING,
+    TaskState.PLACED: pb.TASK_STATE_PLACED,
+    TaskState.STARTING: pb.TASK_STATE_STARTING,
+    TaskState.RUNNING: pb.TASK_STATE_RUNNING,
+    TaskState.EXITED: pb.TASK_STATE_EXITED,
+    TaskState.FAILED: pb.TASK_STATE_FAILED,
+    TaskState.LOST: pb.TASK_STATE_LOST,
+    TaskState.KILLED: pb.TASK_STATE_KILLED,
+}
+COMPLETED = frozenset({OperationState.DONE, OperationState.CANCELLED})
+
+
+class ControllerFailed(Exception):
+    """The job's controller could not be reached, failed, or answered too late."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A job's operations as the approval step sees them."""
+
+    waiting: list[Stored[TaskOperation]]
+    """Pending approval, oldest first."""
+    approved: list[TaskOperation]
+    completed: list[Stored[TaskOperation]]
+    """Done or cancelled, not yet reported (and then forgotten)."""
+
+    @classmethod
+    def of(cls, view: JobView) -> Pending:
+        operations = sorted(
+            view.operations.values(), key=lambda s: (s.value.created_at, s.value.id)
+        )
+        return cls(
+            [s for s in operations if s.value.state is OperationState.PENDING_APPROVAL],
+            [s.value for s in operations if s.value.state is OperationState.APPROVED],
+            [s for s in operations if s.value.state in COMPLETED],
+        )
+
+
+def unhealthy(view: JobView) -> list[int]:
+    """Tasks of the job that should run and do not (by index)."""
+    job = view.job.value
+    return [
+        index
+        for index, stored in sorted(view.tasks.items())
+        if index < job.spec.count and not is_healthy(stored.value, view.statuses.get(index))
+    ]
+
+
+def default_acks(view: JobView, pending: Pending) -> list[str]:
+    """The built-in rule without a controller: at most the update policy's
+    `max_unavailable_percent` of the job's tasks (at least one) down at once, counting the
+    unhealthy ones and those of operations already approved."""
+    job = view.job.value
+    budget = max(1, math.floor(job.spec.count * job.spec.update.max_unavailable_percent / 100))
+    down = set(unhealthy(view))
+    for operation in pending.approved:
+        down.update(operation.tasks)
+    acks = []
+    for stored in pending.waiting:
+        tasks = set(stored.value.tasks) - down
+        if len(down) + len(tasks) > budget:
+            break
+        down |= tasks
+        acks.append(stored.value.id)
+    return acks
+
+
+def _timestamp(moment: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def _task_ref(view: JobView, index: int) -> pb.TaskRef:
+    task = view.tasks.get(index)
+    machine = task.value.machine if task is not None else None
+    return pb.TaskRef(
+        job_handle=view.job.value.handle,
+        index=index,
+        task_id=f"{view.job.value.handle}/{index}",
+        machine_id=machine or "",
+    )
+
+
+def _operation_message(view: JobView, operation: TaskOperation) -> pb.TaskOperation:
+    message = pb.TaskOperation(
+        id=operation.id,
+        kind=_KINDS[operation.kind],
+        tasks=[_task_ref(view, index) for index in operation.tasks],
+        reason=operation.reason,
+        state=_STATES[operation.state],
+        created_at=_timestamp(operation.created_at),
+        target_version=operation.target_version or "",
+        target_machine=operation.target_machine or "",
+    )
+    if operation.deadline is not None:
+        message.deadline.CopyFrom(_timestamp(operation.deadline))
+    return message
+
+
+def control_request(view: JobView, pending: Pending, sequence: int) -> pb.TaskControlRequest:
+    """The full picture of the job for its controller."""
+    unhealthy_tasks = []
+    for index in unhealthy(view):
+        task = view.tasks[index].value
+        status = current_status(task, view.statuses.get(index))
+        state = status.state if status is not None else task.state
+        unhealthy_tasks.append(
+            pb.UnhealthyTask(
+                task=_task_ref(view, index),
+                state=_TASK_STATES[state],
+                reason=(status.message if status is not None else "") or task.message,
+                since=_timestamp(status.updated_at if status is not None else task.updated_at),
+            )
+        )
+    return pb.TaskControlRequest(
+        job_handle=view.job.value.handle,
+        sequence_number=sequence,
+        pending_operations=[_operation_message(view, s.value) for s in pending.waiting],
+        completed_operations=[_operation_message(view, s.value) for s in pending.completed],
+        all_unhealthy_tasks=unhealthy_tasks,
+        task_count=view.job.value.spec.count,
+    )
+
+
+class ControllerClient:
+    """Calls controllers' TaskController.Process, one channel per endpoint."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def process(
+        self, registration: ControllerRegistration, request: pb.TaskControlRequest
+    ) -> list[str]:
+        """The ids the controller acknowledged, among the request's pending operations."""
+        channel = self._channels.get(registration.endpoint)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(registration.endpoint)
+            self._channels[registration.endpoint] = channel
+        stub = taskcontrol_pb2_grpc.TaskControllerStub(channel)
+        try:
+            response = await stub.Process(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as error:
+            raise ControllerFailed(
+                f"controller at {registration.endpoint} failed: {error.code().name}: "
+                f"{error.details()}"
+            ) from error
+        pending = {operation.id for operation in request.pending_operations}
+        return _known(response.acknowledged_operation_ids, pending)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+
+
+def _known(acks: Iterable[str], pending: Sequence[str] | set[str]) -> list[str]:
+    # Unknown and repeated ids are ignored, as the interface promises.
+    return [ack for ack in dict.fromkeys(acks) if ack in pending]

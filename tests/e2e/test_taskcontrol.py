@@ -1,0 +1,176 @@
+"""TaskControl end to end: `tether up`, a controller written against the .proto file only (no
+SDK), and a rolling update of which only the approved subset is executed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.region.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
+
+APPROVED_TASKS = {0, 1}
+
+
+class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
+    """Approves update operations of tasks 0 and 1 only, and records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[pb.TaskControlRequest] = []
+
+    async def Process(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.TaskControlRequest,
+        context: grpc.aio.ServicerContext[pb.TaskControlRequest, pb.TaskControlResponse],
+    ) -> pb.TaskControlResponse:
+        self.calls.append(request)
+        return pb.TaskControlResponse(
+            acknowledged_operation_ids=[
+                operation.id
+                for operation in request.pending_operations
+                if {task.index for task in operation.tasks} <= APPROVED_TASKS
+            ]
+        )
+
+
+class ControllerThread:
+    """The controller's gRPC server and its registration, on an event loop of their own."""
+
+    def __init__(self, region: LocalRegion, job_handle: str) -> None:
+        self.controller = ProtoOnlyController()
+        self._region = region
+        self._job_handle = job_handle
+        self._loop = asyncio.new_event_loop()
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),))
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        server = grpc.aio.server()
+        taskcontrol_pb2_grpc.add_TaskControllerServicer_to_server(self.controller, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        async with grpc.aio.insecure_channel(self._region.registry_address) as channel:
+            registry = taskcontrol_pb2_grpc.TaskControllerRegistryStub(channel)
+            metadata = (("authorization", f"Bearer {self._region.token}"),)
+            registered = await registry.Register(
+                pb.RegisterRequest(
+                    job_handle=self._job_handle, endpoint=f"127.0.0.1:{port}", ttl_seconds=30
+                ),
+                metadata=metadata,
+            )
+            self._ready.set()
+            await self._stopping.wait()
+            await registry.Unregister(
+                pb.UnregisterRequest(registration_id=registered.registration_id),
+                metadata=metadata,
+            )
+        await server.stop(1)
+
+    def __enter__(self) -> ProtoOnlyController:
+        self._thread.start()
+        assert self._ready.wait(30), "the controller did not register"
+        return self.controller
+
+    def __exit__(self, *_: object) -> None:
+        assert self._stopping is not None
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(30)
+        self._loop.close()
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
+    running = LocalRegion(tmp_path_factory.mktemp("region") / "tether")
+    try:
+        running.start()
+        yield running
+    finally:
+        running.cleanup()
+
+
+def versions(client: httpx.Client, handle: str) -> dict[int, tuple[str, str, int | None]]:
+    return {t["index"]: (t["version"], t["state"], t["pid"]) for t in tasks_of(client, handle)}
+
+
+def test_only_the_operations_a_controller_approves_are_executed(region: LocalRegion) -> None:
+    with region.client() as client:
+        response = client.post("/v1/jobs", json=sleeper_job("rolled", 4))
+        assert response.status_code == 201, response.text
+        handle = "default/rolled"
+        before = wait_for(lambda: all_running(client, handle, 4), timeout_s=60, what="4 tasks")
+        pids = {t["index"]: t["pid"] for t in before}
+
+        with ControllerThread(region, handle) as controller:
+            patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})
+            assert patched.status_code == 200, patched.text
+
+            def approved_ones_updated() -> dict[int, tuple[str, str, int | None]] | None:
+                now = versions(client, handle)
+                done = all(now[i][:2] == ("2", "running") for i in APPROVED_TASKS)
+                return now if done else None
+
+            wait_for(approved_ones_updated, timeout_s=60, what="tasks 0 and 1 on version 2")
+            # The others keep waiting for an approval that never comes: the scheduler asks
+            # again every few seconds, and never restarts them.
+            calls_then = len(controller.calls)
+            wait_for(
+                lambda: len(controller.calls) >= calls_then + 2,
+                timeout_s=30,
+                what="the scheduler asking again",
+            )
+            now = versions(client, handle)
+            for index in (2, 3):
+                assert now[index] == ("1", "running", pids[index])
+            for index in APPROVED_TASKS:
+                assert now[index][2] != pids[index]
+
+            calls: list[Any] = list(controller.calls)
+            numbers = [call.sequence_number for call in calls]
+            assert numbers == sorted(set(numbers)), "sequence numbers strictly increase"
+            last = calls[-1]
+            assert {o.tasks[0].index for o in last.pending_operations} == {2, 3}
+            assert {o.target_version for o in last.pending_operations} == {"2"}
+            assert last.task_count == 4
+
+
+def test_without_a_controller_the_cli_rolls_the_whole_job_a_task_at_a_time(
+    region: LocalRegion,
+) -> None:
+    with region.client() as client:
+        response = client.post("/v1/jobs", json=sleeper_job("plain", 3))
+        assert response.status_code == 201, response.text
+        handle = "default/plain"
+        before = wait_for(lambda: all_running(client, handle, 3), timeout_s=60, what="3 tasks")
+        env = {**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token}
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "tether.cli.main", "job", "update", handle),
+                *("--version", "2", "--wait", "--timeout", "90"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "all 3 tasks run version 2" in done.stdout
+        after = {t["index"]: t for t in tasks_of(client, handle)}
+        for task in before:
+            updated = after[task["index"]]
+            assert (updated["version"], updated["state"]) == ("2", "running")
+            assert updated["pid"] != task["pid"]
+            # An update is a new attempt on the same machine, not a restart after a failure.
+            assert (updated["machine"], updated["restarts"]) == (task["machine"], 0)
