@@ -257,6 +257,8 @@ def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> 
     assert "shard-0" in tether(region, "status")
     tether(region, "job", "scale", "default/hello", "1")
     wait_for(lambda: len(tasks_of(client, "default/hello")) == 1, timeout_s=30, what="scale down")
+    updated = tether(region, "job", "update", "default/hello", "--version", "2", "--wait")
+    assert "all 1 tasks run version 2" in updated
     tether(region, "job", "rm", "default/hello", "--wait")
     assert client.get("/v1/jobs/default/hello").status_code == 404
 
