@@ -229,6 +229,35 @@ async def test_scale_and_delete(region: Region) -> None:
     assert await region.store.revision() == revision
 
 
+async def test_update_rolls_a_new_version_into_the_spec(region: Region) -> None:
+    api = region.api
+    assert (await api.post("/v1/jobs", headers=ALICE, json=job_spec(count=2))).is_success
+
+    updated = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"version": "2.0"})
+    assert updated.status_code == 200, updated.text
+    assert (updated.json()["spec"]["task"]["version"], updated.json()["generation"]) == ("2.0", 2)
+    stored = await stored_job(region, "web")
+    assert stored is not None
+    assert (stored.spec.task.version, stored.generation, stored.spec.count) == ("2.0", 2, 2)
+
+    revision = await region.store.revision()
+    same = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"version": "2.0"})
+    assert same.json()["generation"] == 2
+    bad = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"version": "2 0"})
+    assert assert_problem(bad, 422)["errors"][0]["loc"] == ["body", "version"]
+    extra = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"version": "3", "count": 9})
+    assert_problem(extra, 422)
+    foreign = await api.patch("/v1/jobs/team-a/web", headers=MALLORY, json={"version": "3"})
+    assert_problem(foreign, 403, "not a member of entitlement 'team-a'")
+    missing = await api.patch("/v1/jobs/team-a/nope", headers=ALICE, json={"version": "3"})
+    assert_problem(missing, 404, "job 'team-a/nope' does not exist")
+    assert await region.store.revision() == revision
+
+    assert (await api.delete("/v1/jobs/team-a/web", headers=ALICE)).status_code == 202
+    deleting = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"version": "3"})
+    assert_problem(deleting, 409, "being deleted")
+
+
 async def test_bad_paths_and_methods_are_problems(region: Region) -> None:
     bad_name = await region.api.get("/v1/jobs/Team_A/web", headers=ALICE)
     assert assert_problem(bad_name, 422)["errors"][0]["loc"] == ["path", "ent"]

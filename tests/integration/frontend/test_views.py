@@ -88,6 +88,7 @@ async def test_tasks_show_effective_states(region: Region) -> None:
         "attempt": 1,
         "restarts": 0,
         "generation": 1,
+        "version": "1.0",
         "pid": 4242,
         "exit_code": None,
         "message": "",
