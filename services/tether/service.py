@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 import grpc
 import uvicorn
@@ -47,6 +47,22 @@ def grpc_status_of(
         if cls in codes:
             return codes[cls]
     return grpc.StatusCode.INTERNAL
+
+
+async def grpc_abort(
+    context: grpc.aio.ServicerContext[Any, Any],
+    error: Exception,
+    codes: Mapping[type[Exception], grpc.StatusCode],
+    expected: tuple[type[Exception], ...],
+) -> NoReturn:
+    """Ends a call with the status `codes` gives `error`: an `expected` error's own message,
+    anything else logged with its traceback and named as internal."""
+    if isinstance(error, expected):
+        message = str(error)
+    else:
+        logging.getLogger(__name__).exception("request failed unexpectedly")
+        message = f"internal error: {type(error).__name__}: {error}"
+    await context.abort(grpc_status_of(error, codes), message)
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Final, NoReturn, TypeVar
 
 import grpc
@@ -18,10 +17,9 @@ from tether.allocator.errors import (
 )
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
-from tether.service import grpc_status_of
+from tether.service import grpc_abort, grpc_status_of
 from tether.store import StoreError, StoreUnavailable
 
-_log = logging.getLogger(__name__)
 
 _MAX_UINT64 = 2**64 - 1
 """Effective preference weights grow fast; the message field is 64 bits."""
@@ -51,12 +49,7 @@ def status_of(error: Exception) -> grpc.StatusCode:
 async def _abort(
     context: grpc.aio.ServicerContext[Request, Response], error: Exception
 ) -> NoReturn:
-    if isinstance(error, AllocatorError | StoreError):
-        message = str(error)
-    else:
-        _log.exception("request failed unexpectedly")
-        message = f"internal error: {type(error).__name__}: {error}"
-    await context.abort(status_of(error), message)
+    await grpc_abort(context, error, STATUS_CODES, (AllocatorError, StoreError))
 
 
 class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):

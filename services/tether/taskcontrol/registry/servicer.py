@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Final, NoReturn, TypeVar
 
 import grpc
@@ -11,7 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tether.model import ControllerRegistration, PrincipalRecord
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
-from tether.service import grpc_status_of
+from tether.service import grpc_abort
 from tether.store import StoreError, StoreUnavailable
 from tether.taskcontrol.registry.registrations import (
     InvalidArgument,
@@ -23,7 +22,6 @@ from tether.taskcontrol.registry.registrations import (
     Unauthenticated,
 )
 
-_log = logging.getLogger(__name__)
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -42,12 +40,7 @@ Context = grpc.aio.ServicerContext
 
 
 async def _abort(context: Context[Request, Response], error: Exception) -> NoReturn:
-    if isinstance(error, RegistryError | StoreError):
-        message = str(error)
-    else:
-        _log.exception("request failed unexpectedly")
-        message = f"internal error: {type(error).__name__}: {error}"
-    await context.abort(grpc_status_of(error, STATUS_CODES), message)
+    await grpc_abort(context, error, STATUS_CODES, (RegistryError, StoreError))
 
 
 def _bearer_token(context: Context[Request, Response]) -> str:
