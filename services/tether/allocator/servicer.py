@@ -20,7 +20,6 @@ from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.service import grpc_abort, grpc_status_of
 from tether.store import StoreError, StoreUnavailable
 
-
 _MAX_UINT64 = 2**64 - 1
 """Effective preference weights grow fast; the message field is 64 bits."""
 

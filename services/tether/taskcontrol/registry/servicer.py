@@ -22,7 +22,6 @@ from tether.taskcontrol.registry.registrations import (
     Unauthenticated,
 )
 
-
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 
