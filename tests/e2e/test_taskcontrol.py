@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,10 +24,12 @@ APPROVED_TASKS = {0, 1}
 
 
 class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
-    """Approves update operations of tasks 0 and 1 only, and records every call."""
+    """Approves update operations of tasks 0 and 1 only, and records every call; with `hang`,
+    never answers at all."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hang: bool = False) -> None:
         self.calls: list[pb.TaskControlRequest] = []
+        self.hang = hang
 
     async def Process(  # noqa: N802 (the generated servicer's method name)
         self,
@@ -34,6 +37,8 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
         context: grpc.aio.ServicerContext[pb.TaskControlRequest, pb.TaskControlResponse],
     ) -> pb.TaskControlResponse:
         self.calls.append(request)
+        if self.hang:
+            await asyncio.Event().wait()
         return pb.TaskControlResponse(
             acknowledged_operation_ids=[
                 operation.id
@@ -46,8 +51,8 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
 class ControllerThread:
     """The controller's gRPC server and its registration, on an event loop of their own."""
 
-    def __init__(self, region: LocalRegion, job_handle: str) -> None:
-        self.controller = ProtoOnlyController()
+    def __init__(self, region: LocalRegion, job_handle: str, *, hang: bool = False) -> None:
+        self.controller = ProtoOnlyController(hang=hang)
         self._region = region
         self._job_handle = job_handle
         self._loop = asyncio.new_event_loop()
@@ -174,3 +179,31 @@ def test_without_a_controller_the_cli_rolls_the_whole_job_a_task_at_a_time(
             assert updated["pid"] != task["pid"]
             # An update is a new attempt on the same machine, not a restart after a failure.
             assert (updated["machine"], updated["restarts"]) == (task["machine"], 0)
+
+
+def test_a_controller_that_never_answers_cannot_hold_up_a_failure_replacement(
+    region: LocalRegion,
+) -> None:
+    with region.client() as client:
+        response = client.post("/v1/jobs", json=sleeper_job("stuck", 2))
+        assert response.status_code == 201, response.text
+        handle = "default/stuck"
+        before = wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 tasks")
+        pids = {t["index"]: t["pid"] for t in before}
+
+        with ControllerThread(region, handle, hang=True) as controller:
+            patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})
+            assert patched.status_code == 200, patched.text
+            wait_for(lambda: controller.calls, timeout_s=30, what="a call to the controller")
+            os.kill(pids[0], signal.SIGKILL)
+
+            def replaced() -> dict[int, tuple[str, str, int | None]] | None:
+                now = versions(client, handle)
+                fresh = now[0][1] == "running" and now[0][2] not in (None, pids[0])
+                return now if fresh else None
+
+            now = wait_for(replaced, timeout_s=30, what="task 0 to run again")
+            # A failure is no operation: the new attempt runs the job's version at once. Task 1
+            # waits for an approval that never comes.
+            assert now[0][0] == "2"
+            assert now[1] == ("1", "running", pids[1])

@@ -105,6 +105,9 @@ class Term:
         self._control_failures: dict[str, int] = {}
         self.control_errors: dict[str, str] = {}
         """Job handle -> why its controller's last call failed (cleared by a success)."""
+        # Job handle -> its approval step under way, apart from reconciles: a slow controller
+        # must not hold up restarts and replacements of the job's tasks.
+        self._controlling: dict[str, asyncio.Task[None]] = {}
 
     async def run(self) -> None:
         """Reconciles the shard's jobs until leadership is lost."""
@@ -117,6 +120,9 @@ class Term:
             self._leading.clear()
             for timer in self._timers.values():
                 timer.cancel()
+            for task in self._controlling.values():
+                task.cancel()
+            await asyncio.gather(*self._controlling.values(), return_exceptions=True)
             await self._state.stop()
             await self._allocator.stop()
             await self._controllers.close()
@@ -200,8 +206,32 @@ class Term:
         if plan.wake_at is not None:
             self._later(handle, (plan.wake_at - now).total_seconds())
         if not plan.delete_job:
-            await self._control(view, now)
+            self._start_control(view, now)
         await self._catch_up(outcome.tasks_revision, outcome.job_revision)
+
+    def _start_control(self, view: JobView, now: datetime) -> None:
+        handle = view.job.value.handle
+        under_way = self._controlling.get(handle)
+        if under_way is not None and not under_way.done():
+            # It asks again later if operations are still waiting then.
+            return
+        self._controlling[handle] = asyncio.create_task(
+            self._control_guarded(view, now), name=f"taskcontrol {handle}"
+        )
+
+    async def _control_guarded(self, view: JobView, now: datetime) -> None:
+        handle = view.job.value.handle
+        try:
+            await self._control(view, now)
+        except NotLeader as error:
+            _log.warning("%s: deposed: %s", handle, error)
+            self._leadership.lost.set()
+        except StoreError as error:
+            _log.warning("%s: approving operations failed, retrying: %s", handle, error)
+            self._later(handle, self._settings.control_interval_s)
+        except Exception:
+            _log.exception("%s: approving operations failed; retrying later", handle)
+            self._later(handle, self._settings.control_interval_s)
 
     async def _control(self, view: JobView, now: datetime) -> None:
         """Asks the job's controller (or the built-in rule) which pending operations may
