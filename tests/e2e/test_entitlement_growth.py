@@ -64,13 +64,9 @@ def region(tmp_path: Path, markers: Path) -> Iterator[LocalRegion]:
         running.cleanup()
 
 
-def store_url(region: LocalRegion) -> str:
-    return str(json.loads((region.state_dir / "region.json").read_text())["store"])
-
-
 def allocations(region: LocalRegion) -> dict[str, Stored]:
     async def read() -> dict[str, Stored]:
-        async with open_store(store_url(region)) as store:
+        async with open_store(region.store_url()) as store:
             return await read_allocations(store)
 
     return asyncio.run(read())
@@ -84,7 +80,7 @@ def record_of(stored: Stored) -> Allocation:
 
 def machines(region: LocalRegion) -> dict[str, Machine]:
     async def read() -> dict[str, Machine]:
-        async with open_store(store_url(region)) as store:
+        async with open_store(region.store_url()) as store:
             found = await store.range(keys.MACHINES)
         return {
             keys.last_segment(kv.key): from_json(Machine, kv.value, stored=True) for kv in found.kvs
@@ -95,7 +91,7 @@ def machines(region: LocalRegion) -> dict[str, Machine]:
 
 def put_host_profile(region: LocalRegion) -> None:
     async def write() -> None:
-        async with open_store(store_url(region)) as store:
+        async with open_store(region.store_url()) as store:
             await store.put(keys.host_profile(PROFILE.name), to_json(PROFILE))
 
     asyncio.run(write())

@@ -19,7 +19,7 @@ import grpc
 import httpx
 import pytest
 
-from tether.model import ShardLeader, from_json, shard_for
+from tether.model import ShardLeader, shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
 from tether.region.harness import (
     LocalRegion,
@@ -31,7 +31,6 @@ from tether.region.harness import (
 )
 from tether.region.plan import SHARDS
 from tether.region.supervisor import process_alive
-from tether.store import keys, open_store
 from tether.taskcontrol.sdk import Controller
 
 pytestmark = pytest.mark.timeout(300)
@@ -144,27 +143,11 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(
     assert [j["generation"] for j in jobs_after] == [j["generation"] for j in jobs_before]
 
 
-def store_url(region: LocalRegion) -> str:
-    import json
-
-    state = json.loads((region.state_dir / "region.json").read_text())
-    return str(state["store"])
-
-
-def shard_leader(region: LocalRegion, shard: str) -> ShardLeader | None:
-    async def read() -> ShardLeader | None:
-        async with open_store(store_url(region)) as store:
-            kv = await store.get(keys.shard_leader(shard))
-            return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
-
-    return asyncio.run(read())
-
-
 def test_killed_scheduler_leader_hands_over_and_tasks_keep_running(
     region: LocalRegion, client: httpx.Client
 ) -> None:
     shard = shard_for("default", list(SHARDS))
-    leader = shard_leader(region, shard)
+    leader = region.shard_leader(shard)
     assert leader is not None
     pids_before = {t["index"]: t["pid"] for t in tasks_of(client, "default/spread")}
 
@@ -172,7 +155,7 @@ def test_killed_scheduler_leader_hands_over_and_tasks_keep_running(
     killed_at = time.monotonic()
 
     def new_leader() -> ShardLeader | None:
-        current = shard_leader(region, shard)
+        current = region.shard_leader(shard)
         return current if current is not None and current.pid != leader.pid else None
 
     successor = wait_for(new_leader, timeout_s=15, what="the standby to lead", interval_s=0.1)

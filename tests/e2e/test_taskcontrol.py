@@ -16,9 +16,11 @@ import grpc
 import httpx
 import pytest
 
+from tether.model import shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
 from tether.region.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
+from tether.region.plan import SHARDS
 
 APPROVED_TASKS = {0, 1}
 
@@ -141,6 +143,22 @@ def test_only_the_operations_a_controller_approves_are_executed(region: LocalReg
             for index in APPROVED_TASKS:
                 assert now[index][2] != pids[index]
 
+            # The shard's leader dies: its standby takes over and asks on, counting up.
+            shard = shard_for("default", list(SHARDS))
+            leader = region.shard_leader(shard)
+            assert leader is not None
+            os.kill(leader.pid, signal.SIGKILL)
+            wait_for(
+                lambda: (now := region.shard_leader(shard)) is not None and now.pid != leader.pid,
+                timeout_s=20,
+                what="the standby to lead",
+            )
+            calls_then = len(controller.calls)
+            wait_for(
+                lambda: len(controller.calls) >= calls_then + 2,
+                timeout_s=30,
+                what="the new leader asking",
+            )
             calls: list[Any] = list(controller.calls)
             numbers = [call.sequence_number for call in calls]
             assert numbers == sorted(set(numbers)), "sequence numbers strictly increase"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tether.model import ShardLeader, from_json
+from tether.store import keys, open_store
 from tether.store.etcd_server import free_port
 
 T = TypeVar("T")
@@ -135,6 +138,21 @@ class LocalRegion:
         """Service name -> pid, from the region's state file."""
         state = json.loads((self.state_dir / "region.json").read_text())
         return {str(name): int(pid) for name, pid in state["processes"].items()}
+
+    def store_url(self) -> str:
+        """The region's store, from its state file."""
+        state = json.loads((self.state_dir / "region.json").read_text())
+        return str(state["store"])
+
+    def shard_leader(self, shard: str) -> ShardLeader | None:
+        """The shard's leader record as the store holds it now."""
+
+        async def read() -> ShardLeader | None:
+            async with open_store(self.store_url()) as store:
+                kv = await store.get(keys.shard_leader(shard))
+                return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
+
+        return asyncio.run(read())
 
     def client(self) -> httpx.Client:
         return httpx.Client(
