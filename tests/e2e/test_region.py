@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,16 +32,6 @@ from tether.region.supervisor import process_alive
 from tether.taskcontrol.sdk import Controller
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
-    running = LocalRegion(tmp_path_factory.mktemp("region") / "tether")
-    try:
-        running.start()
-        yield running
-    finally:
-        running.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -211,15 +199,7 @@ def test_deleting_a_job_stops_its_processes_and_frees_its_machines(
 
 def tether(region: LocalRegion, *args: str, timeout_s: float = 90) -> str:
     """Runs the real `tether` CLI against the region; returns stdout, fails on a non-zero exit."""
-    env = {**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token}
-    done = subprocess.run(
-        [sys.executable, "-m", "tether.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
-        check=False,
-    )
+    done = region.cli(*args, timeout_s=timeout_s)
     assert done.returncode == 0, f"tether {' '.join(args)}: {done.stderr}"
     return done.stdout
 
@@ -245,14 +225,7 @@ def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> 
     tether(region, "job", "rm", "default/hello", "--wait")
     assert client.get("/v1/jobs/default/hello").status_code == 404
 
-    failed = subprocess.run(
-        [sys.executable, "-m", "tether.cli.main", "job", "show", "default/nope"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token},
-        timeout=60,
-        check=False,
-    )
+    failed = region.cli("job", "show", "default/nope", timeout_s=60)
     assert failed.returncode == 1
     assert "Traceback" not in failed.stderr
     assert "nope" in failed.stderr

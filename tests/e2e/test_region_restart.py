@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,21 +61,7 @@ def test_restarted_region_resumes_jobs_and_readopts_running_tasks(region: LocalR
             )
 
     region.stop()
-    down = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether.cli.main",
-            "down",
-            "--dir",
-            str(region.state_dir),
-            "--tasks",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    down = region.cli("down", "--dir", str(region.state_dir), "--tasks", timeout_s=60)
     assert down.returncode == 0, down.stderr
     assert "Stopped 3 task processes" in down.stderr
     for task in after:

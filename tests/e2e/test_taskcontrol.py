@@ -6,15 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import httpx
-import pytest
 
 from tether.model import shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
@@ -32,6 +28,8 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
     def __init__(self, *, hang: bool = False) -> None:
         self.calls: list[pb.TaskControlRequest] = []
         self.hang = hang
+        self.released = asyncio.Event()
+        """Set when the controller shuts down: a hanging call then returns."""
 
     async def Process(  # noqa: N802 (the generated servicer's method name)
         self,
@@ -40,7 +38,7 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
     ) -> pb.TaskControlResponse:
         self.calls.append(request)
         if self.hang:
-            await asyncio.Event().wait()
+            await self.released.wait()
         return pb.TaskControlResponse(
             acknowledged_operation_ids=[
                 operation.id
@@ -79,6 +77,7 @@ class ControllerThread:
             )
             self._ready.set()
             await self._stopping.wait()
+            self.controller.released.set()
             await registry.Unregister(
                 pb.UnregisterRequest(registration_id=registered.registration_id),
                 metadata=metadata,
@@ -97,14 +96,12 @@ class ControllerThread:
         self._loop.close()
 
 
-@pytest.fixture(scope="module")
-def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
-    running = LocalRegion(tmp_path_factory.mktemp("region") / "tether")
-    try:
-        running.start()
-        yield running
-    finally:
-        running.cleanup()
+def running_job(client: httpx.Client, name: str, count: int) -> list[dict[str, Any]]:
+    """Submits a sleeper job to `default` and returns its tasks once all of them run."""
+    response = client.post("/v1/jobs", json=sleeper_job(name, count))
+    assert response.status_code == 201, response.text
+    handle = f"default/{name}"
+    return wait_for(lambda: all_running(client, handle, count), timeout_s=60, what=handle)
 
 
 def versions(client: httpx.Client, handle: str) -> dict[int, tuple[str, str, int | None]]:
@@ -113,11 +110,8 @@ def versions(client: httpx.Client, handle: str) -> dict[int, tuple[str, str, int
 
 def test_only_the_operations_a_controller_approves_are_executed(region: LocalRegion) -> None:
     with region.client() as client:
-        response = client.post("/v1/jobs", json=sleeper_job("rolled", 4))
-        assert response.status_code == 201, response.text
         handle = "default/rolled"
-        before = wait_for(lambda: all_running(client, handle, 4), timeout_s=60, what="4 tasks")
-        pids = {t["index"]: t["pid"] for t in before}
+        pids = {t["index"]: t["pid"] for t in running_job(client, "rolled", 4)}
 
         with ControllerThread(region, handle) as controller:
             patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})
@@ -172,21 +166,11 @@ def test_without_a_controller_the_cli_rolls_the_whole_job_a_task_at_a_time(
     region: LocalRegion,
 ) -> None:
     with region.client() as client:
-        response = client.post("/v1/jobs", json=sleeper_job("plain", 3))
-        assert response.status_code == 201, response.text
         handle = "default/plain"
-        before = wait_for(lambda: all_running(client, handle, 3), timeout_s=60, what="3 tasks")
-        env = {**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token}
-        done = subprocess.run(
-            [
-                *(sys.executable, "-m", "tether.cli.main", "job", "update", handle),
-                *("--version", "2", "--wait", "--timeout", "90"),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
+        before = running_job(client, "plain", 3)
+        done = region.cli(
+            *("job", "update", handle, "--version", "2", "--wait", "--timeout", "90"),
+            timeout_s=120,
         )
         assert done.returncode == 0, done.stderr
         assert "all 3 tasks run version 2" in done.stdout
@@ -203,11 +187,8 @@ def test_a_controller_that_never_answers_cannot_hold_up_a_failure_replacement(
     region: LocalRegion,
 ) -> None:
     with region.client() as client:
-        response = client.post("/v1/jobs", json=sleeper_job("stuck", 2))
-        assert response.status_code == 201, response.text
         handle = "default/stuck"
-        before = wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 tasks")
-        pids = {t["index"]: t["pid"] for t in before}
+        pids = {t["index"]: t["pid"] for t in running_job(client, "stuck", 2)}
 
         with ControllerThread(region, handle, hang=True) as controller:
             patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})

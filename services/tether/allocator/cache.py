@@ -147,12 +147,9 @@ class ChoiceCache(IndexListener):
         of the owner's order: replicas that ran out pull from disjoint second-choice parts, and
         the owner's next machines last."""
         hashes = np.stack([_salted(rows, peer) for peer in self._peers])
-        mine = self._peers.index(self._salt)
-        rank = np.argsort(np.argsort(-hashes.astype(np.int64), axis=0), axis=0)[mine]
-        columns = np.arange(len(rows))
-        owner_order = hashes[np.argmax(hashes, axis=0), columns]
-        order = np.where(rank == 0, hashes[mine], ~owner_order)
-        return rank, order
+        mine = hashes[self._peers.index(self._salt)]
+        rank: npt.NDArray[np.intp] = (hashes > mine).sum(axis=0)
+        return rank, np.where(rank == 0, mine, ~hashes.max(axis=0))
 
     def set_replicas(self, replicas: Iterable[str]) -> None:
         """The live replicas changed: the free pool is shared out among them anew."""

@@ -154,6 +154,17 @@ class LocalRegion:
 
         return asyncio.run(read())
 
+    def cli(self, *args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
+        """Runs the real `tether` CLI with the region's URL and admin token."""
+        return subprocess.run(
+            [sys.executable, "-m", "tether.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TETHER_URL": self.url, "TETHER_TOKEN": self.token},
+            timeout=timeout_s,
+            check=False,
+        )
+
     def client(self) -> httpx.Client:
         return httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10

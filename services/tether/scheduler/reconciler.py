@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
@@ -193,18 +193,11 @@ def _executed(
     message: str,
     now: datetime,
 ) -> TaskWrite:
-    task = stored_task.value
-    write = _incarnation(view.job.value, stored_task, task.restarts, message, now)
+    write = _incarnation(view.job.value, stored_task, stored_task.value.restarts, message, now)
     done = stored_operation.value.model_copy(
         update={"state": OperationState.DONE, "updated_at": now}
     )
-    return TaskWrite(
-        write.index,
-        write.revision,
-        write.task,
-        write.assignment,
-        operation=OperationWrite(done, stored_operation.revision),
-    )
+    return replace(write, operation=OperationWrite(done, stored_operation.revision))
 
 
 def _withdrawn(stored: Stored[TaskOperation], now: datetime) -> OperationWrite:

@@ -103,8 +103,6 @@ class Term:
         self._controllers = ControllerClient(settings.control_timeout_s)
         # Job handle -> calls to its controller that failed in a row.
         self._control_failures: dict[str, int] = {}
-        self.control_errors: dict[str, str] = {}
-        """Job handle -> why its controller's last call failed (cleared by a success)."""
         # Job handle -> its approval step under way, apart from reconciles: a slow controller
         # must not hold up restarts and replacements of the job's tasks.
         self._controlling: dict[str, asyncio.Task[None]] = {}
@@ -252,7 +250,6 @@ class Term:
             except ControllerFailed as error:
                 failures = self._control_failures.get(handle, 0) + 1
                 self._control_failures[handle] = failures
-                self.control_errors[handle] = str(error)
                 _log.warning("%s: %s (failure %d in a row)", handle, error, failures)
                 interval = self._settings.control_interval_s
                 self._later(
@@ -260,7 +257,6 @@ class Term:
                 )
                 return
             self._control_failures.pop(handle, None)
-            self.control_errors.pop(handle, None)
         waiting = {stored.value.id: stored for stored in pending.waiting}
         approved = [
             OperationWrite(

@@ -29,6 +29,8 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 M = TypeVar("M", bound=TetherModel)
+K = TypeVar("K")
+V = TypeVar("V")
 
 Changed = Callable[[str, Stored[T] | None, Stored[T] | None], None]
 """Called with a key and its old and new record (None: absent or invalid)."""
@@ -70,6 +72,16 @@ class Records(Generic[T]):
         if new is not None:
             self.items[key] = new
         self._changed(key, old, new)
+
+
+def _file(by_job: defaultdict[str, dict[K, V]], handle: str, key: K, value: V | None) -> None:
+    """Sets `key` in one job's part of a per-job index, or drops it (and the job, once empty)."""
+    if value is None:
+        by_job[handle].pop(key, None)
+        if not by_job[handle]:
+            del by_job[handle]
+    else:
+        by_job[handle][key] = value
 
 
 def _shard_id(value: bytes) -> str:
@@ -178,7 +190,10 @@ class ShardState:
     def _shard_map_changed(
         self, key: str, old: Stored[str] | None, new: Stored[str] | None
     ) -> None:
-        prefix = keys.jobs_of(keys.last_segment(key))
+        self._mark_jobs_of(keys.last_segment(key))
+
+    def _mark_jobs_of(self, entitlement: str) -> None:
+        prefix = keys.jobs_of(entitlement)
         for job_key, stored in list(self.jobs.items.items()):
             if job_key.startswith(prefix):
                 self._mark(stored.value.handle)
@@ -191,14 +206,9 @@ class ShardState:
         handle = f"{entitlement}/{name}"
         if old is not None and old.value.machine is not None:
             self._leave(old.value.machine, handle)
-        if new is None:
-            self._tasks[handle].pop(index, None)
-            if not self._tasks[handle]:
-                del self._tasks[handle]
-        else:
-            self._tasks[handle][index] = new
-            if new.value.machine is not None:
-                self._on_machine[new.value.machine][handle] += 1
+        _file(self._tasks, handle, index, new)
+        if new is not None and new.value.machine is not None:
+            self._on_machine[new.value.machine][handle] += 1
         self._mark(handle)
 
     def _leave(self, machine: str, handle: str) -> None:
@@ -214,12 +224,7 @@ class ShardState:
     ) -> None:
         entitlement, name, index = keys.task_of_key(key)
         handle = f"{entitlement}/{name}"
-        if new is None:
-            self._statuses[handle].pop(index, None)
-            if not self._statuses[handle]:
-                del self._statuses[handle]
-        else:
-            self._statuses[handle][index] = new.value
+        _file(self._statuses, handle, index, None if new is None else new.value)
         self._mark(handle)
 
     def _operation_changed(
@@ -227,12 +232,7 @@ class ShardState:
     ) -> None:
         entitlement, name, operation_id = key.rsplit("/", 3)[-3:]
         handle = f"{entitlement}/{name}"
-        if new is None:
-            self._operations[handle].pop(operation_id, None)
-            if not self._operations[handle]:
-                del self._operations[handle]
-        else:
-            self._operations[handle][operation_id] = new
+        _file(self._operations, handle, operation_id, new)
         self._mark(handle)
 
     def _controller_changed(
@@ -247,11 +247,8 @@ class ShardState:
             registration = stored.value
             if registration.job is not None:
                 self._mark(registration.job)
-                continue
-            prefix = keys.jobs_of(registration.entitlement)
-            for job_key, job in list(self.jobs.items.items()):
-                if job_key.startswith(prefix):
-                    self._mark(job.value.handle)
+            else:
+                self._mark_jobs_of(registration.entitlement)
 
     def _machine_changed(
         self, key: str, old: Stored[Machine] | None, new: Stored[Machine] | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -187,15 +187,11 @@ class ControllerClient:
                 f"controller at {registration.endpoint} failed: {error.code().name}: "
                 f"{error.details()}"
             ) from error
+        # Unknown and repeated ids are ignored, as the interface promises.
         pending = {operation.id for operation in request.pending_operations}
-        return _known(response.acknowledged_operation_ids, pending)
+        return [ack for ack in dict.fromkeys(response.acknowledged_operation_ids) if ack in pending]
 
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close(None)
         self._channels.clear()
-
-
-def _known(acks: Iterable[str], pending: Sequence[str] | set[str]) -> list[str]:
-    # Unknown and repeated ids are ignored, as the interface promises.
-    return [ack for ack in dict.fromkeys(acks) if ack in pending]
