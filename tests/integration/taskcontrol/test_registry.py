@@ -115,6 +115,16 @@ async def test_a_registration_lapses_unless_renewed(
     assert registered.registration_id in (raised.value.details() or "")
 
 
+@pytest.mark.parametrize("registration_id", ["", "a/b", "no-such-id"])
+async def test_renewing_an_unknown_id_is_not_found(
+    client: taskcontrol_pb2_grpc.TaskControllerRegistryAsyncStub, registration_id: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await client.Renew(pb.RenewRequest(registration_id=registration_id), metadata=bearer(ALICE))
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    assert "does not exist" in (raised.value.details() or "")
+
+
 @pytest.mark.parametrize(
     ("token", "request_", "code", "message"),
     [

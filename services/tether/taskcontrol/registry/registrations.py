@@ -108,10 +108,10 @@ class Registrations:
     async def renew(
         self, principal: PrincipalRecord, registration_id: str
     ) -> ControllerRegistration:
-        key = keys.controller(registration_id)
         kv = await self._read(registration_id)
         if kv is None:
             raise NotFound(f"registration '{registration_id}' does not exist or has expired")
+        key = kv.key
         registration = from_json(ControllerRegistration, kv.value, stored=True)
         await self._authorize(principal, registration.entitlement)
         try:
