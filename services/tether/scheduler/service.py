@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from tether.model import OperationState
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
-from tether.scheduler.executor import Executor, NotLeader
+from tether.scheduler.executor import Executor, NotLeader, Outcome
 from tether.scheduler.reconciler import JobView, OperationWrite, plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
@@ -203,9 +203,9 @@ class Term:
             self._place_after.pop(handle, None)
         if plan.wake_at is not None:
             self._later(handle, (plan.wake_at - now).total_seconds())
-        if not plan.delete_job:
+        if view.operations and not plan.delete_job:
             self._start_control(view, now)
-        await self._catch_up(outcome.tasks_revision, outcome.job_revision)
+        await self._catch_up(outcome)
 
     def _start_control(self, view: JobView, now: datetime) -> None:
         handle = view.job.value.handle
@@ -272,12 +272,17 @@ class Term:
         if len(approved) < len(waiting):
             self._later(handle, self._settings.control_interval_s)
 
-    async def _catch_up(self, tasks_revision: int, job_revision: int) -> None:
-        waits = []
-        if tasks_revision:
-            waits.append(self._state.tasks.mirror.wait_for(tasks_revision))
-        if job_revision:
-            waits.append(self._state.jobs.mirror.wait_for(job_revision))
+    async def _catch_up(self, outcome: Outcome) -> None:
+        state = self._state
+        waits = [
+            records.mirror.wait_for(revision)
+            for records, revision in (
+                (state.tasks, outcome.tasks_revision),
+                (state.jobs, outcome.job_revision),
+                (state.operations, outcome.operations_revision),
+            )
+            if revision
+        ]
         if not waits:
             return
         try:
