@@ -1,4 +1,5 @@
-"""The resource broker process: keeps `machines/` and `allocations/` in step with heartbeats."""
+"""The resource broker process: keeps `machines/` and `allocations/` in step with heartbeats,
+and machines' states in step with scheduled maintenance."""
 
 from __future__ import annotations
 
@@ -6,15 +7,27 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Final
 
 import pydantic
 
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
+from tether.broker.maintenance import MAINTAINED_STATES, maintenance_state, next_change
 from tether.broker.settings import BrokerSettings
-from tether.model import ZERO, AgentHeartbeat, Allocation, Machine, Resources, from_json, to_json
+from tether.model import (
+    ZERO,
+    AdvanceNotice,
+    AgentHeartbeat,
+    Allocation,
+    Machine,
+    Resources,
+    from_json,
+    to_json,
+)
 from tether.service import Service
 from tether.store import (
+    Delete,
     Get,
     KeyValue,
     Op,
@@ -38,7 +51,9 @@ RETRY_S: Final = 0.5
 class Broker(Service):
     """Creates a machine record (and its empty allocation) for every new machine of its
     datacenter that heartbeats, and updates a known machine's inventory fields when the agent
-    announces new ones. It never deletes machines; it owns `store` and closes it on `stop()`.
+    announces new ones. It drains the datacenter's machines with maintenance scheduled, puts
+    them in maintenance for the window and back up after it, then deletes the notice. It never
+    deletes machines; it owns `store` and closes it on `stop()`.
     """
 
     def __init__(self, store: Store, settings: BrokerSettings) -> None:
@@ -47,12 +62,16 @@ class Broker(Service):
         self.settings = settings
         self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
         self._machines = PrefixMirror(store, keys.MACHINES)
+        self._notices = PrefixMirror(store, keys.MAINTENANCE, self._notices_changed)
+        self._maintenance_due = True
+        self._maintenance_timer: asyncio.TimerHandle | None = None
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self._machines.start()
+        await self._notices.start()
         await self._heartbeats.start()
         self._pending.update(keys.last_segment(key) for key in self._heartbeats.items)
         self._wake.set()
@@ -64,7 +83,10 @@ class Broker(Service):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
+        if self._maintenance_timer is not None:
+            self._maintenance_timer.cancel()
         await self._heartbeats.stop()
+        await self._notices.stop()
         await self._machines.stop()
         await self._store.close()
 
@@ -73,10 +95,36 @@ class Broker(Service):
         self._pending.update(keys.last_segment(key) for key in changed)
         self._wake.set()
 
+    async def _notices_changed(self, changed: set[str]) -> None:
+        self._maintenance_due = True
+        self._wake.set()
+
+    def _maintenance_changes_at(self, moment: datetime) -> None:
+        if self._maintenance_timer is not None:
+            self._maintenance_timer.cancel()
+        delay_s = (moment - datetime.now(UTC)).total_seconds()
+        self._maintenance_timer = asyncio.get_running_loop().call_later(
+            max(delay_s, 0.0), self._notices_changed_now
+        )
+
+    def _notices_changed_now(self) -> None:
+        self._maintenance_timer = None
+        self._maintenance_due = True
+        self._wake.set()
+
     async def _work(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._maintenance_due:
+                self._maintenance_due = False
+                try:
+                    await self._apply_maintenance()
+                except StoreError as error:
+                    self._maintenance_due = True
+                    _log.warning("store request failed, retrying in %ss: %s", RETRY_S, error)
+                    await asyncio.sleep(RETRY_S)
+                    self._wake.set()
             while self._pending:
                 machine_id = self._pending.pop()
                 try:
@@ -85,6 +133,69 @@ class Broker(Service):
                     self._pending.add(machine_id)
                     _log.warning("store request failed, retrying in %ss: %s", RETRY_S, error)
                     await asyncio.sleep(RETRY_S)
+
+    def _scheduled(self) -> list[tuple[AdvanceNotice, int]]:
+        """Every readable advance notice, with its mod revision."""
+        notices = []
+        for key, kv in list(self._notices.items.items()):
+            try:
+                notices.append((from_json(AdvanceNotice, kv.value, stored=True), kv.mod_revision))
+            except pydantic.ValidationError as error:
+                _log.error("ignoring malformed maintenance notice %s: %s", key, error)
+        return notices
+
+    def _machines_of_dc(self, machine_ids: set[str]) -> dict[str, tuple[Machine, int]]:
+        """This datacenter's machines among `machine_ids`, plus every one of them that is
+        draining or in maintenance (a cancelled notice leaves those behind)."""
+        found: dict[str, tuple[Machine, int]] = {}
+        for key, kv in list(self._machines.items.items()):
+            machine_id = keys.last_segment(key)
+            # Most machines are up: only parse those the notices name or that may be held.
+            if machine_id not in machine_ids and not any(
+                f'"{state.value}"'.encode() in kv.value for state in MAINTAINED_STATES
+            ):
+                continue
+            try:
+                machine = from_json(Machine, kv.value, stored=True)
+            except pydantic.ValidationError:
+                continue  # _sync reports malformed records
+            if machine.topology.dc == self.settings.dc and (
+                machine_id in machine_ids or machine.state in MAINTAINED_STATES
+            ):
+                found[machine_id] = (machine, kv.mod_revision)
+        return found
+
+    async def _apply_maintenance(self) -> None:
+        """Sets each machine of the datacenter to the state its maintenance calls for, and
+        deletes the notices that are over."""
+        now = datetime.now(UTC)
+        scheduled = self._scheduled()
+        by_machine: dict[str, list[AdvanceNotice]] = {}
+        for notice, _ in scheduled:
+            for machine_id in notice.machines:
+                by_machine.setdefault(machine_id, []).append(notice)
+        for machine_id, (machine, revision) in self._machines_of_dc(set(by_machine)).items():
+            state = maintenance_state(machine.state, by_machine.get(machine_id, ()), now)
+            if state is None:
+                continue
+            key = keys.machine(machine_id)
+            changed = machine.model_copy(update={"state": state})
+            result = await self._store.txn(
+                [mod_revision_is(key, revision)], [Put(key, to_json(changed))]
+            )
+            if result.succeeded:
+                _log.info("machine %s: %s for maintenance", machine_id, state.value)
+            else:
+                # Changed meanwhile (a heartbeat, the health checker): decide again on it.
+                self._maintenance_due = True
+                self._wake.set()
+        for notice, revision in scheduled:
+            if notice.end <= now:
+                key = keys.maintenance(notice.id)
+                await self._store.txn([mod_revision_is(key, revision)], [Delete(key)])
+        upcoming = next_change((notice for notice, _ in scheduled), now)
+        if upcoming is not None:
+            self._maintenance_changes_at(upcoming)
 
     def _announced(self, machine_id: str) -> Machine | None:
         """The machine the current heartbeat of `machine_id` announces for this datacenter."""

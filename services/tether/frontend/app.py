@@ -20,10 +20,13 @@ from tether.frontend.api import (
     health,
     jobs,
     machines,
+    maintenance,
     placement,
     region,
     tasks,
 )
+from tether.frontend.schemas.maintenance import MaintenanceRequest
+from tether.frontend.schemas.operations import OperationRequest
 from tether.frontend.settings import FrontendSettings
 from tether.model import Entitlement, JobSpec, PrincipalRecord
 from tether.store import Store
@@ -33,7 +36,7 @@ DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 The contract is docs/protocol.md, "The frontend's REST API"."""
 
 
-BODY_MODELS: Final = (JobSpec, Entitlement, PrincipalRecord)
+BODY_MODELS: Final = (JobSpec, Entitlement, PrincipalRecord, MaintenanceRequest, OperationRequest)
 """Request bodies that routes validate themselves, so FastAPI does not know their schemas."""
 
 
@@ -73,6 +76,16 @@ def create_app(store: Store, settings: FrontendSettings) -> FastAPI:
     app.state.settings = settings
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     problems.install(app)
-    for module in (health, entitlements, jobs, tasks, placement, machines, region, admin):
+    for module in (
+        health,
+        entitlements,
+        jobs,
+        tasks,
+        placement,
+        machines,
+        maintenance,
+        region,
+        admin,
+    ):
         app.include_router(module.router)
     return app

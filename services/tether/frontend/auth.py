@@ -45,6 +45,12 @@ def require_admin(principal: PrincipalRecord) -> None:
         raise Forbidden(f"principal '{principal.name}' is not an admin")
 
 
+def require_operator(principal: PrincipalRecord) -> None:
+    """403 unless the principal has the operator (or admin) role."""
+    if not principal.is_operator:
+        raise Forbidden(f"principal '{principal.name}' is not an operator")
+
+
 def can_see(principal: PrincipalRecord, entitlement: Entitlement) -> bool:
     """Admins see every entitlement, others those that list them as members."""
     return principal.may_use(entitlement)

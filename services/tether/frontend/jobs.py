@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,10 +13,13 @@ from pydantic import ValidationError
 
 from tether.frontend import records
 from tether.frontend.bodies import spec_sha256
+from tether.frontend.operations import job_operations
 from tether.frontend.problems import Conflict, NotFound, OverQuota, validation_problem
 from tether.frontend.quota import quota_shortfall
 from tether.frontend.schemas.jobs import JobView
 from tether.model import (
+    OPEN_STATES,
+    ControlStatus,
     Entitlement,
     Job,
     JobHandle,
@@ -48,8 +52,20 @@ class Submitted:
 
 
 async def job_view(store: Store, job: Job) -> JobView:
-    """The job with its task counts."""
-    return JobView.of(job, await records.job_tasks(store, job.spec.entitlement, job.spec.name))
+    """The job with its task counts, open operations and how its controller answers."""
+    entitlement, name = job.spec.entitlement, job.spec.name
+    view = JobView.of(job, await records.job_tasks(store, entitlement, name))
+    operations = await job_operations(store, entitlement, name)
+    control = await records.get(store, keys.control_status(entitlement, name), ControlStatus)
+    open_by_state = Counter(
+        operation.state.value for operation in operations if operation.state in OPEN_STATES
+    )
+    return view.model_copy(
+        update={
+            "operations": dict(open_by_state),
+            "control": control.model if control is not None else None,
+        }
+    )
 
 
 async def _requested_by_others(store: Store, entitlement: str, excluding: str) -> list[JobSpec]:

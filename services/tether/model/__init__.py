@@ -47,7 +47,7 @@ from tether.model.job import (
 )
 from tether.model.machine import Machine, MachineState
 from tether.model.maintenance import MAX_MAINTENANCE_S, AdvanceNotice, MaintenanceKind
-from tether.model.operation import OperationKind, OperationState, TaskOperation
+from tether.model.operation import OPEN_STATES, OperationKind, OperationState, TaskOperation
 from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
 from tether.model.region import (
     AgentHeartbeat,
@@ -70,7 +70,7 @@ from tether.model.task import (
     current_status,
     effective_state,
 )
-from tether.model.taskcontrol import ControllerRegistration, Endpoint
+from tether.model.taskcontrol import ControllerRegistration, ControlStatus, Endpoint
 from tether.model.topology import FaultDomain, Topology
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "MAX_QUANTITY",
     "NAME_RULE",
     "ON_MACHINE_STATES",
+    "OPEN_STATES",
     "RESERVED_ENV_PREFIX",
     "TERMINAL_STATES",
     "ZERO",
@@ -94,6 +95,7 @@ __all__ = [
     "AttributeValue",
     "Constraint",
     "ConstraintOp",
+    "ControlStatus",
     "ControllerRegistration",
     "DesiredState",
     "Endpoint",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -39,6 +39,10 @@ class OperationState(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+OPEN_STATES: Final = frozenset({OperationState.PENDING_APPROVAL, OperationState.APPROVED})
+"""Operations not yet executed or withdrawn."""
+
+
 class TaskOperation(TetherModel):
     """An operation on some tasks of one job."""
 
@@ -56,6 +60,11 @@ class TaskOperation(TetherModel):
     """The version an update installs; required for update, forbidden otherwise."""
     target_machine: Name | None = None
     """Where a move goes; only for move, and None lets the allocator choose."""
+    attempt: int | None = Field(default=None, ge=0)
+    """The attempt of its task the operation acts on: a newer attempt (a restart, a new
+    placement) overtakes it. None: any attempt."""
+    notice: Identifier | None = None
+    """The maintenance whose advance notice the operation answers (its deadline is the start)."""
 
     @field_validator("target_version")
     @classmethod

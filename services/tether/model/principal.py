@@ -17,6 +17,8 @@ class Role(enum.StrEnum):
     """Region-wide roles. Entitlement membership is kept on the entitlement, not here."""
 
     ADMIN = "admin"
+    OPERATOR = "operator"
+    """Runs the region's machines: schedules maintenance. Admins are operators too."""
 
 
 class PrincipalRecord(TetherModel):
@@ -29,6 +31,11 @@ class PrincipalRecord(TetherModel):
     def is_admin(self) -> bool:
         """Whether the principal may use admin endpoints and see every entitlement."""
         return Role.ADMIN in self.roles
+
+    @property
+    def is_operator(self) -> bool:
+        """Whether the principal may schedule and cancel maintenance."""
+        return self.is_admin or Role.OPERATOR in self.roles
 
     def may_use(self, entitlement: Entitlement) -> bool:
         """Admins use every entitlement, others those that list them as members."""

@@ -52,3 +52,18 @@ class ControllerRegistration(TetherModel):
                 {"port": port},
             )
         return self
+
+
+class ControlStatus(TetherModel):
+    """How asking a job's controller goes, as `tether job show` reports it. The sequence number
+    lives here so that it keeps growing across scheduler leaders."""
+
+    sequence: int = Field(default=0, ge=0)
+    """The last sequence number sent to a controller for the job."""
+    controller: str = ""
+    """The endpoint last called."""
+    error: str = ""
+    """Why the last call failed ("" when it succeeded)."""
+    failures: int = Field(default=0, ge=0)
+    """Calls that failed in a row."""
+    updated_at: Timestamp | None = None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tether.model import parse_job_handle, to_json
+from tether.model import ControlStatus, from_json, parse_job_handle, to_json
 from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
 from tether.scheduler.reconciler import (
@@ -159,14 +159,46 @@ class Executor:
     async def next_sequence(self, job_handle: str) -> int:
         """The job's next TaskControl sequence number, kept in the store so that it grows
         across leaders."""
+        status = await self._change_control(
+            job_handle, lambda s: s.model_copy(update={"sequence": s.sequence + 1})
+        )
+        assert status is not None, "a new sequence number is always written"
+        return status.sequence
+
+    async def control_outcome(self, job_handle: str, controller: str, error: str) -> int:
+        """Records how the last call to the job's controller went ("" error: it succeeded),
+        writing only when that changes what `tether job show` reports; returns the calls that
+        failed in a row."""
+
+        def outcome(status: ControlStatus) -> ControlStatus | None:
+            failures = status.failures + 1 if error else 0
+            if (status.controller, status.error, status.failures) == (controller, error, failures):
+                return None
+            return status.model_copy(
+                update={"controller": controller, "error": error, "failures": failures}
+            )
+
+        changed = await self._change_control(job_handle, outcome)
+        return changed.failures if changed is not None else 0
+
+    async def _change_control(
+        self, job_handle: str, change: Callable[[ControlStatus], ControlStatus | None]
+    ) -> ControlStatus | None:
+        """Read-modify-write of the job's ControlStatus; None when `change` left it alone."""
         entitlement, name = parse_job_handle(job_handle)
-        key = keys.control_sequence(entitlement, name)
+        key = keys.control_status(entitlement, name)
         while True:
             kv = await self._store.get(key)
-            number = int(kv.value) + 1 if kv is not None else 1
+            status = (
+                ControlStatus() if kv is None else from_json(ControlStatus, kv.value, stored=True)
+            )
+            changed = change(status)
+            if changed is None:
+                return None
+            changed = changed.model_copy(update={"updated_at": datetime.now(UTC)})
             compare = mod_revision_is(key, kv.mod_revision) if kv is not None else key_missing(key)
-            if await self._txn([compare], [Put(key, str(number).encode())]):
-                return number
+            if await self._txn([compare], [Put(key, to_json(changed))]):
+                return changed
 
     async def _delete_job(self, view: JobView) -> int:
         entitlement, name = parse_job_handle(view.job.value.handle)

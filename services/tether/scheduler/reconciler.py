@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 from tether.model import (
+    OPEN_STATES,
+    AdvanceNotice,
     Assignment,
     DesiredState,
     Job,
@@ -57,10 +59,9 @@ class JobView:
     here is already absent from `tasks`."""
     operations: Mapping[str, Stored[TaskOperation]] = field(default_factory=dict)
     """The job's task operations, by id."""
-
-
-OPEN_OPERATIONS: Final = frozenset({OperationState.PENDING_APPROVAL, OperationState.APPROVED})
-"""Operations not yet executed or withdrawn."""
+    maintenance: Mapping[str, Sequence[AdvanceNotice]] = field(default_factory=dict)
+    """Machine id -> its scheduled maintenance, soonest first (region-wide: shared by every
+    view, not copied)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,7 @@ def plan_job(view: JobView, now: datetime) -> Plan:
                 plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
     for index, stored in sorted(view.tasks.items()):
         _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
-    _plan_updates(view, now, plan)
+    _plan_operations(view, now, plan)
     plan.delete_job = job.deleting and not view.tasks
     return plan
 
@@ -134,70 +135,170 @@ def is_healthy(task: Task, status: TaskStatus | None) -> bool:
     return current is not None and current.state is TaskState.RUNNING
 
 
-def _plan_updates(view: JobView, now: datetime, plan: Plan) -> None:
-    """Healthy tasks on an older package version get an UPDATE operation to approve; approved
-    ones restart on the new version; ones the job or the task overtook are withdrawn.
+def _plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
+    """Proposes the operations the job's tasks need (updates to the job's version, moves off
+    machines with maintenance ahead), executes the approved ones and those whose deadline has
+    come, and withdraws the ones that no longer apply.
 
-    A task that is not healthy is no operation: its next incarnation (a restart or a new
-    placement) runs the new version anyway.
+    A task this plan already writes is left alone: its next reconcile decides on its new record.
+    At most one operation per task executes in a plan, since each makes a new attempt.
     """
     job = view.job.value
-    version = job.spec.task.version
     touched = {write.index for write in (*plan.release, *plan.writes)}
     open_by_task: dict[int, list[Stored[TaskOperation]]] = {}
-    for stored in view.operations.values():
-        operation = stored.value
-        if operation.kind is OperationKind.UPDATE and operation.state in OPEN_OPERATIONS:
-            for index in operation.tasks:
+    for stored in sorted(view.operations.values(), key=lambda s: (s.value.created_at, s.value.id)):
+        if stored.value.state in OPEN_STATES:
+            for index in stored.value.tasks:
                 open_by_task.setdefault(index, []).append(stored)
     for index, stored_task in sorted(view.tasks.items()):
-        task = stored_task.value
-        healthy = is_healthy(task, view.statuses.get(index)) and index not in touched
-        wanted = not job.deleting and index < job.spec.count and task.version != version and healthy
-        current = update_id(version, index)
-        for open_operation in open_by_task.pop(index, []):
-            operation = open_operation.value
-            if wanted and operation.id == current:
-                if operation.state is OperationState.APPROVED:
-                    plan.writes.append(
-                        _executed(view, stored_task, open_operation, f"updated to {version}", now)
-                    )
-                wanted = False
+        open_operations = open_by_task.pop(index, [])
+        if index in touched:
+            continue
+        live = not job.deleting and index < job.spec.count
+        proposals = {op.id: op for op in _proposals(view, stored_task, now)} if live else {}
+        executed = False
+        for stored in open_operations:
+            operation = stored.value
+            if not (live and _applies(view, stored_task, operation, now)):
+                plan.operations.append(_withdrawn(stored, now))
                 continue
-            plan.operations.append(_withdrawn(open_operation, now))
-        if wanted:
-            plan.operations.append(
-                OperationWrite(
-                    TaskOperation(
-                        id=current,
-                        kind=OperationKind.UPDATE,
-                        job=job.handle,
-                        tasks=[index],
-                        reason=f"update from version {task.version} to {version}",
-                        created_at=now,
-                        updated_at=now,
-                        target_version=version,
-                    ),
-                    0,
-                )
-            )
+            proposals.pop(operation.id, None)
+            if not executed and _due(operation, now):
+                _execute(view, stored_task, stored, now, plan)
+                executed = True
+            elif operation.deadline is not None:
+                plan.wake(operation.deadline)
+        for proposal in proposals.values():
+            if not executed and _due(proposal, now):
+                # Its deadline has passed already: there is no time left to ask anyone.
+                _execute(view, stored_task, Stored(proposal, 0), now, plan)
+                executed = True
+                continue
+            plan.operations.append(OperationWrite(proposal, 0))
+            if proposal.deadline is not None:
+                plan.wake(proposal.deadline)
     # Operations of tasks that are gone.
     for stale in open_by_task.values():
         plan.operations += [_withdrawn(operation, now) for operation in stale]
 
 
-def _executed(
+def _due(operation: TaskOperation, now: datetime) -> bool:
+    """Approved, or its deadline has come whatever the controller says."""
+    if operation.state is OperationState.APPROVED:
+        return True
+    return operation.deadline is not None and now >= operation.deadline
+
+
+def maintenance_id(notice: AdvanceNotice, index: int, attempt: int) -> str:
+    """The id of the move of task `index` (at `attempt`) off a machine under `notice`."""
+    digest = hashlib.sha256(f"{notice.id}/{attempt}".encode()).hexdigest()[:12]
+    return f"maintenance-{digest}-t{index}"
+
+
+def next_maintenance(view: JobView, machine: str | None, now: datetime) -> AdvanceNotice | None:
+    """The machine's maintenance that is not over yet and starts first."""
+    if machine is None:
+        return None
+    return next((n for n in view.maintenance.get(machine, ()) if now < n.end), None)
+
+
+def _proposals(view: JobView, stored_task: Stored[Task], now: datetime) -> list[TaskOperation]:
+    """The operations the task needs now; each id is stable, so a need is proposed once."""
+    job, task = view.job.value, stored_task.value
+    proposals = []
+    version = job.spec.task.version
+    if task.version != version and is_healthy(task, view.statuses.get(task.index)):
+        proposals.append(
+            TaskOperation(
+                id=update_id(version, task.index),
+                kind=OperationKind.UPDATE,
+                job=job.handle,
+                tasks=[task.index],
+                reason=f"update from version {task.version} to {version}",
+                created_at=now,
+                updated_at=now,
+                target_version=version,
+            )
+        )
+    notice = next_maintenance(view, task.machine, now)
+    if notice is not None:
+        proposals.append(
+            TaskOperation(
+                id=maintenance_id(notice, task.index, task.attempt),
+                kind=OperationKind.MOVE,
+                job=job.handle,
+                tasks=[task.index],
+                reason=f"{notice.kind} maintenance of machine {task.machine} from "
+                f"{notice.start:%Y-%m-%d %H:%M:%S}Z for {notice.duration_s}s"
+                + (f": {notice.reason}" if notice.reason else ""),
+                created_at=now,
+                updated_at=now,
+                deadline=notice.start,
+                attempt=task.attempt,
+                notice=notice.id,
+            )
+        )
+    return proposals
+
+
+def _applies(
+    view: JobView, stored_task: Stored[Task], operation: TaskOperation, now: datetime
+) -> bool:
+    """Whether an open operation still makes sense for the task as it is now."""
+    job, task = view.job.value, stored_task.value
+    if operation.attempt is not None and operation.attempt != task.attempt:
+        return False  # overtaken by a newer attempt
+    if task.machine is None:
+        return False  # nothing runs to restart, update or move
+    if operation.kind is OperationKind.UPDATE:
+        # An unhealthy task's next attempt runs the job's version anyway.
+        version = job.spec.task.version
+        return (
+            task.version != version
+            and operation.id == update_id(version, task.index)
+            and is_healthy(task, view.statuses.get(task.index))
+        )
+    if operation.notice is not None:
+        notice = next_maintenance(view, task.machine, now)
+        return notice is not None and notice.id == operation.notice
+    return True
+
+
+def _execute(
     view: JobView,
     stored_task: Stored[Task],
     stored_operation: Stored[TaskOperation],
-    message: str,
     now: datetime,
-) -> TaskWrite:
-    write = _incarnation(view.job.value, stored_task, stored_task.value.restarts, message, now)
-    done = stored_operation.value.model_copy(
-        update={"state": OperationState.DONE, "updated_at": now}
+    plan: Plan,
+) -> None:
+    """Adds the operation's task write to the plan, marking the operation done with it."""
+    job, task, operation = view.job.value, stored_task.value, stored_operation.value
+    done = OperationWrite(
+        operation.model_copy(update={"state": OperationState.DONE, "updated_at": now}),
+        stored_operation.revision,
     )
-    return replace(write, operation=OperationWrite(done, stored_operation.revision))
+    if operation.kind is OperationKind.MOVE:
+        # Released here, placed anew by the next reconcile: a machine under maintenance is not
+        # up, so the allocator does not choose it again.
+        moved = _changed(
+            task,
+            state=TaskState.PENDING,
+            machine=None,
+            message=f"moved off {task.machine}: {operation.reason}",
+            updated_at=now,
+        )
+        plan.release.append(
+            TaskWrite(
+                task.index, stored_task.revision, moved, unassign=task.machine, operation=done
+            )
+        )
+        return
+    if operation.kind is OperationKind.UPDATE:
+        message = f"updated to {job.spec.task.version}"
+    else:
+        message = f"restarted: {operation.reason}"
+    write = _incarnation(job, stored_task, task.restarts, message, now)
+    plan.writes.append(replace(write, operation=done))
 
 
 def _withdrawn(stored: Stored[TaskOperation], now: datetime) -> OperationWrite:

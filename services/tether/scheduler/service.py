@@ -101,8 +101,6 @@ class Term:
         self._place_after: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._controllers = ControllerClient(settings.control_timeout_s)
-        # Job handle -> calls to its controller that failed in a row.
-        self._control_failures: dict[str, int] = {}
         # Job handle -> its approval step under way, apart from reconciles: a slow controller
         # must not hold up restarts and replacements of the job's tasks.
         self._controlling: dict[str, asyncio.Task[None]] = {}
@@ -245,18 +243,19 @@ class Term:
             sequence = await self._executor.next_sequence(handle)
             try:
                 acks = await self._controllers.process(
-                    registration, control_request(view, pending, sequence)
+                    registration, control_request(view, pending, sequence, now)
                 )
             except ControllerFailed as error:
-                failures = self._control_failures.get(handle, 0) + 1
-                self._control_failures[handle] = failures
+                failures = await self._executor.control_outcome(
+                    handle, registration.endpoint, str(error)
+                )
                 _log.warning("%s: %s (failure %d in a row)", handle, error, failures)
                 interval = self._settings.control_interval_s
                 self._later(
                     handle, min(interval * 2**failures, self._settings.control_backoff_max_s)
                 )
                 return
-            self._control_failures.pop(handle, None)
+            await self._executor.control_outcome(handle, registration.endpoint, "")
         waiting = {stored.value.id: stored for stored in pending.waiting}
         approved = [
             OperationWrite(

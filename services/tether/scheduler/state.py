@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tether.model import (
+    AdvanceNotice,
     ControllerRegistration,
     Job,
     Machine,
@@ -93,8 +94,9 @@ def _parser(model: type[M]) -> Callable[[bytes], M]:
 
 
 class ShardState:
-    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/`, `machines/`, `operations/`
-    and `taskcontrollers/`; calls `mark(job handle)` for every job a change may concern."""
+    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/`, `machines/`, `operations/`,
+    `taskcontrollers/` and `maintenance/`; calls `mark(job handle)` for every job a change may
+    concern."""
 
     def __init__(self, store: Store, shard: str, mark: Callable[[str], None]) -> None:
         self.shard = shard
@@ -112,7 +114,12 @@ class ShardState:
         self.controllers = Records(
             store, keys.CONTROLLERS, _parser(ControllerRegistration), self._controller_changed
         )
+        self.notices = Records(
+            store, keys.MAINTENANCE, _parser(AdvanceNotice), self._notice_changed
+        )
         self.machines: dict[str, Machine] = {}
+        # machine id -> its advance notices, soonest first.
+        self.maintenance: dict[str, list[AdvanceNotice]] = {}
         self._operations: defaultdict[str, dict[str, Stored[TaskOperation]]] = defaultdict(dict)
         self._tasks: defaultdict[str, dict[int, Stored[Task]]] = defaultdict(dict)
         self._statuses: defaultdict[str, dict[int, TaskStatus]] = defaultdict(dict)
@@ -130,6 +137,7 @@ class ShardState:
             self.machines_records,
             self.operations,
             self.controllers,
+            self.notices,
         ]
 
     async def start(self) -> None:
@@ -167,6 +175,7 @@ class ShardState:
             machines_revision=self.machines_records.mirror.revision,
             revision=self.tasks.mirror.revision,
             operations=dict(self._operations.get(handle, {})),
+            maintenance=self.maintenance,
         )
 
     def controller_for(self, handle: str) -> ControllerRegistration | None:
@@ -249,6 +258,25 @@ class ShardState:
                 self._mark(registration.job)
             else:
                 self._mark_jobs_of(registration.entitlement)
+
+    def _notice_changed(
+        self, key: str, old: Stored[AdvanceNotice] | None, new: Stored[AdvanceNotice] | None
+    ) -> None:
+        notice_id = keys.last_segment(key)
+        for stored in (old, new):
+            if stored is None:
+                continue
+            for machine_id in stored.value.machines:
+                notices = [n for n in self.maintenance.get(machine_id, []) if n.id != notice_id]
+                if new is not None and machine_id in new.value.machines:
+                    notices.append(new.value)
+                    notices.sort(key=lambda notice: (notice.start, notice.id))
+                if notices:
+                    self.maintenance[machine_id] = notices
+                else:
+                    self.maintenance.pop(machine_id, None)
+                for handle in list(self._on_machine.get(machine_id, {})):
+                    self._mark(handle)
 
     def _machine_changed(
         self, key: str, old: Stored[Machine] | None, new: Stored[Machine] | None

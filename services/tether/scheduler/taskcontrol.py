@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tether.model import (
+    AdvanceNotice,
     ControllerRegistration,
+    MaintenanceKind,
     OperationKind,
     OperationState,
     TaskOperation,
@@ -47,6 +50,12 @@ _TASK_STATES: Mapping[TaskState, pb.TaskState.ValueType] = {
     TaskState.FAILED: pb.TASK_STATE_FAILED,
     TaskState.LOST: pb.TASK_STATE_LOST,
     TaskState.KILLED: pb.TASK_STATE_KILLED,
+}
+_MAINTENANCE_KINDS: Mapping[MaintenanceKind, pb.MaintenanceKind.ValueType] = {
+    MaintenanceKind.REBOOT: pb.MAINTENANCE_KIND_REBOOT,
+    MaintenanceKind.HARDWARE: pb.MAINTENANCE_KIND_HARDWARE,
+    MaintenanceKind.NETWORK: pb.MAINTENANCE_KIND_NETWORK,
+    MaintenanceKind.POWER: pb.MAINTENANCE_KIND_POWER,
 }
 COMPLETED = frozenset({OperationState.DONE, OperationState.CANCELLED})
 
@@ -139,7 +148,38 @@ def _operation_message(view: JobView, operation: TaskOperation) -> pb.TaskOperat
     return message
 
 
-def control_request(view: JobView, pending: Pending, sequence: int) -> pb.TaskControlRequest:
+def advance_notices(view: JobView, now: datetime) -> list[pb.AdvanceNotice]:
+    """Maintenance not over yet on machines of the job's tasks: only those machines and tasks."""
+    affected: dict[str, tuple[AdvanceNotice, dict[str, list[int]]]] = {}
+    for index, stored in sorted(view.tasks.items()):
+        machine = stored.value.machine
+        if machine is None:
+            continue
+        for notice in view.maintenance.get(machine, ()):
+            if now < notice.end:
+                machines = affected.setdefault(notice.id, (notice, {}))[1]
+                machines.setdefault(machine, []).append(index)
+    messages = []
+    for notice, machines in sorted(affected.values(), key=lambda a: (a[0].start, a[0].id)):
+        messages.append(
+            pb.AdvanceNotice(
+                id=notice.id,
+                machine_ids=sorted(machines),
+                affected_tasks=[
+                    _task_ref(view, index) for indexes in machines.values() for index in indexes
+                ],
+                start=_timestamp(notice.start),
+                duration=Duration(seconds=notice.duration_s),
+                kind=_MAINTENANCE_KINDS[notice.kind],
+                reason=notice.reason,
+            )
+        )
+    return messages
+
+
+def control_request(
+    view: JobView, pending: Pending, sequence: int, now: datetime
+) -> pb.TaskControlRequest:
     """The full picture of the job for its controller."""
     unhealthy_tasks = []
     for index in unhealthy(view):
@@ -159,6 +199,7 @@ def control_request(view: JobView, pending: Pending, sequence: int) -> pb.TaskCo
         sequence_number=sequence,
         pending_operations=[_operation_message(view, s.value) for s in pending.waiting],
         completed_operations=[_operation_message(view, s.value) for s in pending.completed],
+        advance_notices=advance_notices(view, now),
         all_unhealthy_tasks=unhealthy_tasks,
         task_count=view.job.value.spec.count,
     )

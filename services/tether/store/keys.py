@@ -23,8 +23,8 @@ TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placemen
 TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
 OPERATIONS = ROOT + "operations/"  # <entitlement>/<job>/<operation id> -> TaskOperation
 CONTROLLERS = ROOT + "taskcontrollers/"  # registration id -> TaskController registration
-# <entitlement>/<job> -> the last TaskControl sequence number sent for the job (plain integer)
-CONTROL_SEQUENCES = ROOT + "taskcontrol-sequences/"
+# <entitlement>/<job> -> ControlStatus: the last TaskControl sequence number, the last failure
+CONTROL_STATUS = ROOT + "taskcontrol-status/"
 MAINTENANCE = ROOT + "maintenance/"  # notice id -> AdvanceNotice
 SHARD_MAP = ROOT + "shards/map/"  # entitlement name -> shard id
 SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> ShardLeader, bound to its lease
@@ -46,7 +46,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     TASK_STATUS,
     OPERATIONS,
     CONTROLLERS,
-    CONTROL_SEQUENCES,
+    CONTROL_STATUS,
     MAINTENANCE,
     SHARD_MAP,
     SHARD_LEADERS,
@@ -171,8 +171,8 @@ def operations_of(entitlement_name: str, job_name: str) -> str:
     return _join(OPERATIONS, entitlement_name, job_name) + "/"
 
 
-def control_sequence(entitlement_name: str, job_name: str) -> str:
-    return _join(CONTROL_SEQUENCES, entitlement_name, job_name)
+def control_status(entitlement_name: str, job_name: str) -> str:
+    return _join(CONTROL_STATUS, entitlement_name, job_name)
 
 
 def controller(registration_id: str) -> str:

@@ -24,6 +24,8 @@ JOB_VIEW_KEYS = {
     "spec",
     "tasks",
     "running",
+    "operations",
+    "control",
 }
 
 
@@ -42,6 +44,7 @@ async def test_submit_json_and_yaml(region: Region) -> None:
     assert (view["entitlement"], view["name"], view["count"]) == ("team-a", "web", 2)
     assert (view["generation"], view["deleting"], view["running"]) == (1, False, 0)
     assert view["tasks"]["pending"] == 0
+    assert (view["operations"], view["control"]) == ({}, None)
     assert view["spec"]["task"]["resources"]["cpu"] == 1000
 
     as_yaml = yaml.safe_dump(job_spec("batch", count=1, kind="batch"))

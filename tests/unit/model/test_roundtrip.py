@@ -26,6 +26,7 @@ from tether.model import (
     Constraint,
     ConstraintOp,
     ControllerRegistration,
+    ControlStatus,
     DesiredState,
     Entitlement,
     FaultDomain,
@@ -258,6 +259,8 @@ def task_operations(draw: st.DrawFn) -> TaskOperation:
         deadline=draw(st.none() | timestamps),
         target_version=draw(versions) if kind is OperationKind.UPDATE else None,
         target_machine=draw(st.none() | names) if kind is OperationKind.MOVE else None,
+        attempt=draw(st.none() | quantities),
+        notice=draw(st.none() | identifiers),
     )
 
 
@@ -344,6 +347,14 @@ controller_registrations = st.builds(
     lease=st.integers(0, 2**62),
     expires_at=timestamps,
 )
+control_statuses = st.builds(
+    ControlStatus,
+    sequence=quantities,
+    controller=st.text(max_size=40),
+    error=st.text(max_size=40),
+    failures=quantities,
+    updated_at=st.none() | timestamps,
+)
 
 STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     Resources: resources,
@@ -375,6 +386,7 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     AllocatorEndpoint: allocator_endpoints,
     AgentHeartbeat: agent_heartbeats,
     ControllerRegistration: controller_registrations,
+    ControlStatus: control_statuses,
 }
 
 

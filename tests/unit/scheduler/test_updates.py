@@ -173,7 +173,7 @@ def test_the_controller_request_has_the_full_picture() -> None:
         operation(0, OperationState.PENDING_APPROVAL),
         done,
     )
-    request = control_request(view, Pending.of(view), 42)
+    request = control_request(view, Pending.of(view), 42, NOW)
     assert (request.job_handle, request.sequence_number, request.task_count) == ("ads/web", 42, 3)
     [pending] = request.pending_operations
     assert (pending.id, pending.target_version) == (update_id("2.0", 0), "2.0")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import Response
 
-from tether.frontend import jobs, records
+from tether.frontend import jobs, operations, records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
 from tether.frontend.bodies import (
@@ -19,8 +20,9 @@ from tether.frontend.bodies import (
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
 from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
+from tether.frontend.schemas.operations import OperationList, OperationRequest
 from tether.model import Entitlement, Job, JobSpec, Name
-from tether.store import keys
+from tether.store import Store, keys
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=AUTH_PROBLEMS)
 
@@ -88,10 +90,7 @@ async def get_job(
 ) -> Response:
     """One job with its task counts by effective state."""
     await authorize_entitlement(store, principal, ent)
-    found = await records.get(store, keys.job(ent, job), Job)
-    if found is None:
-        raise NotFound(f"job '{ent}/{job}' does not exist")
-    return (await jobs.job_view(store, found.model)).response()
+    return (await jobs.job_view(store, await _existing(store, ent, job))).response()
 
 
 @router.post("/{ent}/{job}/scale", response_model=JobView, responses=problems(400, 404, 409, 422))
@@ -122,6 +121,50 @@ async def update_job(
     await authorize_entitlement(store, principal, ent)
     updated = await jobs.update_version(store, ent, job, request.version)
     return (await jobs.job_view(store, updated)).response()
+
+
+@router.get("/{ent}/{job}/operations", response_model=OperationList, responses=problems(404))
+async def list_operations(
+    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+) -> Response:
+    """The job's task operations: open ones, and completed ones until its controller heard of
+    them."""
+    await authorize_entitlement(store, principal, ent)
+    await _existing(store, ent, job)
+    return OperationList(operations=await operations.job_operations(store, ent, job)).response()
+
+
+@router.post(
+    "/{ent}/{job}/operations",
+    status_code=202,
+    response_model=OperationList,
+    responses=problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(OperationRequest, "Which operation, on which tasks, and why."),
+)
+async def request_operations(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+    ent: EntitlementName,
+    job: JobName,
+) -> Response:
+    """Ask to restart or move tasks (default: every task). Each task gets an operation that the
+    job's TaskController approves (without one, at most `update.max_unavailable_percent` of the
+    tasks are down at once); a task with one of that kind open already keeps it."""
+    await authorize_entitlement(store, principal, ent)
+    body = await read_body(request, settings.max_body_bytes)
+    wanted = parse_model(OperationRequest, body, request.headers.get("content-type"))
+    found = await _existing(store, ent, job)
+    created = await operations.request(store, found, wanted, principal, datetime.now(UTC))
+    return OperationList(operations=created).response(202)
+
+
+async def _existing(store: Store, ent: str, job: str) -> Job:
+    found = await records.get(store, keys.job(ent, job), Job)
+    if found is None:
+        raise NotFound(f"job '{ent}/{job}' does not exist")
+    return found.model
 
 
 @router.delete("/{ent}/{job}", status_code=202, response_model=JobView, responses=problems(404))

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.frontend.records import TaskRecords, state_counts
 from tether.frontend.schemas import View
-from tether.model import Job, JobSpec, TaskState, Timestamp, Version
+from tether.model import ControlStatus, Job, JobSpec, TaskState, Timestamp, Version
 
 
 class JobView(View):
@@ -27,6 +27,11 @@ class JobView(View):
     """Task count by effective state; every state is listed."""
     running: int
     """How many tasks run (effective state `running`)."""
+    operations: dict[str, int] | None = None
+    """Open task operations by state (a single job's view only)."""
+    control: ControlStatus | None = None
+    """How asking the job's TaskController goes (a single job's view only; None: it never had
+    one to ask)."""
 
     @classmethod
     def of(cls, job: Job, tasks: Sequence[TaskRecords]) -> JobView:

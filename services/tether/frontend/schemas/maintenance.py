@@ -1,0 +1,93 @@
+"""Maintenance requests and views."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Self
+
+from pydantic import Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+
+from tether.frontend.schemas import View
+from tether.model import (
+    MAX_MAINTENANCE_S,
+    AdvanceNotice,
+    MaintenanceKind,
+    Name,
+    TetherModel,
+    Timestamp,
+)
+
+DomainPath = Annotated[str, StringConstraints(min_length=1, max_length=400)]
+
+
+class MaintenanceRequest(TetherModel):
+    """The body of POST /v1/maintenance: which machines (exactly one of `machines`, `msb` and
+    `rack`), from when and for how long."""
+
+    machines: Annotated[list[Name], Field(min_length=1, max_length=100_000)] | None = None
+    """Machine ids."""
+    msb: DomainPath | None = None
+    """Every machine of one main switchboard, as "<dc>/<msb>"."""
+    rack: DomainPath | None = None
+    """Every machine of one rack, as "<dc>/<msb>/<rack>"."""
+    start: Timestamp | None = None
+    """When the machines go into maintenance (RFC 3339); default now. Tasks are moved off them
+    by then: from now on their controllers hear of it and may move them earlier."""
+    duration_s: int = Field(gt=0, le=MAX_MAINTENANCE_S)
+    kind: MaintenanceKind
+    reason: Annotated[str, StringConstraints(max_length=1000)] = ""
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> Self:
+        given = [name for name in ("machines", "msb", "rack") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise PydanticCustomError(
+                "one_machine_selector",
+                "name the machines with exactly one of 'machines', 'msb' and 'rack' (got {given})",
+                {"given": ", ".join(given) or "none"},
+            )
+        return self
+
+
+class MaintenancePhase(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    """Not started: the machines drain, their tasks are moved as their controllers allow."""
+    IN_PROGRESS = "in-progress"
+    OVER = "over"
+    """The machines are going back up; the notice is deleted shortly."""
+
+
+class MaintenanceView(View):
+    id: str
+    machines: list[str]
+    start: Timestamp
+    end: Timestamp
+    duration_s: int
+    kind: MaintenanceKind
+    reason: str
+    phase: MaintenancePhase
+
+    @classmethod
+    def of(cls, notice: AdvanceNotice, now: datetime) -> MaintenanceView:
+        if now < notice.start:
+            phase = MaintenancePhase.SCHEDULED
+        elif now < notice.end:
+            phase = MaintenancePhase.IN_PROGRESS
+        else:
+            phase = MaintenancePhase.OVER
+        return cls(
+            id=notice.id,
+            machines=list(notice.machines),
+            start=notice.start,
+            end=notice.end,
+            duration_s=notice.duration_s,
+            kind=notice.kind,
+            reason=notice.reason,
+            phase=phase,
+        )
+
+
+class MaintenanceList(View):
+    maintenance: list[MaintenanceView]

@@ -1,0 +1,199 @@
+"""Moves for maintenance and restarts on request as task operations: proposed with a deadline,
+executed when approved or when the deadline comes, withdrawn when they no longer apply, and
+announced to the controller as advance notices (pure functions, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from tests.unit.scheduler.test_reconciler import NOW, make_job, make_view
+from tests.unit.scheduler.test_updates import running, with_operations
+from tether.model import (
+    AdvanceNotice,
+    MaintenanceKind,
+    OperationKind,
+    OperationState,
+    TaskOperation,
+    TaskState,
+)
+from tether.scheduler.reconciler import JobView, Stored, maintenance_id, plan_job
+from tether.scheduler.taskcontrol import Pending, control_request
+
+START = NOW + timedelta(hours=1)
+
+
+def notice(machine: str = "m1", start: timedelta = timedelta(hours=1)) -> AdvanceNotice:
+    return AdvanceNotice(
+        id="n-1",
+        machines=[machine],
+        start=NOW + start,
+        duration_s=1800,
+        kind=MaintenanceKind.REBOOT,
+        reason="kernel",
+    )
+
+
+def region_view(count: int, *notices: AdvanceNotice) -> JobView:
+    tasks, statuses = running(count)  # task i runs on m1 for even i, m2 for odd i, attempt 3
+    maintenance: dict[str, list[AdvanceNotice]] = {}
+    for scheduled in notices:
+        for machine in scheduled.machines:
+            maintenance.setdefault(machine, []).append(scheduled)
+    return replace(
+        make_view(make_job(count), *tasks, statuses=tuple(statuses)), maintenance=maintenance
+    )
+
+
+def move(
+    view: JobView, index: int, state: OperationState, scheduled: AdvanceNotice
+) -> Stored[TaskOperation]:
+    return Stored(
+        TaskOperation(
+            id=maintenance_id(scheduled, index, view.tasks[index].value.attempt),
+            kind=OperationKind.MOVE,
+            job="ads/web",
+            tasks=[index],
+            reason="maintenance",
+            state=state,
+            created_at=NOW,
+            updated_at=NOW,
+            deadline=scheduled.start,
+            attempt=view.tasks[index].value.attempt,
+            notice=scheduled.id,
+        ),
+        700 + index,
+    )
+
+
+def restart(index: int, attempt: int, state: OperationState) -> Stored[TaskOperation]:
+    return Stored(
+        TaskOperation(
+            id=f"restart-abc-t{index}",
+            kind=OperationKind.RESTART,
+            job="ads/web",
+            tasks=[index],
+            reason="requested by alice",
+            state=state,
+            created_at=NOW,
+            updated_at=NOW,
+            attempt=attempt,
+        ),
+        800 + index,
+    )
+
+
+def test_tasks_on_machines_with_maintenance_ahead_get_a_move_due_at_its_start() -> None:
+    view = region_view(4, notice("m1"))
+    plan = plan_job(view, NOW)
+    proposed = {w.operation.tasks[0]: w.operation for w in plan.operations}
+    assert set(proposed) == {0, 2}  # the tasks on m1
+    for index, operation in proposed.items():
+        assert operation.kind is OperationKind.MOVE
+        assert operation.deadline == START
+        assert operation.notice == "n-1"
+        assert operation.attempt == 3
+        assert operation.id == maintenance_id(notice("m1"), index, 3)
+        assert "reboot maintenance of machine m1" in operation.reason
+    assert plan.wake_at == START
+    assert not plan.release
+    assert not plan.writes
+
+
+def test_an_approved_move_releases_the_task_from_its_machine_and_is_done() -> None:
+    view = region_view(2, notice("m1"))
+    view = with_operations(view, move(view, 0, OperationState.APPROVED, notice("m1")))
+    plan = plan_job(view, NOW)
+    [release] = plan.release
+    assert release.index == 0
+    assert release.unassign == "m1"
+    assert release.task is not None
+    assert (release.task.machine, release.task.state) == (None, TaskState.PENDING)
+    assert "moved off m1" in release.task.message
+    assert release.operation is not None
+    assert release.operation.operation.state is OperationState.DONE
+    assert release.operation.revision == 700
+
+
+def test_a_move_nobody_approved_is_executed_at_its_deadline() -> None:
+    view = region_view(2, notice("m1"))
+    view = with_operations(view, move(view, 0, OperationState.PENDING_APPROVAL, notice("m1")))
+    before = plan_job(view, START - timedelta(seconds=1))
+    assert not before.release
+    assert before.wake_at == START
+    at_start = plan_job(view, START)
+    assert [w.index for w in at_start.release] == [0]
+
+
+def test_maintenance_already_under_way_moves_its_tasks_at_once() -> None:
+    started = notice("m1", start=-timedelta(minutes=5))
+    plan = plan_job(region_view(2, started), NOW)
+    [release] = plan.release
+    assert release.index == 0
+    assert release.operation is not None
+    # Never proposed: written done, where no operation exists yet.
+    assert release.operation.revision == 0
+    assert release.operation.operation.state is OperationState.DONE
+    assert plan.operations == []
+
+
+def test_maintenance_that_is_over_or_cancelled_moves_nothing() -> None:
+    over = notice("m1", start=-timedelta(hours=2))  # 30 minutes long
+    assert plan_job(region_view(2, over), NOW).operations == []
+    # Cancelled: the notice is gone, so its open move is withdrawn.
+    view = region_view(2)
+    view = with_operations(view, move(view, 0, OperationState.APPROVED, notice("m1")))
+    plan = plan_job(view, NOW)
+    assert not plan.release
+    [withdrawn] = plan.operations
+    assert withdrawn.operation.state is OperationState.CANCELLED
+
+
+def test_an_approved_restart_makes_a_new_attempt_in_place_without_counting_a_failure() -> None:
+    view = with_operations(region_view(2), restart(1, 3, OperationState.APPROVED))
+    plan = plan_job(view, NOW)
+    [write] = plan.writes
+    assert write.task is not None
+    assert (write.task.machine, write.task.attempt, write.task.restarts) == ("m2", 4, 0)
+    assert write.task.message == "restarted: requested by alice"
+    assert write.operation is not None
+    assert write.operation.operation.state is OperationState.DONE
+
+
+def test_a_restart_of_an_attempt_that_is_gone_is_withdrawn() -> None:
+    view = with_operations(region_view(2), restart(1, 2, OperationState.APPROVED))
+    plan = plan_job(view, NOW)
+    assert plan.writes == []
+    [withdrawn] = plan.operations
+    assert withdrawn.operation.state is OperationState.CANCELLED
+
+
+def test_one_operation_per_task_executes_in_a_plan() -> None:
+    view = region_view(2, notice("m1"))
+    view = with_operations(
+        view,
+        restart(0, 3, OperationState.APPROVED),
+        move(view, 0, OperationState.APPROVED, notice("m1")),
+    )
+    plan = plan_job(view, NOW)
+    assert len(plan.writes) + len(plan.release) == 1
+
+
+def test_the_controller_hears_of_maintenance_on_its_tasks_machines_only() -> None:
+    elsewhere = AdvanceNotice(
+        id="n-2",
+        machines=["m9"],
+        start=START,
+        duration_s=60,
+        kind=MaintenanceKind.POWER,
+    )
+    scheduled = notice("m1").model_copy(update={"machines": ["m1", "m7"]})
+    view = region_view(4, scheduled, elsewhere)
+    request = control_request(view, Pending.of(view), 1, NOW)
+    [announced] = request.advance_notices
+    assert announced.id == "n-1"
+    assert list(announced.machine_ids) == ["m1"]
+    assert [task.index for task in announced.affected_tasks] == [0, 2]
+    assert announced.start.ToDatetime().replace(tzinfo=START.tzinfo) == START
+    assert announced.duration.seconds == 1800
+    assert announced.reason == "kernel"
