@@ -61,8 +61,11 @@ class Broker(Service):
         self._store = store
         self.settings = settings
         self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
-        self._machines = PrefixMirror(store, keys.MACHINES)
+        self._machines = PrefixMirror(store, keys.MACHINES, self._machines_changed)
         self._notices = PrefixMirror(store, keys.MAINTENANCE, self._notices_changed)
+        # Machines some notice names: a change to one of them (it appeared, or came back up
+        # from down in the middle of its window) is decided on again.
+        self._noticed: set[str] = set()
         self._maintenance_due = True
         self._maintenance_timer: asyncio.TimerHandle | None = None
         self._pending: set[str] = set()
@@ -98,6 +101,11 @@ class Broker(Service):
     async def _notices_changed(self, changed: set[str]) -> None:
         self._maintenance_due = True
         self._wake.set()
+
+    async def _machines_changed(self, changed: set[str]) -> None:
+        if any(keys.last_segment(key) in self._noticed for key in changed):
+            self._maintenance_due = True
+            self._wake.set()
 
     def _maintenance_changes_at(self, moment: datetime) -> None:
         if self._maintenance_timer is not None:
@@ -174,6 +182,7 @@ class Broker(Service):
         for notice, _ in scheduled:
             for machine_id in notice.machines:
                 by_machine.setdefault(machine_id, []).append(notice)
+        self._noticed = set(by_machine)
         for machine_id, (machine, revision) in self._machines_of_dc(set(by_machine)).items():
             state = maintenance_state(machine.state, by_machine.get(machine_id, ()), now)
             if state is None:

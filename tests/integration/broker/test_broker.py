@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +13,15 @@ from tests.support.allocations import put_allocation
 from tests.support.machines import eventually, heartbeating, make_machine, read_machine
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
-from tether.model import Allocation, MachineState, Resources, from_json, to_json
+from tether.model import (
+    AdvanceNotice,
+    Allocation,
+    MachineState,
+    MaintenanceKind,
+    Resources,
+    from_json,
+    to_json,
+)
 from tether.store import Store, keys, open_store
 
 TIMEOUT_S = 5.0
@@ -142,3 +151,81 @@ async def test_heartbeats_present_at_start_are_recorded(store: Store, store_url:
             )
         finally:
             await service.stop()
+
+
+async def machine_state(store: Store, machine_id: str) -> MachineState | None:
+    machine = await read_machine(store, machine_id)
+    return None if machine is None else machine.state
+
+
+async def wait_for_state(store: Store, machine_id: str, state: MachineState) -> None:
+    await eventually(
+        lambda: machine_state(store, machine_id),
+        lambda found: found is state,
+        timeout_s=TIMEOUT_S,
+        what=f"machine {machine_id} {state.value}",
+    )
+
+
+@pytest.mark.usefixtures("broker")
+async def test_maintenance_drains_its_machines_holds_them_for_the_window_and_returns_them(
+    store: Store,
+) -> None:
+    for machine_id, dc in (("m1", "dc1"), ("m2", "dc1"), ("m3", "dc2"), ("m4", "dc1")):
+        await store.put(keys.machine(machine_id), to_json(make_machine(machine_id, dc=dc)))
+    down = make_machine("m4").model_copy(update={"state": MachineState.DOWN})
+    await store.put(keys.machine("m4"), to_json(down))
+    start = datetime.now(UTC) + timedelta(seconds=1.5)
+    notice = AdvanceNotice(
+        id="n1",
+        machines=["m1", "m3", "m4"],
+        start=start,
+        duration_s=2,
+        kind=MaintenanceKind.REBOOT,
+    )
+    await store.put(keys.maintenance("n1"), to_json(notice))
+
+    await wait_for_state(store, "m1", MachineState.DRAINING)
+    assert datetime.now(UTC) < start
+    await wait_for_state(store, "m1", MachineState.MAINTENANCE)
+    assert datetime.now(UTC) >= start
+    await wait_for_state(store, "m1", MachineState.UP)
+    assert datetime.now(UTC) >= notice.end
+    # The notice is deleted once over; machines not named, of another datacenter (its own
+    # broker's), or down (the health checker's) were never touched.
+    await eventually(
+        lambda: store.get(keys.maintenance("n1")), lambda kv: kv is None, timeout_s=TIMEOUT_S,
+        what="the notice deleted",
+    )  # fmt: skip
+    assert await machine_state(store, "m2") is MachineState.UP
+    assert await machine_state(store, "m3") is MachineState.UP
+    assert await machine_state(store, "m4") is MachineState.DOWN
+
+
+@pytest.mark.usefixtures("broker")
+async def test_cancelled_maintenance_returns_its_machines_at_once(store: Store) -> None:
+    await store.put(keys.machine("m1"), to_json(make_machine("m1")))
+    notice = AdvanceNotice(
+        id="n1",
+        machines=["m1"],
+        start=datetime.now(UTC),
+        duration_s=3600,
+        kind=MaintenanceKind.HARDWARE,
+    )
+    await store.put(keys.maintenance("n1"), to_json(notice))
+    await wait_for_state(store, "m1", MachineState.MAINTENANCE)
+    await store.delete(keys.maintenance("n1"))
+    await wait_for_state(store, "m1", MachineState.UP)
+
+
+async def test_a_broker_started_after_a_cancellation_returns_the_machines(
+    store: Store, store_url: str
+) -> None:
+    held = make_machine("m1").model_copy(update={"state": MachineState.MAINTENANCE})
+    await store.put(keys.machine("m1"), to_json(held))
+    service = Broker(open_store(store_url), BrokerSettings(dc="dc1"))
+    await service.start()
+    try:
+        await wait_for_state(store, "m1", MachineState.UP)
+    finally:
+        await service.stop()
