@@ -1,4 +1,5 @@
-"""`tether job ...`: submit, list, show, explain, scale, update and delete jobs (REST API)."""
+"""`tether job ...`: submit, list, show, explain, scale, update, restart, move and delete jobs
+(REST API)."""
 
 from __future__ import annotations
 
@@ -155,6 +156,8 @@ def show(
         ("deleting", "yes" if job.deleting else "no"),
         ("created", f"{job.created_at:%Y-%m-%d %H:%M:%S}" if job.created_at else "-"),
         ("updated", f"{job.updated_at:%Y-%m-%d %H:%M:%S}" if job.updated_at else "-"),
+        ("operations", counts(job.operations or {})),
+        ("controller", _controller(job)),
     ):
         fields.add_row(f"[bold]{name}[/bold]", str(value))
     table = Table("index", "state", "machine", "pid", "restarts", "attempt", "message")
@@ -171,6 +174,16 @@ def show(
     console = out()
     console.print(fields)
     console.print(table if tasks else "no tasks yet")
+
+
+def _controller(job: JobView) -> str:
+    """How the job's TaskController answers: its endpoint and the last failure, if any."""
+    control = job.control
+    if control is None or not control.controller:
+        return "- (the built-in rule approves)"
+    if not control.error:
+        return f"{control.controller} (answering; call {control.sequence})"
+    return f"{control.controller}: FAILING ({control.failures} in a row): {control.error}"
 
 
 @app.command()
@@ -289,6 +302,73 @@ def update(
                     out().print(f"{handle}: all {job.count} tasks run version {version}")
                     return
     fail(f"{handle} is not fully on version {version} after {timeout:g} s; see tether job show")
+
+
+TaskOption = typer.Option(
+    None, "--task", min=0, help="A task index (repeat for more); default every task."
+)
+ReasonOption = typer.Option("", "--reason", help="Why, as the job's TaskController sees it.")
+
+
+def _request(handle: str, kind: str, tasks: list[int] | None, reason: str, url: str | None,
+             token: str | None) -> None:  # fmt: skip
+    with client(url, token) as tether:
+        operations = tether.request_operations(handle, kind, tasks, reason)
+    indexes = index_ranges(task for operation in operations for task in operation.tasks)
+    out().print(
+        f"{handle}: {len(operations)} {kind} operation(s) for tasks {indexes}, waiting for the "
+        "job's TaskController (see tether job operations)"
+    )
+
+
+@app.command()
+def restart(
+    handle: str = HandleArgument,
+    tasks: list[int] | None = TaskOption,
+    reason: str = ReasonOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Restart tasks in place as a new attempt, as the job's TaskController approves (without
+    one, at most the update policy's share at once)."""
+    _request(handle, "restart", tasks, reason, url, token)
+
+
+@app.command()
+def move(
+    handle: str = HandleArgument,
+    tasks: list[int] | None = TaskOption,
+    reason: str = ReasonOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Move tasks: stop them and place them anew (the allocator chooses the machine), as the
+    job's TaskController approves."""
+    _request(handle, "move", tasks, reason, url, token)
+
+
+@app.command()
+def operations(
+    handle: str = HandleArgument, url: str | None = UrlOption, token: str | None = TokenOption
+) -> None:
+    """List the job's task operations: updates, restarts and moves waiting for approval,
+    approved, or completed but not yet reported to its TaskController."""
+    with client(url, token) as tether:
+        found = tether.list_operations(handle)
+    if not found:
+        out().print(f"{handle}: no task operations")
+        return
+    table = Table("id", "kind", "tasks", "state", "deadline", "reason")
+    for operation in found:
+        table.add_row(
+            operation.id,
+            operation.kind,
+            index_ranges(operation.tasks),
+            operation.state,
+            f"{operation.deadline:%Y-%m-%d %H:%M:%S}" if operation.deadline else "-",
+            operation.reason,
+        )
+    out().print(table)
 
 
 @app.command("rm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -17,6 +18,8 @@ from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     JobView,
     MachineView,
+    MaintenanceView,
+    OperationView,
     PlacementView,
     PrincipalToken,
     RegionView,
@@ -118,6 +121,35 @@ class TetherClient:
         """Roll out another package version through the job's TaskController."""
         response = self._request("PATCH", _job_path(handle), json={"version": version})
         return _view(JobView, response)
+
+    def request_operations(
+        self, handle: str, kind: str, tasks: list[int] | None = None, reason: str = ""
+    ) -> list[OperationView]:
+        """Ask to `restart` or `move` tasks (default: all); the job's TaskController approves
+        each, like any other operation."""
+        body: dict[str, Any] = {"kind": kind, "reason": reason}
+        if tasks is not None:
+            body["tasks"] = tasks
+        response = self._request("POST", f"{_job_path(handle)}/operations", json=body)
+        return _views(OperationView, response, "operations")
+
+    def list_operations(self, handle: str) -> list[OperationView]:
+        """The job's open task operations, and completed ones its controller has not heard of."""
+        response = self._request("GET", f"{_job_path(handle)}/operations")
+        return _views(OperationView, response, "operations")
+
+    def schedule_maintenance(self, request: Mapping[str, Any]) -> MaintenanceView:
+        """Schedule maintenance (operator role); `request` is a MaintenanceRequest."""
+        return _view(MaintenanceView, self._request("POST", "/v1/maintenance", json=request))
+
+    def list_maintenance(self) -> list[MaintenanceView]:
+        """Maintenance scheduled or under way, soonest first."""
+        return _views(MaintenanceView, self._request("GET", "/v1/maintenance"), "maintenance")
+
+    def cancel_maintenance(self, notice_id: str) -> MaintenanceView:
+        """Cancel maintenance (operator role): its machines go back up at once."""
+        path = f"/v1/maintenance/{quote(notice_id, safe='')}"
+        return _view(MaintenanceView, self._request("DELETE", path))
 
     def delete_job(self, handle: str) -> None:
         """Start deleting the job; it disappears once the scheduler has stopped every task."""

@@ -42,6 +42,46 @@ class JobView(View):
     tasks: dict[str, int] = Field(default_factory=dict)
     """Task count by effective state."""
     running: int = 0
+    operations: dict[str, int] | None = None
+    """Open task operations by state (only when showing one job)."""
+    control: ControlView | None = None
+    """How asking the job's TaskController goes (only when showing one job)."""
+
+
+class ControlView(View):
+    """The last call to a job's TaskController."""
+
+    sequence: int = 0
+    controller: str = ""
+    error: str = ""
+    failures: int = 0
+    updated_at: datetime | None = None
+
+
+class OperationView(View):
+    """A task operation: what it does to which tasks, why, and how far it got."""
+
+    id: str
+    kind: str
+    tasks: list[int]
+    reason: str = ""
+    state: str
+    created_at: datetime | None = None
+    deadline: datetime | None = None
+    target_version: str | None = None
+
+
+class MaintenanceView(View):
+    """Planned maintenance of machines."""
+
+    id: str
+    machines: list[str]
+    start: datetime
+    end: datetime
+    duration_s: int
+    kind: str
+    reason: str = ""
+    phase: str
 
 
 class TaskView(View):

@@ -1,0 +1,137 @@
+"""`tether maintenance ...`: schedule, list and cancel planned maintenance (operator role)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import typer
+
+from tether.cli.common import TokenOption, UrlOption, argument_parser, client, fail, out
+from tether.model import MaintenanceKind
+
+app = typer.Typer(
+    help="Plan machine maintenance: drain machines, move their tasks through TaskControl, and "
+    "return them after the window.",
+    no_args_is_help=True,
+)
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `2h`, `1d12h`: a positive duration."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None:
+        raise ValueError(f"'{text}' is not a duration such as 90s, 30m, 2h or 1d12h")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if duration <= timedelta(0):
+        raise ValueError("the duration must be more than 0 seconds")
+    return duration
+
+
+def parse_start(text: str) -> datetime:
+    """An RFC 3339 time; without a zone it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"'{text}' is not a time such as 2026-11-23T04:00:00Z") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@app.command()
+def schedule(
+    machines: list[str] | None = typer.Option(
+        None, "--machine", help="A machine id (repeat for more)."
+    ),
+    msb: str | None = typer.Option(None, "--msb", help="Every machine of <dc>/<msb>."),
+    rack: str | None = typer.Option(None, "--rack", help="Every machine of <dc>/<msb>/<rack>."),
+    duration: timedelta = typer.Option(
+        ...,
+        "--duration",
+        parser=argument_parser(parse_duration),
+        help="How long the machines are away: 90s, 30m, 2h, 1d12h.",
+        show_default=False,
+    ),
+    kind: MaintenanceKind = typer.Option(..., "--kind", help="What is done to the machines."),
+    start: datetime | None = typer.Option(
+        None,
+        "--start",
+        parser=argument_parser(parse_start),
+        help="When it starts (RFC 3339, UTC without a zone).",
+        show_default="now, or --in",
+    ),
+    start_in: timedelta | None = typer.Option(
+        None,
+        "--in",
+        parser=argument_parser(parse_duration),
+        help="Start this long from now instead: 10m, 1h.",
+    ),
+    reason: str = typer.Option("", "--reason", help="Shown to the jobs' TaskControllers."),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Schedule maintenance of machines, an MSB or a rack. The machines take no new tasks from
+    now on; the jobs with tasks on them hear of it and their controllers may move those tasks
+    early; at the start the remaining tasks are moved elsewhere; after the window the machines
+    are up again. Needs the operator (or admin) role."""
+    if sum(selector is not None for selector in (machines or None, msb, rack)) != 1:
+        fail("name the machines with exactly one of --machine, --msb and --rack")
+    if start is not None and start_in is not None:
+        fail("give --start or --in, not both")
+    request: dict[str, Any] = {"duration_s": int(duration.total_seconds()), "kind": kind.value}
+    if reason:
+        request["reason"] = reason
+    if machines:
+        request["machines"] = machines
+    elif msb is not None:
+        request["msb"] = msb
+    else:
+        request["rack"] = rack
+    if start_in is not None:
+        start = datetime.now(UTC) + start_in
+    if start is not None:
+        request["start"] = start.isoformat()
+    with client(url, token) as tether:
+        notice = tether.schedule_maintenance(request)
+    out().print(
+        f"maintenance {notice.id}: {len(notice.machines)} machine(s), {notice.kind}, "
+        f"{notice.start:%Y-%m-%d %H:%M:%S} to {notice.end:%Y-%m-%d %H:%M:%S} UTC ({notice.phase})"
+    )
+
+
+@app.command("ls")
+def list_maintenance(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
+    """List maintenance scheduled or under way, soonest first."""
+    with client(url, token) as tether:
+        found = tether.list_maintenance()
+    if not found:
+        out().print("no maintenance scheduled")
+        return
+    # One line each, never wrapped: the id is what `cancel` takes, and lines grep well.
+    console = out()
+    for notice in found:
+        shown = ", ".join(notice.machines[:3]) + (
+            f" (+{len(notice.machines) - 3})" if len(notice.machines) > 3 else ""
+        )
+        console.print(
+            f"{notice.id}  {notice.phase}  {notice.kind}  {notice.start:%Y-%m-%d %H:%M:%S} to "
+            f"{notice.end:%Y-%m-%d %H:%M:%S} UTC  {len(notice.machines)} machine(s): {shown}"
+            + (f"  ({notice.reason})" if notice.reason else ""),
+            soft_wrap=True,
+        )
+
+
+@app.command()
+def cancel(
+    notice_id: str = typer.Argument(..., help="The maintenance's id.", show_default=False),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Cancel maintenance: moves not yet done are withdrawn and the machines go back up at
+    once, even in the middle of the window. Needs the operator (or admin) role."""
+    with client(url, token) as tether:
+        notice = tether.cancel_maintenance(notice_id)
+    out().print(f"cancelled maintenance {notice.id} of {len(notice.machines)} machine(s)")
