@@ -121,6 +121,7 @@ def up(
                 "pid": os.getpid(),
                 "url": options.url,
                 "docs_url": options.url + "/docs",
+                "registry_address": options.registry_address,
                 "admin_token_file": str(options.admin_token_file),
                 "store": store_url,
                 "logs": str(options.log_dir),

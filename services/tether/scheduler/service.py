@@ -12,7 +12,7 @@ from tether.model import OperationState
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
 from tether.scheduler.executor import Executor, NotLeader, Outcome
-from tether.scheduler.reconciler import JobView, OperationWrite, plan_job
+from tether.scheduler.reconciler import OperationWrite, plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
 from tether.scheduler.taskcontrol import (
@@ -202,23 +202,21 @@ class Term:
         if plan.wake_at is not None:
             self._later(handle, (plan.wake_at - now).total_seconds())
         if view.operations and not plan.delete_job:
-            self._start_control(view, now)
+            self._start_control(handle)
         await self._catch_up(outcome)
 
-    def _start_control(self, view: JobView, now: datetime) -> None:
-        handle = view.job.value.handle
+    def _start_control(self, handle: str) -> None:
         under_way = self._controlling.get(handle)
         if under_way is not None and not under_way.done():
             # It asks again later if operations are still waiting then.
             return
         self._controlling[handle] = asyncio.create_task(
-            self._control_guarded(view, now), name=f"taskcontrol {handle}"
+            self._control_guarded(handle), name=f"taskcontrol {handle}"
         )
 
-    async def _control_guarded(self, view: JobView, now: datetime) -> None:
-        handle = view.job.value.handle
+    async def _control_guarded(self, handle: str) -> None:
         try:
-            await self._control(view, now)
+            await self._control(handle)
         except NotLeader as error:
             _log.warning("%s: deposed: %s", handle, error)
             self._leadership.lost.set()
@@ -229,10 +227,13 @@ class Term:
             _log.exception("%s: approving operations failed; retrying later", handle)
             self._later(handle, self._settings.control_interval_s)
 
-    async def _control(self, view: JobView, now: datetime) -> None:
+    async def _control(self, handle: str) -> None:
         """Asks the job's controller (or the built-in rule) which pending operations may
         proceed, and marks them approved; reports and forgets completed ones."""
-        handle = view.job.value.handle
+        view = await self._state.consistent_view(handle)
+        if view is None:
+            return
+        now = datetime.now(UTC)
         pending = Pending.of(view)
         if not pending.waiting and not pending.completed:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ from tether.model import (
     parse_job_handle,
 )
 from tether.scheduler.reconciler import JobView, Stored
-from tether.store import Store, keys
+from tether.store import Get, KeyValue, RangeResult, Store, keys
 from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
@@ -62,13 +63,7 @@ class Records(Generic[T]):
 
     def _apply(self, key: str) -> None:
         kv = self.mirror.items.get(key)
-        new = None
-        if kv is not None:
-            try:
-                new = Stored(self._parse(kv.value), kv.mod_revision)
-            except (ValidationError, ValueError) as error:
-                # Someone wrote a record that is not ours to fix: act as if it were absent.
-                _log.warning("ignoring invalid record %s: %s", key, error)
+        new = None if kv is None else _stored(kv, self._parse)
         old = self.items.pop(key, None)
         if new is not None:
             self.items[key] = new
@@ -85,6 +80,26 @@ def _file(by_job: defaultdict[str, dict[K, V]], handle: str, key: K, value: V | 
         by_job[handle][key] = value
 
 
+def _parsed(result: object) -> list[KeyValue]:
+    assert isinstance(result, RangeResult)
+    return result.kvs
+
+
+def _stored(kv: KeyValue, parse: Callable[[bytes], T]) -> Stored[T] | None:
+    """The record, or None when it does not parse."""
+    try:
+        return Stored(parse(kv.value), kv.mod_revision)
+    except (ValidationError, ValueError) as error:
+        # Someone wrote a record that is not ours to fix: act as if it were absent.
+        _log.warning("ignoring invalid record %s: %s", kv.key, error)
+        return None
+
+
+def _records(kvs: list[KeyValue], parse: Callable[[bytes], M]) -> list[Stored[M]]:
+    """The records that parse; the others are skipped, as the mirrors skip them."""
+    return [stored for kv in kvs if (stored := _stored(kv, parse)) is not None]
+
+
 def _shard_id(value: bytes) -> str:
     return value.decode().strip()
 
@@ -99,6 +114,7 @@ class ShardState:
     concern."""
 
     def __init__(self, store: Store, shard: str, mark: Callable[[str], None]) -> None:
+        self._store = store
         self.shard = shard
         self._mark = mark
         self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
@@ -176,6 +192,35 @@ class ShardState:
             revision=self.tasks.mirror.revision,
             operations=dict(self._operations.get(handle, {})),
             maintenance=self.maintenance,
+        )
+
+    async def consistent_view(self, handle: str) -> JobView | None:
+        """The job's view with its tasks, statuses and operations read from the store at one
+        revision. The mirrors follow separate watches, so a view built from them may hold an
+        operation done without the new attempt it made; a TaskController must never be told
+        that a task it let go down is still up."""
+        view = self.view(handle)
+        if view is None:
+            return None
+        entitlement, name = parse_job_handle(handle)
+        prefixes = (
+            keys.tasks_of(entitlement, name),
+            keys.statuses_of(entitlement, name),
+            keys.operations_of(entitlement, name),
+        )
+        result = await self._store.txn([], [Get(prefix, prefix=True) for prefix in prefixes])
+        tasks, statuses, operations = (_parsed(r) for r in result.results)
+        return replace(
+            view,
+            tasks={stored.value.index: stored for stored in _records(tasks, _parser(Task))},
+            statuses={
+                stored.value.index: stored.value
+                for stored in _records(statuses, _parser(TaskStatus))
+            },
+            operations={
+                stored.value.id: stored for stored in _records(operations, _parser(TaskOperation))
+            },
+            revision=result.revision,
         )
 
     def controller_for(self, handle: str) -> ControllerRegistration | None:

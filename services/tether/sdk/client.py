@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError

@@ -1,0 +1,1 @@
+"""Reference application-level schedulers: `tether appsched rolling|replicas|gang`."""
