@@ -206,3 +206,42 @@ def test_a_controller_that_never_answers_cannot_hold_up_a_failure_replacement(
             # waits for an approval that never comes.
             assert now[0][0] == "2"
             assert now[1] == ("1", "running", pids[1])
+
+
+def test_shrinking_a_controlled_job_stops_only_the_tasks_its_controller_lets_go(
+    region: LocalRegion,
+) -> None:
+    with region.client() as client:
+        handle = "default/shrunk"
+        pids = {t["index"]: t["pid"] for t in running_job(client, "shrunk", 4)}
+
+        with ControllerThread(region, handle) as controller:
+            scaled = client.post(f"/v1/jobs/{handle}/scale", json={"count": 1})
+            assert scaled.status_code == 200, scaled.text
+
+            # Task 1's STOP is approved, so it goes; 2 and 3 wait for an approval that never
+            # comes and keep running.
+            wait_for(
+                lambda: {t["index"] for t in tasks_of(client, handle)} == {0, 2, 3},
+                timeout_s=30,
+                what="task 1 stopped and removed",
+            )
+            calls_then = len(controller.calls)
+            wait_for(
+                lambda: len(controller.calls) >= calls_then + 2,
+                timeout_s=30,
+                what="the scheduler asking again",
+            )
+            now = {t["index"]: (t["state"], t["pid"]) for t in tasks_of(client, handle)}
+            assert now == {i: ("running", pids[i]) for i in (0, 2, 3)}
+            last = controller.calls[-1]
+            assert {o.kind for o in last.pending_operations} == {pb.OPERATION_KIND_STOP}
+            assert {o.tasks[0].index for o in last.pending_operations} == {2, 3}
+            assert last.task_count == 1
+
+        # Without a controller the shrink completes at once.
+        wait_for(
+            lambda: [t["index"] for t in tasks_of(client, handle)] == [0],
+            timeout_s=60,
+            what="tasks 2 and 3 stopped once the controller is gone",
+        )

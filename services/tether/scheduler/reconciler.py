@@ -59,6 +59,8 @@ class JobView:
     here is already absent from `tasks`."""
     operations: Mapping[str, Stored[TaskOperation]] = field(default_factory=dict)
     """The job's task operations, by id."""
+    controlled: bool = False
+    """The job has a TaskController registered: shrinking it waits for STOP approvals."""
     maintenance: Mapping[str, Sequence[AdvanceNotice]] = field(default_factory=dict)
     """Machine id -> its scheduled maintenance, soonest first (region-wide: shared by every
     view, not copied)."""
@@ -137,13 +139,13 @@ def is_healthy(task: Task, status: TaskStatus | None) -> bool:
 
 def _plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
     """Proposes the operations the job's tasks need (updates to the job's version, moves off
-    machines with maintenance ahead), executes the approved ones and those whose deadline has
+    machines with maintenance ahead, stops of tasks a shrink removes from a job with a
+    controller), executes the approved ones and those whose deadline has
     come, and withdraws the ones that no longer apply.
 
     A task this plan already writes is left alone: its next reconcile decides on its new record.
     At most one operation per task executes in a plan, since each makes a new attempt.
     """
-    job = view.job.value
     touched = {write.index for write in (*plan.release, *plan.writes)}
     open_by_task: dict[int, list[Stored[TaskOperation]]] = {}
     for stored in sorted(view.operations.values(), key=lambda s: (s.value.created_at, s.value.id)):
@@ -154,12 +156,11 @@ def _plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
         open_operations = open_by_task.pop(index, [])
         if index in touched:
             continue
-        live = not job.deleting and index < job.spec.count
-        proposals = {op.id: op for op in _proposals(view, stored_task, now)} if live else {}
+        proposals = {op.id: op for op in _proposals(view, stored_task, now)}
         executed = False
         for stored in open_operations:
             operation = stored.value
-            if not (live and _applies(view, stored_task, operation, now)):
+            if not _applies(view, stored_task, operation, now):
                 plan.operations.append(_withdrawn(stored, now))
                 continue
             proposals.pop(operation.id, None)
@@ -202,9 +203,45 @@ def next_maintenance(view: JobView, machine: str | None, now: datetime) -> Advan
     return next((n for n in view.maintenance.get(machine, ()) if now < n.end), None)
 
 
+def awaits_stop(view: JobView, stored_task: Stored[Task]) -> bool:
+    """Whether the task, healthy and removed by a shrink of a job with a TaskController, stops
+    only once its STOP operation is approved (the controller may first move its work away, as a
+    shard manager moves shards). Deleting a job, and shrinking one without a controller, stop
+    tasks at once."""
+    job, task = view.job.value, stored_task.value
+    return (
+        view.controlled
+        and not job.deleting
+        and task.index >= job.spec.count
+        and task.desired is DesiredState.RUNNING
+        and is_healthy(task, view.statuses.get(task.index))
+    )
+
+
+def _is_live(view: JobView, task: Task) -> bool:
+    """The task belongs to the job as it is now (not deleting, index within the count)."""
+    job = view.job.value
+    return not job.deleting and task.index < job.spec.count
+
+
 def _proposals(view: JobView, stored_task: Stored[Task], now: datetime) -> list[TaskOperation]:
     """The operations the task needs now; each id is stable, so a need is proposed once."""
     job, task = view.job.value, stored_task.value
+    if awaits_stop(view, stored_task):
+        return [
+            TaskOperation(
+                id=f"stop-a{task.attempt}-t{task.index}",
+                kind=OperationKind.STOP,
+                job=job.handle,
+                tasks=[task.index],
+                reason=f"the job shrinks to {job.spec.count} tasks",
+                created_at=now,
+                updated_at=now,
+                attempt=task.attempt,
+            )
+        ]
+    if not _is_live(view, task):
+        return []
     proposals = []
     version = job.spec.task.version
     if task.version != version and is_healthy(task, view.statuses.get(task.index)):
@@ -250,6 +287,10 @@ def _applies(
         return False  # overtaken by a newer attempt
     if task.machine is None:
         return False  # nothing runs to restart, update or move
+    if operation.kind is OperationKind.STOP:
+        return awaits_stop(view, stored_task)
+    if not _is_live(view, task):
+        return False
     if operation.kind is OperationKind.UPDATE:
         # An unhealthy task's next attempt runs the job's version anyway.
         version = job.spec.task.version
@@ -293,6 +334,11 @@ def _execute(
             )
         )
         return
+    if operation.kind is OperationKind.STOP:
+        stopped = _changed(task, desired=DesiredState.STOPPED, updated_at=now)
+        write = TaskWrite(task.index, stored_task.revision, stopped, _assignment(job, stopped))
+        plan.writes.append(replace(write, operation=done))
+        return
     if operation.kind is OperationKind.UPDATE:
         message = f"updated to {job.spec.task.version}"
     else:
@@ -318,7 +364,7 @@ def _plan_task(
     if job.deleting or task.index >= job.spec.count:
         if task.machine is None or machine_down or (status and status.state in FINISHED):
             plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
-        elif task.desired is not DesiredState.STOPPED:
+        elif task.desired is not DesiredState.STOPPED and not awaits_stop(view, stored):
             stopped = _changed(task, desired=DesiredState.STOPPED, updated_at=now)
             plan.writes.append(
                 TaskWrite(task.index, stored.revision, stopped, _assignment(job, stopped))

@@ -191,6 +191,7 @@ class ShardState:
             machines_revision=self.machines_records.mirror.revision,
             revision=self.tasks.mirror.revision,
             operations=dict(self._operations.get(handle, {})),
+            controlled=self.controller_for(handle) is not None,
             maintenance=self.maintenance,
         )
 

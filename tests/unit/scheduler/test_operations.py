@@ -11,6 +11,7 @@ from tests.unit.scheduler.test_reconciler import NOW, make_job, make_view
 from tests.unit.scheduler.test_updates import running, with_operations
 from tether.model import (
     AdvanceNotice,
+    DesiredState,
     MaintenanceKind,
     OperationKind,
     OperationState,
@@ -197,3 +198,71 @@ def test_the_controller_hears_of_maintenance_on_its_tasks_machines_only() -> Non
     assert announced.start.ToDatetime().replace(tzinfo=START.tzinfo) == START
     assert announced.duration.seconds == 1800
     assert announced.reason == "kernel"
+
+
+def shrunk(view: JobView, count: int, *, controlled: bool) -> JobView:
+    job = view.job.value
+    spec = job.spec.model_copy(update={"count": count})
+    smaller = Stored(job.model_copy(update={"spec": spec}), view.job.revision)
+    return replace(view, job=smaller, controlled=controlled)
+
+
+def test_shrinking_a_job_with_a_controller_asks_to_stop_the_removed_tasks() -> None:
+    plan = plan_job(shrunk(region_view(4), 2, controlled=True), NOW)
+    assert not plan.writes
+    assert not plan.release
+    stops = [w.operation for w in plan.operations]
+    assert [(o.kind, o.tasks, o.attempt) for o in stops] == [
+        (OperationKind.STOP, [2], 3),
+        (OperationKind.STOP, [3], 3),
+    ]
+
+
+def test_shrinking_without_a_controller_or_deleting_stops_at_once() -> None:
+    for view in (
+        shrunk(region_view(4), 2, controlled=False),
+        replace(region_view(4), controlled=True, job=make_job(4, deleting=True)),
+    ):
+        plan = plan_job(view, NOW)
+        assert plan.operations == []
+        assert {w.index for w in plan.writes if w.task is not None} >= {2, 3}
+
+
+def stop(index: int, state: OperationState) -> Stored[TaskOperation]:
+    return Stored(
+        TaskOperation(
+            id=f"stop-a3-t{index}",
+            kind=OperationKind.STOP,
+            job="ads/web",
+            tasks=[index],
+            reason="shrink",
+            state=state,
+            created_at=NOW,
+            updated_at=NOW,
+            attempt=3,
+        ),
+        900 + index,
+    )
+
+
+def test_an_approved_stop_stops_its_task_and_a_scale_back_up_withdraws_the_rest() -> None:
+    view = with_operations(
+        shrunk(region_view(4), 2, controlled=True),
+        stop(2, OperationState.APPROVED),
+        stop(3, OperationState.PENDING_APPROVAL),
+    )
+    plan = plan_job(view, NOW)
+    [write] = plan.writes
+    assert write.index == 2
+    assert write.task is not None
+    assert write.task.desired is DesiredState.STOPPED
+    assert write.assignment is not None
+    assert write.assignment[1].desired is DesiredState.STOPPED
+    assert write.operation is not None
+    assert write.operation.operation.state is OperationState.DONE
+    assert plan.operations == []  # task 3 keeps waiting for its approval
+
+    grown_back = replace(view, job=make_job(4))
+    withdrawn = plan_job(grown_back, NOW).operations
+    assert {w.operation.id for w in withdrawn} == {"stop-a3-t2", "stop-a3-t3"}
+    assert {w.operation.state for w in withdrawn} == {OperationState.CANCELLED}

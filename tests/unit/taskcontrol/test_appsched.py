@@ -451,6 +451,17 @@ def test_gang_accepts_operations_that_cover_several_tasks() -> None:
     assert plan_gang(situation).acks == ["a", "b"]
 
 
+def test_gang_lets_the_tasks_a_shrink_removes_go_at_once() -> None:
+    stops = [op("s3", 3), op("s4", 4)]
+    for stop in stops:
+        stop.kind = pb.OPERATION_KIND_STOP
+    # The three that stay have no operation: only the leaving ones are acknowledged.
+    assert plan_gang(Situation.of(request(3, stops))).acks == ["s3", "s4"]
+    assert plan_gang(Situation.of(request(3, [*stops, *one_per_task(2)]))).acks == ["s3", "s4"]
+    everyone = plan_gang(Situation.of(request(3, [*stops, *one_per_task(3)]))).acks
+    assert sorted(everyone) == ["s3", "s4", "u0", "u1", "u2"]
+
+
 async def test_gang_acks_again_when_its_answer_was_lost() -> None:
     controller = GangController()
     assert await controller.decide(request(2, one_per_task(2))) == ["u0", "u1"]
