@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from tests.unit.scheduler.test_reconciler import NOW, make_job, make_view
 from tests.unit.scheduler.test_updates import running, with_operations
@@ -46,41 +47,43 @@ def region_view(count: int, *notices: AdvanceNotice) -> JobView:
     )
 
 
+def stored_operation(
+    kind: OperationKind, operation_id: str, index: int, state: OperationState, **fields: Any
+) -> Stored[TaskOperation]:
+    """One task's operation of `kind`, stored at revision 700 + index."""
+    operation = TaskOperation(
+        id=operation_id,
+        kind=kind,
+        job="ads/web",
+        tasks=[index],
+        reason=str(kind),
+        state=state,
+        created_at=NOW,
+        updated_at=NOW,
+        **fields,
+    )
+    return Stored(operation, 700 + index)
+
+
 def move(
     view: JobView, index: int, state: OperationState, scheduled: AdvanceNotice
 ) -> Stored[TaskOperation]:
-    return Stored(
-        TaskOperation(
-            id=maintenance_id(scheduled, index, view.tasks[index].value.attempt),
-            kind=OperationKind.MOVE,
-            job="ads/web",
-            tasks=[index],
-            reason="maintenance",
-            state=state,
-            created_at=NOW,
-            updated_at=NOW,
-            deadline=scheduled.start,
-            attempt=view.tasks[index].value.attempt,
-            notice=scheduled.id,
-        ),
-        700 + index,
+    attempt = view.tasks[index].value.attempt
+    operation_id = maintenance_id(scheduled, index, attempt)
+    return stored_operation(
+        OperationKind.MOVE,
+        operation_id,
+        index,
+        state,
+        deadline=scheduled.start,
+        attempt=attempt,
+        notice=scheduled.id,
     )
 
 
 def restart(index: int, attempt: int, state: OperationState) -> Stored[TaskOperation]:
-    return Stored(
-        TaskOperation(
-            id=f"restart-abc-t{index}",
-            kind=OperationKind.RESTART,
-            job="ads/web",
-            tasks=[index],
-            reason="requested by alice",
-            state=state,
-            created_at=NOW,
-            updated_at=NOW,
-            attempt=attempt,
-        ),
-        800 + index,
+    return stored_operation(
+        OperationKind.RESTART, f"restart-abc-t{index}", index, state, attempt=attempt
     )
 
 
@@ -156,7 +159,7 @@ def test_an_approved_restart_makes_a_new_attempt_in_place_without_counting_a_fai
     [write] = plan.writes
     assert write.task is not None
     assert (write.task.machine, write.task.attempt, write.task.restarts) == ("m2", 4, 0)
-    assert write.task.message == "restarted: requested by alice"
+    assert write.task.message == "restarted: restart"
     assert write.operation is not None
     assert write.operation.operation.state is OperationState.DONE
 
@@ -229,20 +232,7 @@ def test_shrinking_without_a_controller_or_deleting_stops_at_once() -> None:
 
 
 def stop(index: int, state: OperationState) -> Stored[TaskOperation]:
-    return Stored(
-        TaskOperation(
-            id=f"stop-a3-t{index}",
-            kind=OperationKind.STOP,
-            job="ads/web",
-            tasks=[index],
-            reason="shrink",
-            state=state,
-            created_at=NOW,
-            updated_at=NOW,
-            attempt=3,
-        ),
-        900 + index,
-    )
+    return stored_operation(OperationKind.STOP, f"stop-a3-t{index}", index, state, attempt=3)
 
 
 def test_an_approved_stop_stops_its_task_and_a_scale_back_up_withdraws_the_rest() -> None:
