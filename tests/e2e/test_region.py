@@ -279,3 +279,15 @@ def test_a_controller_registers_with_the_regions_registry(region: LocalRegion) -
             await controller.stop()
 
     assert asyncio.run(scenario()) == ["default/hello"]
+
+
+def test_the_cli_lists_every_shard_with_its_leader(region: LocalRegion) -> None:
+    listed = region.cli("shard", "ls")
+    assert listed.returncode == 0, listed.stderr
+    home = shard_for("default", list(SHARDS))
+    for shard in SHARDS:
+        leader = region.shard_leader(shard)
+        assert leader is not None
+        row = next(line for line in listed.stdout.splitlines() if f" {shard} " in line)
+        assert str(leader.pid) in row
+        assert ("default" in row) is (shard == home)

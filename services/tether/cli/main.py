@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tether import __version__
-from tether.cli import appsched, jobs, machines, maintenance, status, tasks
+from tether.cli import appsched, jobs, machines, maintenance, shards, status, tasks
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
 from tether.cli.agent import agent as agent_command
@@ -34,6 +34,7 @@ app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.add_typer(maintenance.app, name="maintenance")
+app.add_typer(shards.app, name="shard")
 app.add_typer(appsched.app, name="appsched")
 app.command("status")(status.status)
 app.command("up")(region_commands.up)

@@ -23,6 +23,7 @@ from tether.sdk.views import (
     PlacementView,
     PrincipalToken,
     RegionView,
+    ShardDetailView,
     TaskView,
     View,
 )
@@ -209,6 +210,10 @@ class TetherClient:
         if not isinstance(created, dict):
             raise _unexpected(response.status_code, "an entitlement object")
         return created
+
+    def list_shards(self) -> list[ShardDetailView]:
+        """Admin: every scheduler shard with its leader and what it holds."""
+        return _views(ShardDetailView, self._request("GET", "/admin/shards"), "shards")
 
     def create_principal(self, name: str, roles: list[str]) -> PrincipalToken:
         """Admin: create a principal; the answer holds its token, shown only this once."""

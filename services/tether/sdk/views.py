@@ -137,6 +137,16 @@ class ShardView(View):
     entitlements: list[str] = Field(default_factory=list)
 
 
+class ShardDetailView(ShardView):
+    """A shard with what it holds (admin view)."""
+
+    leader_pid: int | None = None
+    jobs: int = 0
+    tasks: int = 0
+    machines: int = 0
+    operations: int = 0
+
+
 class AllocatorView(View):
     """A live allocator replica."""
 

@@ -171,6 +171,11 @@ def operations_of(entitlement_name: str, job_name: str) -> str:
     return _join(OPERATIONS, entitlement_name, job_name) + "/"
 
 
+def operations_of_entitlement(entitlement_name: str) -> str:
+    """The prefix of every operation of an entitlement's jobs."""
+    return _join(OPERATIONS, entitlement_name) + "/"
+
+
 def control_status(entitlement_name: str, job_name: str) -> str:
     return _join(CONTROL_STATUS, entitlement_name, job_name)
 

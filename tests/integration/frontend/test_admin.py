@@ -14,6 +14,7 @@ from tests.integration.frontend.conftest import (
     serving,
 )
 from tests.integration.frontend.problems import assert_problem
+from tests.integration.frontend.test_views import seed_tasks
 from tests.support.allocations import put_allocation
 from tether.model import (
     Allocation,
@@ -23,7 +24,6 @@ from tether.model import (
     Resources,
     Role,
     from_json,
-    shard_for,
     to_json,
     token_digest,
 )
@@ -77,7 +77,9 @@ async def test_entitlements(region: Region) -> None:
     assert created.status_code == 201, created.text
     assert created.headers["location"] == "/v1/entitlements/team-c"
     view = created.json()
-    assert view["shard"] == shard_for("team-c", SHARDS)
+    # team-a and team-b are on shard-0, but neither owns a machine nor has a task: a tie, which
+    # the first shard of the region config wins.
+    assert view["shard"] == SHARDS[0]
     assert view["entitlement"]["quota"]["resources"]["cpu"] == 2000
     assert (view["requested"], view["allocated"]) == (ZERO, ZERO)
     shard = await store.get(keys.shard_assignment("team-c"))
@@ -149,3 +151,37 @@ async def test_admins_create_principals(region: Region) -> None:
     assert (await api.get("/v1/machines", headers=carol)).status_code == 200
     assert (await api.get("/v1/entitlements", headers=carol)).json()["entitlements"] == []
     assert (await api.get("/v1/jobs", headers=MALLORY)).json() == {"jobs": []}
+
+
+async def test_a_new_entitlement_joins_the_least_loaded_shard_and_shards_are_listed(
+    region: Region,
+) -> None:
+    api, store = region.api, region.store
+    # team-a (shard-0) owns a machine and has a job with two tasks and an operation.
+    await store.put(keys.allocation("m1"), to_json(Allocation(machine="m1", entitlement="team-a")))
+    submitted = await api.post("/v1/jobs", headers=ALICE, json=job_spec("web", count=2, cpu=100))
+    assert submitted.status_code == 201, submitted.text
+    await seed_tasks(store)
+    asked = await api.post(
+        "/v1/jobs/team-a/web/operations", headers=ALICE, json={"kind": "restart", "tasks": [0]}
+    )
+    assert asked.status_code == 202, asked.text
+
+    body = {"name": "team-c", "members": ["alice"], "quota": {"resources": {"cpu": 2000}}}
+    created = await api.post("/v1/entitlements", headers=ADMIN, json=body)
+    assert created.json()["shard"] == "shard-1"
+    # shard-1 now has team-c but still no machine, so it stays the least loaded.
+    body["name"] = "team-d"
+    assert (await api.post("/v1/entitlements", headers=ADMIN, json=body)).json()[
+        "shard"
+    ] == "shard-1"
+
+    assert_problem(await api.get("/admin/shards", headers=ALICE), 403, "admin")
+    shards = (await api.get("/admin/shards", headers=ADMIN)).json()["shards"]
+    assert [s["shard"] for s in shards] == SHARDS
+    first, second = shards
+    assert first["entitlements"] == ["team-a", "team-b"]
+    assert (first["jobs"], first["tasks"], first["machines"], first["operations"]) == (1, 4, 1, 1)
+    assert second["entitlements"] == ["team-c", "team-d"]
+    assert (second["jobs"], second["tasks"], second["machines"]) == (0, 0, 0)
+    assert first["leader"] is None  # no scheduler runs in these tests

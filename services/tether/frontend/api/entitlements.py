@@ -13,7 +13,8 @@ from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.quota import total_demand
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
-from tether.model import ZERO, Entitlement, Job, shard_for, to_json
+from tether.frontend.shards import least_loaded, shard_loads
+from tether.model import ZERO, Entitlement, Job, to_json
 from tether.store import Put, Store, key_missing, keys
 
 router = APIRouter(prefix="/v1/entitlements", tags=["entitlements"], responses=AUTH_PROBLEMS)
@@ -57,13 +58,14 @@ async def list_entitlements(store: StoreDep, principal: CurrentPrincipal) -> Res
 async def create_entitlement(
     request: Request, store: StoreDep, settings: SettingsDep, principal: CurrentPrincipal
 ) -> Response:
-    """Admin: create an entitlement and assign it to a scheduler shard."""
+    """Admin: create an entitlement and assign it to the least-loaded scheduler shard (fewest
+    machines owned, then fewest tasks)."""
     require_admin(principal)
     body = await read_body(request, settings.max_body_bytes)
     entitlement = parse_model(Entitlement, body, request.headers.get("content-type"))
     region = await records.region_config(store)
     key = keys.entitlement(entitlement.name)
-    shard = shard_for(entitlement.name, region.shards)
+    shard = least_loaded(await shard_loads(store, region.shards))
     created = await store.txn(
         [key_missing(key)],
         [
