@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from tether.cli.common import TOKEN_HINT
@@ -78,8 +77,6 @@ def test_gang_restarts_every_task_together(region: LocalRegion, tmp_path: Path) 
     for task in after:
         assert task["pid"] != old[task["index"]]["pid"]
         assert task["attempt"] == old[task["index"]]["attempt"] + 1
-    started = [datetime.fromisoformat(str(task["started_at"])) for task in after]
-    assert (max(started) - min(started)).total_seconds() < 5
 
 
 def test_a_bad_token_is_refused_in_one_line(region: LocalRegion, tmp_path: Path) -> None:

@@ -44,6 +44,8 @@ _log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS: Final = 10
 """Compare-and-swap attempts per machine before waiting for its next heartbeat change."""
+_MAINTAINED_MARKERS: Final = tuple(f'"{state.value}"'.encode() for state in MAINTAINED_STATES)
+"""The JSON strings of the maintained states: a record without one needs no parsing."""
 RETRY_S: Final = 0.5
 """Pause after the store failed a request, before trying the same machines again."""
 
@@ -160,7 +162,7 @@ class Broker(Service):
             machine_id = keys.last_segment(key)
             # Most machines are up: only parse those the notices name or that may be held.
             if machine_id not in machine_ids and not any(
-                f'"{state.value}"'.encode() in kv.value for state in MAINTAINED_STATES
+                marker in kv.value for marker in _MAINTAINED_MARKERS
             ):
                 continue
             try:

@@ -14,6 +14,7 @@ from tether.model import (
     Job,
     OperationKind,
     PrincipalRecord,
+    Task,
     TaskOperation,
     to_json,
 )
@@ -51,7 +52,8 @@ async def request(
             f"job '{job.handle}' has tasks 0-{job.spec.count - 1}; there is no task "
             + ", ".join(map(str, beyond[:10]))
         )
-    tasks = {t.task.index: t.task for t in await records.job_tasks(store, entitlement, name)}
+    # The tasks alone: their statuses do not decide whether there is something to act on.
+    tasks = {t.index: t for t in await records.scan(store, keys.tasks_of(entitlement, name), Task)}
     unplaced = [i for i in indexes if i not in tasks or tasks[i].machine is None]
     if unplaced:
         raise Conflict(

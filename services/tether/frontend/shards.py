@@ -24,30 +24,35 @@ class ShardLoad:
     """Task operations recorded for its jobs (open, or completed and not yet reported)."""
 
 
-async def shard_loads(store: Store, shards: list[str]) -> list[ShardLoad]:
-    """Every shard of the region config with what it holds, in config order."""
+async def shard_members(store: Store, shards: list[str]) -> list[ShardLoad]:
+    """Every shard of the region config with its leader and entitlements (nothing counted
+    yet), in config order."""
     loads = {shard: ShardLoad(shard) for shard in shards}
     for leader in await records.scan(store, keys.SHARD_LEADERS, ShardLeader):
         if leader.shard in loads:
             loads[leader.shard].leader = leader
-    owner_of: dict[str, str] = {}
     for kv in (await store.range(keys.SHARD_MAP)).kvs:
-        entitlement, shard = keys.last_segment(kv.key), kv.value.decode().strip()
+        shard = kv.value.decode().strip()
         if shard in loads:
-            owner_of[entitlement] = shard
-            loads[shard].entitlements.append(entitlement)
+            loads[shard].entitlements.append(keys.last_segment(kv.key))
+    return list(loads.values())
+
+
+async def shard_loads(store: Store, shards: list[str]) -> list[ShardLoad]:
+    """Every shard of the region config with what it holds, in config order."""
+    loads = await shard_members(store, shards)
     owned = Counter(
         allocation.record.entitlement
         for allocation in (await records.allocations(store)).values()
         if allocation.record is not None and allocation.record.entitlement is not None
     )
-    for entitlement, shard in owner_of.items():
-        load = loads[shard]
-        load.machines += owned[entitlement]
-        load.jobs += await store.count(keys.jobs_of(entitlement))
-        load.tasks += await store.count(keys.tasks_of_entitlement(entitlement))
-        load.operations += await store.count(keys.operations_of_entitlement(entitlement))
-    return list(loads.values())
+    for load in loads:
+        for entitlement in load.entitlements:
+            load.machines += owned[entitlement]
+            load.jobs += await store.count(keys.jobs_of(entitlement))
+            load.tasks += await store.count(keys.tasks_of_entitlement(entitlement))
+            load.operations += await store.count(keys.operations_of_entitlement(entitlement))
+    return loads
 
 
 def least_loaded(loads: list[ShardLoad]) -> str:

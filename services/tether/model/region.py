@@ -22,7 +22,8 @@ class RegionConfig(TetherModel):
 
 
 def shard_for(entitlement: str, shards: list[str]) -> str:
-    """The shard a new entitlement starts on: a stable hash, so every frontend agrees."""
+    """The shard the bootstrap puts the default entitlement on, before anything has a load: a
+    stable hash. Entitlements created later join the least-loaded shard."""
     return shards[zlib.crc32(entitlement.encode()) % len(shards)]
 
 

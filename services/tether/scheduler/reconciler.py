@@ -224,52 +224,59 @@ def _is_live(view: JobView, task: Task) -> bool:
     return not job.deleting and task.index < job.spec.count
 
 
+def _proposal(
+    task: Task, kind: OperationKind, operation_id: str, reason: str, now: datetime, **fields: Any
+) -> TaskOperation:
+    """A new operation of `kind` on one task, waiting for approval."""
+    return TaskOperation(
+        id=operation_id,
+        kind=kind,
+        job=task.job,
+        tasks=[task.index],
+        reason=reason,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
 def _proposals(view: JobView, stored_task: Stored[Task], now: datetime) -> list[TaskOperation]:
     """The operations the task needs now; each id is stable, so a need is proposed once."""
     job, task = view.job.value, stored_task.value
     if awaits_stop(view, stored_task):
-        return [
-            TaskOperation(
-                id=f"stop-a{task.attempt}-t{task.index}",
-                kind=OperationKind.STOP,
-                job=job.handle,
-                tasks=[task.index],
-                reason=f"the job shrinks to {job.spec.count} tasks",
-                created_at=now,
-                updated_at=now,
-                attempt=task.attempt,
-            )
-        ]
+        stop_id = f"stop-a{task.attempt}-t{task.index}"
+        reason = f"the job shrinks to {job.spec.count} tasks"
+        return [_proposal(task, OperationKind.STOP, stop_id, reason, now, attempt=task.attempt)]
     if not _is_live(view, task):
         return []
     proposals = []
     version = job.spec.task.version
     if task.version != version and is_healthy(task, view.statuses.get(task.index)):
+        reason = f"update from version {task.version} to {version}"
         proposals.append(
-            TaskOperation(
-                id=update_id(version, task.index),
-                kind=OperationKind.UPDATE,
-                job=job.handle,
-                tasks=[task.index],
-                reason=f"update from version {task.version} to {version}",
-                created_at=now,
-                updated_at=now,
+            _proposal(
+                task,
+                OperationKind.UPDATE,
+                update_id(version, task.index),
+                reason,
+                now,
                 target_version=version,
             )
         )
     notice = next_maintenance(view, task.machine, now)
     if notice is not None:
+        reason = (
+            f"{notice.kind} maintenance of machine {task.machine} from "
+            f"{notice.start:%Y-%m-%d %H:%M:%S}Z for {notice.duration_s}s"
+            + (f": {notice.reason}" if notice.reason else "")
+        )
         proposals.append(
-            TaskOperation(
-                id=maintenance_id(notice, task.index, task.attempt),
-                kind=OperationKind.MOVE,
-                job=job.handle,
-                tasks=[task.index],
-                reason=f"{notice.kind} maintenance of machine {task.machine} from "
-                f"{notice.start:%Y-%m-%d %H:%M:%S}Z for {notice.duration_s}s"
-                + (f": {notice.reason}" if notice.reason else ""),
-                created_at=now,
-                updated_at=now,
+            _proposal(
+                task,
+                OperationKind.MOVE,
+                maintenance_id(notice, task.index, task.attempt),
+                reason,
+                now,
                 deadline=notice.start,
                 attempt=task.attempt,
                 notice=notice.id,

@@ -70,14 +70,15 @@ class Records(Generic[T]):
         self._changed(key, old, new)
 
 
-def _file(by_job: defaultdict[str, dict[K, V]], handle: str, key: K, value: V | None) -> None:
-    """Sets `key` in one job's part of a per-job index, or drops it (and the job, once empty)."""
+def _file(grouped: defaultdict[str, dict[K, V]], group: str, key: K, value: V | None) -> None:
+    """Sets `key` in one group of a grouped index (by job, by registration scope), or drops it
+    (and the group, once empty)."""
     if value is None:
-        by_job[handle].pop(key, None)
-        if not by_job[handle]:
-            del by_job[handle]
+        grouped[group].pop(key, None)
+        if not grouped[group]:
+            del grouped[group]
     else:
-        by_job[handle][key] = value
+        grouped[group][key] = value
 
 
 def _parsed(result: object) -> list[KeyValue]:
@@ -98,6 +99,11 @@ def _stored(kv: KeyValue, parse: Callable[[bytes], T]) -> Stored[T] | None:
 def _records(kvs: list[KeyValue], parse: Callable[[bytes], M]) -> list[Stored[M]]:
     """The records that parse; the others are skipped, as the mirrors skip them."""
     return [stored for kv in kvs if (stored := _stored(kv, parse)) is not None]
+
+
+def _scope(registration: ControllerRegistration) -> str:
+    """What a registration decides for: its job's handle, else its entitlement's name."""
+    return registration.job if registration.job is not None else registration.entitlement
 
 
 def _shard_id(value: bytes) -> str:
@@ -139,6 +145,11 @@ class ShardState:
         self._operations: defaultdict[str, dict[str, Stored[TaskOperation]]] = defaultdict(dict)
         self._tasks: defaultdict[str, dict[int, Stored[Task]]] = defaultdict(dict)
         self._statuses: defaultdict[str, dict[int, TaskStatus]] = defaultdict(dict)
+        # Scope (a job handle, or an entitlement name: names have no "/") -> registration key ->
+        # registration, so that finding a job's controller does not scan every registration.
+        self._registrations: defaultdict[str, dict[str, Stored[ControllerRegistration]]] = (
+            defaultdict(dict)
+        )
         # machine id -> job handle -> how many of the job's tasks are on it.
         self._on_machine: defaultdict[str, defaultdict[str, int]] = defaultdict(
             lambda: defaultdict(int)
@@ -228,17 +239,11 @@ class ShardState:
         """The job's TaskController: one registered for the job, else for its entitlement
         (the newest registration of either, when several compete)."""
         entitlement, _ = parse_job_handle(handle)
-        best: tuple[bool, int] | None = None
-        found = None
-        for stored in self.controllers.items.values():
-            registration = stored.value
-            if registration.job == handle or (
-                registration.job is None and registration.entitlement == entitlement
-            ):
-                rank = (registration.job is not None, stored.revision)
-                if best is None or rank > best:
-                    best, found = rank, registration
-        return found
+        for scope in (handle, entitlement):
+            registered = self._registrations.get(scope)
+            if registered:
+                return max(registered.values(), key=lambda stored: stored.revision).value
+        return None
 
     # --- indexes and dirty marking ---------------------------------------------------------
 
@@ -296,6 +301,10 @@ class ShardState:
         old: Stored[ControllerRegistration] | None,
         new: Stored[ControllerRegistration] | None,
     ) -> None:
+        if old is not None:
+            _file(self._registrations, _scope(old.value), key, None)
+        if new is not None:
+            _file(self._registrations, _scope(new.value), key, new)
         for stored in (old, new):
             if stored is None:
                 continue

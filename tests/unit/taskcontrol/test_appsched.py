@@ -6,7 +6,6 @@ import asyncio
 import json
 import random
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -292,15 +291,18 @@ def test_replicas_never_leaves_a_shard_over_its_limit(case: Case) -> None:
             assert any(more[name] > max(case.max_down, after[name]) for name in case.shards)
 
 
-def test_replicas_decides_for_a_large_service_quickly() -> None:
+def test_replicas_decides_for_a_service_of_the_simulations_size() -> None:
+    # How fast it decides is scripts/sim_taskcontrol.py's business; here, that it decides right.
     rng = random.Random(7)
     shards = {f"shard-{i}": rng.sample(range(1000), 3) for i in range(15_000)}
-    situation = request(1000, one_per_task(1000), unhealthy=rng.sample(range(1000), 10))
+    unhealthy = set(rng.sample(range(1000), 10))
+    situation = request(1000, one_per_task(1000), unhealthy=sorted(unhealthy))
     controller = ReplicasController(shard_map(shards), max_down=1)
-    started = time.perf_counter()
     acks = asyncio.run(controller.decide(situation))
-    assert time.perf_counter() - started < 0.1
     assert acks
+    before = replicas_down(shards, unhealthy)
+    after = replicas_down(shards, unhealthy | {int(ack.removeprefix("u")) for ack in acks})
+    assert all(after[name] <= max(1, before[name]) for name in shards)
 
 
 # --- the shard map ---------------------------------------------------------------------------

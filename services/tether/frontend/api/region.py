@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 from fastapi import APIRouter
 from starlette.responses import Response
@@ -12,7 +12,8 @@ from tether.frontend.api import AUTH_PROBLEMS
 from tether.frontend.auth import CurrentPrincipal
 from tether.frontend.deps import StoreDep
 from tether.frontend.schemas.region import MachineCounts, RegionView, ShardView
-from tether.model import AllocatorEndpoint, Machine, MachineState, ShardLeader
+from tether.frontend.shards import shard_members
+from tether.model import AllocatorEndpoint, Machine, MachineState
 from tether.store import keys
 
 router = APIRouter(prefix="/v1/region", tags=["region"], responses=AUTH_PROBLEMS)
@@ -23,24 +24,15 @@ async def region(store: StoreDep, principal: CurrentPrincipal) -> Response:
     """Shards with their leaders and entitlements, allocators, machines by state, the number
     of jobs and tasks by effective state."""
     config = await records.region_config(store)
-    leaders = {
-        leader.shard: leader
-        for leader in await records.scan(store, keys.SHARD_LEADERS, ShardLeader)
-    }
-    members: defaultdict[str, list[str]] = defaultdict(list)
-    for kv in (await store.range(keys.SHARD_MAP)).kvs:
-        members[kv.value.decode()].append(keys.last_segment(kv.key))
-    shards = []
-    for shard in config.shards:
-        leader = leaders.get(shard)
-        shards.append(
-            ShardView(
-                shard=shard,
-                leader=leader.identity if leader else None,
-                leader_since=leader.since if leader else None,
-                entitlements=members[shard],
-            )
+    shards = [
+        ShardView(
+            shard=member.shard,
+            leader=member.leader.identity if member.leader else None,
+            leader_since=member.leader.since if member.leader else None,
+            entitlements=member.entitlements,
         )
+        for member in await shard_members(store, config.shards)
+    ]
     states = Counter(machine.state for machine in await records.scan(store, keys.MACHINES, Machine))
     tasks = await records.tasks_by_job(store)
     view = RegionView(
