@@ -1,4 +1,4 @@
-"""The agent process: runs its machine's assignments under shims and reports their status."""
+"""The agent process: runs its machine's assignments through an executor and reports them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,22 +15,12 @@ from typing import Any, Final
 
 import pydantic
 
-from tether.agent.cleanup import kill_now
-from tether.agent.limits import Limiter, Limits
+from tether import metrics
+from tether.agent.executor import Executor, ProcessExecutor
 from tether.agent.logserver import log_server
-from tether.agent.procfs import is_alive, signal_process
 from tether.agent.profile import HostProfiles
 from tether.agent.settings import AgentSettings
-from tether.agent.workdir import (
-    AttemptFiles,
-    ShimExit,
-    ShimSpec,
-    ShimState,
-    TaskRef,
-    WorkDir,
-    read_record,
-    write_record,
-)
+from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef, WorkDir
 from tether.model import (
     TERMINAL_STATES,
     AgentHeartbeat,
@@ -52,11 +39,8 @@ from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RETRY_S: Final = 0.5
 """Pause before registering again after the store failed."""
-SHIM_START_GRACE_S: Final = 10.0
-"""How long a shim may take to write its state file before it is taken for dead."""
 KILL_BACKSTOP_S: Final = 5.0
 """Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
 STATUS_CAS_ATTEMPTS: Final = 5
@@ -69,8 +53,6 @@ class Attempt:
     files: AttemptFiles
     seen_at: float
     """Monotonic time of the launch or adoption."""
-    shim: subprocess.Popen[bytes] | None = None
-    """The shim, when this agent process started it (and must reap it)."""
     state: ShimState | None = None
     reported: TaskState | None = None
     stop_sent_at: float | None = None
@@ -88,25 +70,38 @@ class Agent(Service):
     """Runs what `assignments/<machine>/` asks for and reports it in `task-status/`, once the
     machine carries the host profile its allocation record asks for.
 
-    Tasks are not children of the agent in any way that matters: each runs under a shim in its
-    own session, so `stop()` (or a crash) leaves them running, and the next agent on the same
-    work dir adopts them. The agent owns `store` and closes it on `stop()`.
+    The executor runs the attempts: by default real processes (`ProcessExecutor`). Those are
+    not children of the agent in any way that matters: each runs under a shim in its own
+    session, so `stop()` (or a crash) leaves them running, and the next agent on the same work
+    dir adopts them. The agent closes `store` on `stop()` when it `owns_store`.
     """
 
-    def __init__(self, machine: Machine, settings: AgentSettings, store: Store) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        settings: AgentSettings,
+        store: Store,
+        *,
+        executor: Executor | None = None,
+        owns_store: bool = True,
+    ) -> None:
         self.name = f"agent {machine.id}"
         self.machine = machine
         self._settings = settings
         self._store = store
+        self._owns_store = owns_store
         self.work_dir = WorkDir(settings.work_dir or Path(".tether/agents") / machine.id)
-        self._http = log_server(self.work_dir, settings.http_host, settings.http_port)
+        self._executor = executor or ProcessExecutor(self.work_dir, settings, machine.id)
+        logs = self._executor.logs
+        self._http = (
+            None if logs is None else log_server(logs, settings.http_host, settings.http_port)
+        )
         self._assignments = PrefixMirror(
             store, keys.assignments_of(machine.id), self._assignments_changed
         )
         self._profiles = HostProfiles(
             store, machine.id, settings, self.work_dir.host_profile, self._profile_switched
         )
-        self._limiter: Limiter | None = None
         self._keeper: LeaseKeeper | None = None
         self._desired: dict[TaskRef, Assignment] = {}
         """The valid assignments of this machine, by task, as of the mirror."""
@@ -122,14 +117,19 @@ class Agent(Service):
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.work_dir.tasks.mkdir(parents=True, exist_ok=True)
-        self._limiter = Limiter(
-            self._settings.cgroup_root, self._settings.cgroup_mode, self.machine.id
-        )
-        await self._http.start()
-        host = self._settings.http_host
-        advertised = self.machine.hostname if host in ("0.0.0.0", "::") else host
-        self.address = f"http://{advertised}:{self._http.port}"
+        # The host profile's record lives in the work dir, whatever the executor keeps there.
+        self.work_dir.root.mkdir(parents=True, exist_ok=True)
+        self._executor.bind(self._wake.set)
+        self._executor.prepare()
+        if self._http is None:
+            # A heartbeat must name an address; the frontend's log proxy reports this one
+            # unreachable, which is the truth: there are no logs.
+            self.address = f"nologs://{self.machine.hostname}"
+        else:
+            await self._http.start()
+            host = self._settings.http_host
+            advertised = self.machine.hostname if host in ("0.0.0.0", "::") else host
+            self.address = f"http://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
         self.machine = _with_profile(self.machine, self._profiles.load())
         await self._register()
@@ -154,8 +154,10 @@ class Agent(Service):
         await self._profiles.stop()
         if self._keeper is not None:
             await self._keeper.stop(revoke=True)
-        await self._http.stop()
-        await self._store.close()
+        if self._http is not None:
+            await self._http.stop()
+        if self._owns_store:
+            await self._store.close()
 
     # --- heartbeat ---------------------------------------------------------------------------
 
@@ -278,19 +280,19 @@ class Agent(Service):
                 await self._launch(task, assignment)
 
     def _adopt(self) -> None:
-        """Takes over the attempts a previous agent left in the work dir."""
-        found = self.work_dir.scan()
+        """Takes over the attempts a previous agent left (in the work dir)."""
+        found = self._executor.leftovers()
         latest: dict[TaskRef, int] = {}
-        for files in found:
+        for leftover in found:
+            files = leftover.files
             self._known.add((files.task, files.attempt))
             latest[files.task] = max(files.attempt, latest.get(files.task, 0))
         now = time.monotonic()
-        for files in found:
-            # Older attempts that finished were reported when they did; one that never wrote
-            # its state never ran. The latest attempt's end may still need reporting.
-            if files.attempt != latest[files.task] and (
-                files.exit.exists() or not files.state.exists()
-            ):
+        for leftover in found:
+            files = leftover.files
+            # Older attempts that finished were reported when they did; one that never ran
+            # never will. The latest attempt's end may still need reporting.
+            if files.attempt != latest[files.task] and leftover.settled:
                 continue
             self._attempts.setdefault(files.task, {})[files.attempt] = Attempt(files, now)
             _log.info("adopting attempt %d of task %s", files.attempt, files.task.task_id)
@@ -298,15 +300,15 @@ class Agent(Service):
     async def _observe(self, attempt: Attempt, assignment: Assignment | None) -> None:
         """Notices the attempt's start and end, and stops it when it is no longer wanted."""
         files = attempt.files
-        end = read_record(ShimExit, files.exit)
+        end = self._executor.end(files)
         if attempt.state is None or attempt.state.pid is None:
-            # Read after exit.json, which the shim writes last: a finished attempt's state is
-            # final. This is the observation's only read of state.json.
-            attempt.state = read_record(ShimState, files.state) or attempt.state
+            # Read after the end, which the shim writes last: a finished attempt's state is
+            # final. This is the observation's only read of the state.
+            attempt.state = self._executor.state(files) or attempt.state
         if end is not None:
             await self._finished(attempt, end)
             return
-        shim_running = self._shim_running(attempt)
+        shim_running = self._executor.supervised(files, attempt.state, attempt.seen_at)
         wanted = (
             assignment is not None
             and assignment.attempt == attempt.number
@@ -319,46 +321,28 @@ class Agent(Service):
         elif attempt.state is not None and attempt.state.pid is not None:
             await self._report(attempt, TaskState.RUNNING, allow_create=True)
 
-    def _shim_running(self, attempt: Attempt) -> bool:
-        if attempt.shim is not None:
-            # Our own child: poll() also reaps it once it has exited.
-            return attempt.shim.poll() is None
-        if attempt.state is None:
-            return time.monotonic() - attempt.seen_at < SHIM_START_GRACE_S
-        return is_alive(attempt.state.shim_pid, attempt.state.shim_start)
-
     def _stop(self, attempt: Attempt) -> None:
         """Asks the shim to stop the task; kills both when the shim does not manage to."""
         now = time.monotonic()
-        state = attempt.state
         if attempt.stop_sent_at is None:
             attempt.stop_sent_at = now
             _log.info("stopping attempt %d of task %s", attempt.number, attempt.task.task_id)
-            if attempt.shim is not None:
-                attempt.shim.send_signal(signal.SIGTERM)
-            elif state is not None:
-                signal_process(state.shim_pid, state.shim_start, signal.SIGTERM)
+            self._executor.stop(attempt.files, attempt.state, force=False)
         elif now - attempt.stop_sent_at > self._settings.kill_grace_s + KILL_BACKSTOP_S:
-            if state is not None:
-                kill_now(state)
-            if attempt.shim is not None:
-                attempt.shim.kill()
+            self._executor.stop(attempt.files, attempt.state, force=True)
 
     async def _shim_died(self, attempt: Attempt) -> None:
-        # The shim writes exit.json before it exits: look again, it may have just done so.
-        end = read_record(ShimExit, attempt.files.exit)
+        # The shim records the end before it exits: look again, it may have just done so.
+        end = self._executor.end(attempt.files)
         if end is None:
-            state = attempt.state
-            if state is not None:
-                # Its task must not run on unsupervised, invisible to every agent.
-                signal_process(state.pid, state.pid_start, signal.SIGKILL, group=True)
+            self._executor.orphaned(attempt.state)
             end = ShimExit(
                 exit_code=None,
                 stopped=attempt.stop_sent_at is not None,
                 finished_at=datetime.now(UTC),
                 message="the task's supervisor (shim) ended without recording the exit status",
             )
-            write_record(attempt.files.exit, end)
+            self._executor.record_end(attempt.files, end)
         await self._finished(attempt, end)
 
     async def _finished(self, attempt: Attempt, end: ShimExit) -> None:
@@ -376,13 +360,12 @@ class Agent(Service):
             finished_at=end.finished_at,
             message=end.message,
         )
-        if attempt.shim is not None:
-            attempt.shim.poll()
+        metrics.AGENT_TASKS_EXITED.labels(state.value).inc()
         task_attempts = self._attempts[attempt.task]
         del task_attempts[attempt.number]
         if not task_attempts:
             del self._attempts[attempt.task]
-        self.work_dir.prune(attempt.task, self._settings.keep_attempts, busy=set(task_attempts))
+        self._executor.release(attempt.files, self._settings.keep_attempts, set(task_attempts))
 
     # --- starting ----------------------------------------------------------------------------
 
@@ -395,63 +378,21 @@ class Agent(Service):
         self._attempts.setdefault(task, {})[assignment.attempt] = attempt
         _log.info("starting attempt %d of task %s", assignment.attempt, task.task_id)
         try:
-            attempt.shim = self._spawn_shim(task, assignment, attempt.files)
+            self._executor.launch(attempt.files, assignment, self._environment(task, assignment))
         except OSError as error:
             _log.warning("cannot start attempt %d of %s: %s", assignment.attempt, task, error)
-            attempt.files.dir.mkdir(parents=True, exist_ok=True)
             end = ShimExit(
                 exit_code=None,
                 finished_at=datetime.now(UTC),
                 message=f"the agent could not start the task: {error}",
             )
-            write_record(attempt.files.exit, end)
+            self._executor.record_end(attempt.files, end)
+        else:
+            metrics.AGENT_TASKS_STARTED.inc()
 
-    def _spawn_shim(
-        self, task: TaskRef, assignment: Assignment, files: AttemptFiles
-    ) -> subprocess.Popen[bytes]:
-        """Writes the attempt's spec and starts its shim (a quick fork and exec, so inline)."""
-        sandbox = self.work_dir.sandbox(task)
-        sandbox.mkdir(parents=True, exist_ok=True)
-        files.dir.mkdir(parents=True, exist_ok=True)
-        assert self._limiter is not None
-        limits = Limits.of(assignment.template.resources)
-        placement = self._limiter.prepare(
-            f"{task.entitlement}.{task.job}.{task.index}.{assignment.attempt}", limits
-        )
-        spec = ShimSpec(
-            task_id=task.task_id,
-            argv=[assignment.template.command, *assignment.template.args],
-            env=self._environment(task, assignment, sandbox),
-            cwd=str(sandbox),
-            stdout_path=str(files.log("stdout")),
-            stderr_path=str(files.log("stderr")),
-            state_path=str(files.state),
-            exit_path=str(files.exit),
-            limits=placement.mode.value,
-            memory_bytes=limits.memory_bytes,
-            cgroup_procs=[str(path) for path in placement.procs_files],
-            cgroups=[str(path) for path in placement.cgroups],
-            kill_grace_s=self._settings.kill_grace_s,
-        )
-        write_record(files.spec, spec)
-        with files.log("stderr").open("ab") as stderr:
-            # The shim's own complaints (and a traceback, should it crash) go to the task's
-            # stderr log, where whoever reads the task's logs sees them.
-            return subprocess.Popen(
-                [sys.executable, "-m", "tether.agent.shim", str(files.spec)],
-                cwd=files.dir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-            )
-
-    def _environment(self, task: TaskRef, assignment: Assignment, sandbox: Path) -> dict[str, str]:
-        """A minimal environment, the template's variables, and Tether's own."""
+    def _environment(self, task: TaskRef, assignment: Assignment) -> dict[str, str]:
+        """The template's variables and Tether's own (the executor adds the basics)."""
         return {
-            "PATH": os.environ.get("PATH", DEFAULT_PATH),
-            "HOME": str(sandbox),
-            "LANG": "C.UTF-8",
             **assignment.template.env,
             "TETHER_JOB": assignment.job,
             "TETHER_TASK_INDEX": str(task.index),

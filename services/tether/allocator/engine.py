@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import ValidationError
 
+from tether import metrics
 from tether.allocator.cache import ChoiceCache
 from tether.allocator.commit import Outcome, Write, commit
 from tether.allocator.errors import (
@@ -24,7 +25,15 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
-from tether.allocator.index import FREE, NONE, AllocationIndex, Header, Snapshot, tasks_by_row
+from tether.allocator.index import (
+    DECOMMISSIONED,
+    FREE,
+    NONE,
+    AllocationIndex,
+    Header,
+    Snapshot,
+    tasks_by_row,
+)
 from tether.allocator.placement import Choice, Explanation, Planner, explain
 from tether.model import Entitlement, Job, from_json, parse_job_handle
 from tether.store import Store, keys
@@ -42,6 +51,11 @@ _BATCH_ROWS = 4000
 _CATCH_UP_S = 5.0
 # Enough for every Place a scheduler may retry: retries follow the first call within seconds.
 RESPONSE_MEMORY = 512
+# Bound once: a batch of 64 requests would look each child up by its labels 64 times.
+_PLACED = metrics.ALLOCATOR_PLACEMENTS.labels("placed")
+_UNPLACED = metrics.ALLOCATOR_PLACEMENTS.labels("unplaced")
+_PLACE_CONFLICTS = metrics.ALLOCATOR_CONFLICTS.labels("place")
+_RELEASE_CONFLICTS = metrics.ALLOCATOR_CONFLICTS.labels("release")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +231,7 @@ class Engine:
                         index.remove(row, job_handle, tasks, headers[row], outcome.revision)
                     return len(chosen)
                 self._stats.conflicts += 1
+                _RELEASE_CONFLICTS.inc()
                 await self._catch_up(outcome.revision)
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
@@ -231,12 +246,16 @@ class Engine:
 
     async def return_idle(self, now: float) -> int:
         """Moves machines that have been idle in an entitlement for the idle delay back to the
-        free pool; returns how many moved. Conflicting records wait for the next round."""
+        free pool, and decommissioned ones at once (their capacity must stop counting for the
+        entitlement); returns how many moved. Conflicting records wait for the next round."""
         index = self._index
         async with self._writing:
             rows = index.rows
             empty = (index.owner[:rows] != NONE) & (index.task_count[:rows] == 0)
-            due = empty & (index.idle_since[:rows] <= now - self._idle_return_s)
+            due = empty & (
+                (index.idle_since[:rows] <= now - self._idle_return_s)
+                | (index.state[:rows] == DECOMMISSIONED)
+            )
             # An empty owned machine with no idle time (written by an older allocator) starts
             # its idle period now.
             unmarked = empty & np.isnan(index.idle_since[:rows])
@@ -362,9 +381,11 @@ class Engine:
             for request in batch.planned:
                 assert request.choice is not None
                 self._stats.machines_joined += len(request.choice.joined)
+                _PLACED.inc(len(request.choice.placements))
                 self._finish(request, request.choice.unplaced)
             return outcome.revision
         self._stats.conflicts += 1
+        _PLACE_CONFLICTS.inc()
         self._roll_back(batch)
         fences = self._fences
         moved = {name for name, fence in outcome.fences.items() if fence != fences.get(name, 0)}
@@ -428,14 +449,14 @@ class Engine:
     def _finish(self, request: _Request, unplaced: dict[int, str]) -> None:
         where = self._index.held(request.job.handle)
         ids = self._index.ids
-        request.done.set_result(
-            PlaceResult(
-                [(i, ids[where[i]]) for i in request.indexes if i in where],
-                [(i, unplaced[i]) for i in request.indexes if i not in where and i in unplaced],
-                request.attempts,
-                request.conflicts,
-            )
+        result = PlaceResult(
+            [(i, ids[where[i]]) for i in request.indexes if i in where],
+            [(i, unplaced[i]) for i in request.indexes if i not in where and i in unplaced],
+            request.attempts,
+            request.conflicts,
         )
+        _UNPLACED.inc(len(result.unplaced))
+        request.done.set_result(result)
 
     async def _catch_up(self, revision: int) -> None:
         """Waits until the index shows every change up to `revision`; on a timeout the next

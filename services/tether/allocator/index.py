@@ -42,8 +42,10 @@ STATE_CODES: Final = {
     MachineState.DRAINING: 1,
     MachineState.MAINTENANCE: 2,
     MachineState.DOWN: 3,
+    MachineState.DECOMMISSIONED: 4,
 }
 UP: Final = STATE_CODES[MachineState.UP]
+DECOMMISSIONED: Final = STATE_CODES[MachineState.DECOMMISSIONED]
 NONE: Final = -1
 """Code of "no value": the free pool as owner, no host profile, a missing attribute."""
 

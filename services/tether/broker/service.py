@@ -7,13 +7,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import pydantic
 
+from tether import metrics
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
-from tether.broker.maintenance import MAINTAINED_STATES, maintenance_state, next_change
+from tether.broker.maintenance import (
+    MAINTAINED_STATES,
+    awaits_empty,
+    is_over,
+    maintenance_state,
+    next_change,
+)
 from tether.broker.settings import BrokerSettings
 from tether.model import (
     ZERO,
@@ -48,13 +55,17 @@ _MAINTAINED_MARKERS: Final = tuple(f'"{state.value}"'.encode() for state in MAIN
 """The JSON strings of the maintained states: a record without one needs no parsing."""
 RETRY_S: Final = 0.5
 """Pause after the store failed a request, before trying the same machines again."""
+EMPTY_CHECK_S: Final = 1.0
+"""How often a machine whose decommission is due is looked at for tasks left on it (the broker
+does not follow allocations, which change far more often than anything else it reads)."""
 
 
 class Broker(Service):
     """Creates a machine record (and its empty allocation) for every new machine of its
     datacenter that heartbeats, and updates a known machine's inventory fields when the agent
     announces new ones. It drains the datacenter's machines with maintenance scheduled, puts
-    them in maintenance for the window and back up after it, then deletes the notice. It never
+    them in maintenance for the window and back up after it, then deletes the notice; a
+    machine being decommissioned becomes decommissioned once its tasks are gone. It never
     deletes machines; it owns `store` and closes it on `stop()`.
     """
 
@@ -185,28 +196,52 @@ class Broker(Service):
             for machine_id in notice.machines:
                 by_machine.setdefault(machine_id, []).append(notice)
         self._noticed = set(by_machine)
+        emptying = False
         for machine_id, (machine, revision) in self._machines_of_dc(set(by_machine)).items():
-            state = maintenance_state(machine.state, by_machine.get(machine_id, ()), now)
+            notices = by_machine.get(machine_id, [])
+            key = keys.machine(machine_id)
+            compares = [mod_revision_is(key, revision)]
+            empty = False
+            if awaits_empty(machine.state, notices, now):
+                allocation_revision, empty = await self._allocation_of(machine_id)
+                # The allocation record's revision versions its entries: none is added meanwhile.
+                compares.append(mod_revision_is(keys.allocation(machine_id), allocation_revision))
+                emptying = emptying or not empty
+            state = maintenance_state(machine.state, notices, now, empty=empty)
             if state is None:
                 continue
-            key = keys.machine(machine_id)
             changed = machine.model_copy(update={"state": state})
-            result = await self._store.txn(
-                [mod_revision_is(key, revision)], [Put(key, to_json(changed))]
-            )
+            result = await self._store.txn(compares, [Put(key, to_json(changed))])
             if result.succeeded:
+                metrics.BROKER_STATE_CHANGES.labels(state.value).inc()
                 _log.info("machine %s: %s for maintenance", machine_id, state.value)
             else:
                 # Changed meanwhile (a heartbeat, the health checker): decide again on it.
                 self._maintenance_due = True
                 self._wake.set()
         for notice, revision in scheduled:
-            if notice.end <= now:
+            if is_over(notice, now):
                 key = keys.maintenance(notice.id)
                 await self._store.txn([mod_revision_is(key, revision)], [Delete(key)])
         upcoming = next_change((notice for notice, _ in scheduled), now)
+        if emptying:
+            check = now + timedelta(seconds=EMPTY_CHECK_S)
+            upcoming = check if upcoming is None else min(upcoming, check)
         if upcoming is not None:
             self._maintenance_changes_at(upcoming)
+
+    async def _allocation_of(self, machine_id: str) -> tuple[int, bool]:
+        """The mod revision of the machine's allocation record, and whether no task is
+        allocated on it, from one read."""
+        result = await self._store.txn(
+            [],
+            [
+                Get(keys.allocation(machine_id)),
+                Get(keys.allocation_entries(machine_id), prefix=True),
+            ],
+        )
+        record, entries = _kv(result.results[0]), _kvs(result.results[1])
+        return (record.mod_revision if record else 0), not entries
 
     def _announced(self, machine_id: str) -> Machine | None:
         """The machine the current heartbeat of `machine_id` announces for this datacenter."""
@@ -256,6 +291,9 @@ class Broker(Service):
                 compares, success, [Get(machine_key), Get(allocation_key)]
             )
             if result.succeeded:
+                metrics.BROKER_MACHINES_RECORDED.labels(
+                    "new" if recorded is None else "inventory"
+                ).inc()
                 if recorded is None:
                     _log.info("machine %s: new in %s, recorded as up", machine_id, self.settings.dc)
                 else:

@@ -12,7 +12,7 @@ import typer
 
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
-from tether.cli.serving import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, metrics_port_option, serve
 from tether.cli.store import StoreUrl
 from tether.model import Machine
 
@@ -94,6 +94,7 @@ def agent(
         help="Where task files, logs and sandboxes live (else TETHER_AGENT_WORK_DIR).",
         show_default=".tether/agents/<machine id>",
     ),
+    metrics_port: int = metrics_port_option("agent"),
     url: str | None = StoreUrl,
     log_level: str = LogLevel,
 ) -> None:
@@ -120,4 +121,4 @@ def agent(
             "attributes": parse_attributes(attribute),
         }
     )
-    serve(lambda store: Agent(machine, settings, store), url, log_level)
+    serve(lambda store: Agent(machine, settings, store), url, log_level, metrics_port)

@@ -8,7 +8,7 @@ import typer
 
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
-from tether.cli.serving import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, metrics_port_option, serve
 from tether.cli.store import StoreUrl
 
 
@@ -31,6 +31,7 @@ def allocator(
         help="gRPC port; 0 picks a free one (else TETHER_ALLOCATOR_PORT).",
         show_default="0",
     ),
+    metrics_port: int = metrics_port_option("allocator"),
     url: str | None = StoreUrl,
     log_level: str = LogLevel,
 ) -> None:
@@ -42,4 +43,4 @@ def allocator(
     settings = load_settings(
         lambda: AllocatorSettings(**overrides), {"id": "--id", "host": "--host", "port": "--port"}
     )
-    serve(lambda store: Allocator(store, settings), url, log_level)
+    serve(lambda store: Allocator(store, settings), url, log_level, metrics_port)

@@ -22,14 +22,21 @@ _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 def parse_duration(text: str) -> timedelta:
     """`90s`, `30m`, `2h`, `1d12h`: a positive duration."""
+    duration = parse_deadline(text)
+    if duration <= timedelta(0):
+        raise ValueError("the duration must be more than 0 seconds")
+    return duration
+
+
+def parse_deadline(text: str) -> timedelta:
+    """`90s`, `30m`, `2h`, `1d12h`, or `0` (at once): a duration of 0 or more."""
+    if text.strip() == "0":
+        return timedelta(0)
     match = _DURATION.fullmatch(text.strip())
     if not text.strip() or match is None:
         raise ValueError(f"'{text}' is not a duration such as 90s, 30m, 2h or 1d12h")
     days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    if duration <= timedelta(0):
-        raise ValueError("the duration must be more than 0 seconds")
-    return duration
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
 def parse_start(text: str) -> datetime:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from tether.cli.serving import LogLevel, load_settings, serve
+from tether.cli.serving import LogLevel, load_settings, metrics_port_option, serve
 from tether.cli.store import StoreUrl
 from tether.taskcontrol.registry.service import Registry
 from tether.taskcontrol.registry.settings import RegistrySettings
@@ -25,6 +25,7 @@ def registry(
         help="gRPC port; 0 picks a free one (else TETHER_REGISTRY_PORT).",
         show_default="0",
     ),
+    metrics_port: int = metrics_port_option("registry"),
     url: str | None = StoreUrl,
     log_level: str = LogLevel,
 ) -> None:
@@ -38,4 +39,4 @@ def registry(
     settings = load_settings(
         lambda: RegistrySettings(**overrides), {"host": "--host", "port": "--port"}
     )
-    serve(lambda store: Registry(store, settings), url, log_level)
+    serve(lambda store: Registry(store, settings), url, log_level, metrics_port)

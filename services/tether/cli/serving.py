@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 import typer
 
+from tether.metrics import WithMetrics
 from tether.service import Service, connect_store, run
 from tether.store import Store, StoreError
 
 S = TypeVar("S")
 
 LogLevel = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR.")
+
+
+def metrics_port_option(service: str) -> Any:
+    """`--metrics-port` of a service's command, also set by TETHER_<SERVICE>_METRICS_PORT."""
+    return typer.Option(
+        0,
+        "--metrics-port",
+        min=0,
+        max=65535,
+        envvar=f"TETHER_{service.upper()}_METRICS_PORT",
+        help="Serve Prometheus metrics at /metrics on this port, on TETHER_METRICS_HOST "
+        "(127.0.0.1); 0: not served.",
+    )
 
 
 def load_settings(factory: Callable[[], S], options: dict[str, str]) -> S:
@@ -32,10 +46,17 @@ def load_settings(factory: Callable[[], S], options: dict[str, str]) -> S:
         raise typer.Exit(2) from None
 
 
-def serve(make_service: Callable[[Store], Service], url: str | None, log_level: str) -> None:
-    """Runs the service on the store at `url` until SIGINT/SIGTERM; store errors exit 1."""
+def serve(
+    make_service: Callable[[Store], Service],
+    url: str | None,
+    log_level: str,
+    metrics_port: int = 0,
+) -> None:
+    """Runs the service on the store at `url` until SIGINT/SIGTERM, and the process's metrics
+    on `metrics_port` unless it is 0; store errors exit 1."""
     try:
-        run(make_service(connect_store(url)), log_level)
+        service = make_service(connect_store(url))
+        run(WithMetrics(service, metrics_port) if metrics_port else service, log_level)
     except StoreError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

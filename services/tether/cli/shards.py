@@ -1,26 +1,59 @@
-"""`tether shard ls`: the scheduler shards, their leaders and what each holds (admin)."""
+"""`tether shard`: look at the region's scheduler shards and operate them (admin)."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import typer
 from rich.table import Table
 
-from tether.cli.common import TokenOption, UrlOption, client, out
+from tether.cli.common import TokenOption, UrlOption, client, fail, out, poll
+from tether.sdk import ShardDetailView, TetherClient
 
-app = typer.Typer(help="Look at the region's scheduler shards (admin).", no_args_is_help=True)
+app = typer.Typer(help="Look at and operate the scheduler shards (admin).", no_args_is_help=True)
+
+ShardArgument = typer.Argument(..., help="The shard's id, e.g. shard-0.", show_default=False)
+WAIT_POLL_S = 0.25
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    return "-" if moment is None else f"{(now - moment).total_seconds():.1f}s ago"
+
+
+def _in(moment: datetime | None, now: datetime) -> str:
+    return "-" if moment is None else f"in {max(0.0, (moment - now).total_seconds()):.0f}s"
 
 
 @app.command("ls")
 def list_shards(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """List scheduler shards: the leader (pid), and the entitlements, jobs, tasks, machines and
-    task operations each one decides for. Needs the admin role."""
+    """List scheduler shards: the leader (pid), when its lease runs out, the standbys (pids),
+    its last reconcile and backlog, and the entitlements, jobs, tasks, machines and task
+    operations each one decides for."""
     with client(url, token) as tether:
         shards = tether.list_shards()
-    table = Table("shard", "leader pid", "entitlements", "jobs", "tasks", "machines", "operations")
+    now = datetime.now(UTC)
+    table = Table(
+        "shard",
+        "leader pid",
+        "lease expires",
+        "standby pids",
+        "last reconcile",
+        "backlog",
+        "entitlements",
+        "jobs",
+        "tasks",
+        "machines",
+        "operations",
+    )
     for shard in shards:
+        name = f"{shard.shard} [yellow](draining)[/yellow]" if shard.draining else shard.shard
         table.add_row(
-            shard.shard,
+            name,
             str(shard.leader_pid) if shard.leader_pid is not None else "[red]none[/red]",
+            _in(shard.lease_expires_at, now),
+            ", ".join(str(standby.pid) for standby in shard.standbys) or "[yellow]none[/yellow]",
+            _ago(shard.last_reconcile_at, now),
+            "-" if shard.backlog is None else str(shard.backlog),
             ", ".join(shard.entitlements) or "-",
             str(shard.jobs),
             str(shard.tasks),
@@ -28,3 +61,75 @@ def list_shards(url: str | None = UrlOption, token: str | None = TokenOption) ->
             str(shard.operations),
         )
     out().print(table)
+
+
+@app.command("add")
+def add(
+    shard: str = ShardArgument, url: str | None = UrlOption, token: str | None = TokenOption
+) -> None:
+    """Add a shard to the region: replicas started with `tether scheduler --shard ID` wait
+    for this, then elect a leader. Adding a draining shard again stops its draining."""
+    with client(url, token) as tether:
+        added = tether.add_shard(shard)
+    leader = f"led by pid {added.leader_pid}" if added.leader_pid else "no leader yet"
+    out().print(f"{added.shard}: added ({leader}; {len(added.standbys)} standby replicas)")
+
+
+@app.command("move")
+def move(
+    shard: str = ShardArgument,
+    entitlement: str = typer.Option(
+        ..., "--entitlement", "-e", help="The entitlement to move off the shard."
+    ),
+    to: str | None = typer.Option(
+        None, "--to", help="The shard to move it to; default the least-loaded other shard."
+    ),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Move an entitlement to another shard. Its jobs' tasks keep running; the new shard's
+    leader takes over deciding for them, the old one stops at once."""
+    with client(url, token) as tether:
+        moved = tether.move_entitlement(shard, entitlement, to)
+    out().print(f"{moved.entitlement}: moved from {moved.from_shard} to {moved.to_shard}")
+
+
+@app.command("failover")
+def failover(
+    shard: str = ShardArgument,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until a standby leads."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0, help="With --wait: give up after."),
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+) -> None:
+    """Hand the shard's leadership to a standby now (for maintenance of the leader's host).
+    Refused when the shard has no standby."""
+    with client(url, token) as tether:
+        started = tether.fail_over(shard)
+        out().print(f"{shard}: deposed {started.previous_leader}")
+        if wait:
+            leader = _new_leader(tether, shard, started.previous_leader, timeout)
+            out().print(f"{shard}: now led by {leader.leader} (pid {leader.leader_pid})")
+
+
+def _new_leader(
+    tether: TetherClient, shard: str, previous: str, timeout_s: float
+) -> ShardDetailView:
+    for _ in poll(WAIT_POLL_S, timeout_s):
+        current = next((s for s in tether.list_shards() if s.shard == shard), None)
+        if current is not None and current.leader not in (None, previous):
+            return current
+    fail(f"{shard}: no standby took over within {timeout_s:g} s; see tether shard ls")
+
+
+@app.command("drain")
+def drain(
+    shard: str = ShardArgument, url: str | None = UrlOption, token: str | None = TokenOption
+) -> None:
+    """Move every entitlement off the shard to the least-loaded others; it takes no new ones
+    until added again (`tether shard add`). Tasks keep running."""
+    with client(url, token) as tether:
+        drained = tether.drain_shard(shard)
+    for moved in drained.moves:
+        out().print(f"{moved.entitlement}: moved from {moved.from_shard} to {moved.to_shard}")
+    out().print(f"{drained.shard}: drained ({len(drained.moves)} entitlements moved)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import time
@@ -14,9 +15,16 @@ import typer
 from rich.console import Console
 
 from tether.agent.cleanup import stop_tasks
+from tether.metrics import MetricsSettings
 from tether.model import Resources
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
-from tether.region.plan import SHARDS, RegionOptions, default_entitlement, region_processes
+from tether.region.plan import (
+    FRONTEND_PORT_STEP,
+    RegionOptions,
+    default_entitlement,
+    region_processes,
+    shard_ids,
+)
 from tether.region.supervisor import (
     RegionError,
     Supervisor,
@@ -56,11 +64,41 @@ def up(
     etcd: Annotated[
         bool, typer.Option("--etcd", help="Start a local etcd server (data in DIR/etcd).")
     ] = False,
-    agents: Annotated[int, typer.Option(min=1, max=64, help="Local agents (machines).")] = 4,
+    agents: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=64,
+            help="Local agents (machines); 0 for a region whose agents run elsewhere (tether "
+            "agent or agent-sim on the same store).",
+        ),
+    ] = 4,
     agent_cpu: Annotated[int, typer.Option(min=1, help="Millicores each agent offers.")] = 4000,
     agent_memory_mib: Annotated[int, typer.Option(min=1, help="MiB each agent offers.")] = 4096,
     host: Annotated[str, typer.Option(help="Address of the REST API.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port of the REST API.")] = 8080,
+    port: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=65535,
+            help=f"Port of the REST API; frontend k listens on PORT+{FRONTEND_PORT_STEP}k.",
+        ),
+    ] = 8080,
+    frontends: Annotated[
+        int,
+        typer.Option(
+            min=1, max=16, help="Frontends, each its own process serving the same REST API."
+        ),
+    ] = 1,
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Scheduler shards of a new region, each with a leader and a standby (a resumed "
+            "region keeps its own).",
+        ),
+    ] = 2,
     registry_port: Annotated[
         int,
         typer.Option(
@@ -75,11 +113,11 @@ def up(
     """Start a whole region on this machine and run it until Ctrl-C.
 
     Starts each service as its own process (2 allocators, a broker per datacenter, the health
-    checker, 2 scheduler shards with a leader and a standby each, the agents, the TaskController
-    registry, the frontend),
-    each logging to DIR/logs/. Running it again with the same DIR resumes the region: jobs come
-    back and running tasks are re-adopted. Ctrl-C stops every service; task processes keep
-    running until the next `tether up` adopts them (`tether down --tasks` stops them too).
+    checker, the scheduler shards with a leader and a standby each, the agents, the
+    TaskController registry, the frontends), each logging to DIR/logs/. Running it again with
+    the same DIR resumes the region: jobs come back and running tasks are re-adopted. Ctrl-C
+    stops every service; task processes keep running until the next `tether up` adopts them
+    (`tether down --tasks` stops them too).
     """
     if store and etcd:
         _fail("--store and --etcd exclude each other: use an existing etcd, or start one")
@@ -89,9 +127,11 @@ def up(
     previous = read_state(state_path)
     if previous and isinstance(pid := previous.get("pid"), int) and process_alive(pid):
         _fail(f"a region is already running from {state_dir} (pid {pid}); stop it: tether down")
-    if not port_is_free(host, port):
-        _fail(f"port {port} on {host} is in use; choose another with --port")
-    if registry_port == port or not port_is_free(host, registry_port):
+    frontend_ports = [port + FRONTEND_PORT_STEP * k for k in range(frontends)]
+    taken = next((p for p in frontend_ports if p > 65535 or not port_is_free(host, p)), None)
+    if taken is not None:
+        _fail(f"port {taken} on {host} (for a frontend) is not free; choose another --port")
+    if registry_port in frontend_ports or not port_is_free(host, registry_port):
         _fail(f"port {registry_port} on {host} is in use; choose another with --registry-port")
 
     etcd_server = _start_etcd(state_dir) if etcd else None
@@ -104,12 +144,16 @@ def up(
         host=host,
         port=port,
         registry_port=registry_port,
+        frontends=frontends,
+        shards=shard_ids(shards),
         log_level=log_level,
     )
     supervisor = Supervisor(options, env={**os.environ, "TETHER_STORE": store_url})
+    metrics_host = MetricsSettings().host
     signal.signal(signal.SIGTERM, _raise_stop)
     try:
         result = asyncio.run(_bootstrap(options))
+        options = dataclasses.replace(options, shards=tuple(result.config.shards))
         console.print(
             f"{'Created' if result.created else 'Resuming'} region [bold]{result.config.name}"
             f"[/] in {state_dir} (store {store_url})"
@@ -120,6 +164,7 @@ def up(
             {
                 "pid": os.getpid(),
                 "url": options.url,
+                "urls": options.urls,
                 "docs_url": options.url + "/docs",
                 "registry_address": options.registry_address,
                 "admin_token_file": str(options.admin_token_file),
@@ -127,6 +172,14 @@ def up(
                 "logs": str(options.log_dir),
                 "started_at": datetime.now(UTC).isoformat(),
                 "processes": {r.spec.name: r.process.pid for r in supervisor.processes},
+                # Where Prometheus scrapes each process; frontends serve GET /metrics (token).
+                "metrics": {
+                    r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
+                    for r in supervisor.processes
+                    if r.spec.metrics_port
+                },
+                # How to start each again by hand, as an operator would after a crash.
+                "commands": {r.spec.name: r.spec.argv() for r in supervisor.processes},
             },
         )
         token = options.admin_token_file.read_text().strip()
@@ -168,7 +221,7 @@ async def _bootstrap(options: RegionOptions) -> BootstrapResult:
         return await bootstrap_region(
             store,
             name=options.region_name,
-            shards=list(SHARDS),
+            shards=list(options.shards),
             admin_token_file=options.admin_token_file,
             default_entitlement=default_entitlement(options),
         )
@@ -205,7 +258,7 @@ def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
     console.print(
         f"[green]Region ready[/]: {len(supervisor.processes)} processes, logs in {options.log_dir}"
     )
-    console.print(f"  REST API     {options.url}")
+    console.print(f"  REST API     {'  '.join(options.urls)}")
     console.print(f"  API docs     {options.url}/docs")
     console.print(f"  admin token  {options.admin_token_file}")
     console.print(f"  TaskControl  {options.registry_address} (TaskControllerRegistry, gRPC)")

@@ -16,18 +16,23 @@ from tether.frontend import problems
 from tether.frontend.allocators import Allocators
 from tether.frontend.api import (
     admin,
+    drains,
     entitlements,
     health,
     jobs,
     machines,
     maintenance,
+    metrics,
     placement,
     region,
+    shards,
     tasks,
 )
-from tether.frontend.schemas.maintenance import MaintenanceRequest
+from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
 from tether.frontend.schemas.operations import OperationRequest
+from tether.frontend.schemas.shards import NewShard, ShardMoveRequest
 from tether.frontend.settings import FrontendSettings
+from tether.frontend.storewait import StoreWaitLimit
 from tether.model import Entitlement, JobSpec, PrincipalRecord
 from tether.store import Store
 
@@ -36,7 +41,16 @@ DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 The contract is docs/protocol.md, "The frontend's REST API"."""
 
 
-BODY_MODELS: Final = (JobSpec, Entitlement, PrincipalRecord, MaintenanceRequest, OperationRequest)
+BODY_MODELS: Final = (
+    JobSpec,
+    Entitlement,
+    PrincipalRecord,
+    MaintenanceRequest,
+    MachineDrainRequest,
+    OperationRequest,
+    NewShard,
+    ShardMoveRequest,
+)
 """Request bodies that routes validate themselves, so FastAPI does not know their schemas."""
 
 
@@ -76,16 +90,22 @@ def create_app(store: Store, settings: FrontendSettings) -> FastAPI:
     app.state.settings = settings
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     problems.install(app)
+    app.add_middleware(StoreWaitLimit, seconds=settings.store_wait_s)
+    # Outermost: it sees the status of every answer, problems and unexpected errors included.
+    app.add_middleware(metrics.RequestMetrics)
     for module in (
         health,
+        metrics,
         entitlements,
         jobs,
         tasks,
         placement,
         machines,
+        drains,
         maintenance,
         region,
         admin,
+        shards,
     ):
         app.include_router(module.router)
     return app

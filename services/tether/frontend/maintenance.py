@@ -1,4 +1,4 @@
-"""Scheduling and cancelling maintenance: which machines, and the notice the region acts on."""
+"""Scheduling and cancelling maintenance, and draining machines: the notices the region acts on."""
 
 from __future__ import annotations
 
@@ -7,15 +7,29 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from tether.frontend import records
-from tether.frontend.problems import InvalidInput, NotFound
-from tether.frontend.schemas.maintenance import MaintenanceRequest
-from tether.model import AdvanceNotice, FaultDomain, Machine, to_json
+from tether.frontend.auth import require_admin
+from tether.frontend.problems import Conflict, InvalidInput, NotFound
+from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
+from tether.model import (
+    DRAIN_KINDS,
+    MAX_MAINTENANCE_S,
+    AdvanceNotice,
+    FaultDomain,
+    Machine,
+    MaintenanceKind,
+    PrincipalRecord,
+    drain_id,
+    to_json,
+)
 from tether.store import (
     Delete,
     Get,
+    KeyValue,
+    OpResult,
     Put,
     RangeResult,
     Store,
+    key_exists,
     key_missing,
     keys,
     mod_revision_is,
@@ -25,6 +39,14 @@ PAST_START_SLACK: Final = timedelta(minutes=1)
 """How far in the past a start may be (clocks differ); earlier is a mistake, not a request."""
 _READ_CHUNK: Final = 100
 """Machine records read per transaction (etcd allows 128 operations in one)."""
+_DRAINS: Final = (MaintenanceKind.DECOMMISSION, MaintenanceKind.DRAIN)
+"""The kinds of a machine's own notices (`drain_id`), the strongest first."""
+_HELD_BY: Final = {
+    MaintenanceKind.DRAIN: _DRAINS,
+    MaintenanceKind.DECOMMISSION: (MaintenanceKind.DECOMMISSION,),
+}
+"""The notices that already do what a drain or decommission asks for."""
+_UNDRAIN_ATTEMPTS: Final = 5
 
 
 async def machines_of(store: Store, request: MaintenanceRequest) -> list[str]:
@@ -72,11 +94,78 @@ async def schedule(store: Store, request: MaintenanceRequest, now: datetime) -> 
     return notice
 
 
-async def cancel(store: Store, notice_id: str) -> AdvanceNotice:
-    """Deletes the notice: its open moves are withdrawn and its machines go back up."""
+async def cancel(store: Store, notice_id: str, principal: PrincipalRecord) -> AdvanceNotice:
+    """Deletes the notice: its open moves are withdrawn and its machines go back up. Only an
+    admin undoes a drain or decommission, as only an admin asks for one."""
     key = keys.maintenance(notice_id)
     found = await records.get(store, key, AdvanceNotice)
     if found is None:
         raise NotFound(f"maintenance '{notice_id}' does not exist")
+    if found.model.kind in DRAIN_KINDS:
+        require_admin(principal)
     await store.txn([mod_revision_is(key, found.kv.mod_revision)], [Delete(key)])
     return found.model
+
+
+async def drain(
+    store: Store,
+    machine_id: str,
+    kind: MaintenanceKind,
+    request: MachineDrainRequest,
+    now: datetime,
+) -> tuple[AdvanceNotice, bool]:
+    """Stores the machine's drain or decommission notice (`drain_id`), starting at the
+    deadline and lasting the longest window there is: from now on the machine takes no new
+    tasks, and its tasks are moved off it by the deadline. A notice that already does this
+    (a decommission also drains) is returned instead, with False: nothing changes then."""
+    notice = AdvanceNotice(
+        id=drain_id(kind, machine_id),
+        machines=[machine_id],
+        start=now + timedelta(seconds=request.deadline_s),
+        duration_s=MAX_MAINTENANCE_S,
+        kind=kind,
+        reason=request.reason,
+    )
+    machine_key = keys.machine(machine_id)
+    holders = [keys.maintenance(drain_id(holder, machine_id)) for holder in _HELD_BY[kind]]
+    result = await store.txn(
+        [key_exists(machine_key), *(key_missing(key) for key in holders)],
+        [Put(keys.maintenance(notice.id), to_json(notice))],
+        [Get(machine_key), *(Get(key) for key in holders)],
+    )
+    if result.succeeded:
+        return notice, True
+    if _found(result.results[0]) is None:
+        raise NotFound(f"machine '{machine_id}' does not exist")
+    # One compare failed and the machine is there: one of the holders is (read at the same
+    # revision as the compares).
+    held = next(kv for kv in map(_found, result.results[1:]) if kv is not None)
+    return records.load(AdvanceNotice, held), False
+
+
+async def undrain(store: Store, machine_id: str) -> list[AdvanceNotice]:
+    """Deletes the machine's drain and decommission notices, if any: their open moves are
+    withdrawn and the machine goes back up (unless planned maintenance holds it)."""
+    machine_key = keys.machine(machine_id)
+    held = [keys.maintenance(drain_id(kind, machine_id)) for kind in _DRAINS]
+    for _ in range(_UNDRAIN_ATTEMPTS):
+        result = await store.txn([], [Get(machine_key), *(Get(key) for key in held)])
+        if _found(result.results[0]) is None:
+            raise NotFound(f"machine '{machine_id}' does not exist")
+        found = [kv for kv in map(_found, result.results[1:]) if kv is not None]
+        if not found:
+            return []
+        notices = [records.load(AdvanceNotice, kv) for kv in found]
+        deleted = await store.txn(
+            [mod_revision_is(kv.key, kv.mod_revision) for kv in found],
+            [Delete(kv.key) for kv in found],
+        )
+        if deleted.succeeded:
+            return notices
+    raise Conflict(f"the drain of machine '{machine_id}' kept changing; try again")
+
+
+def _found(result: OpResult) -> KeyValue | None:
+    """The key a Get of one key read, or None when it is missing."""
+    assert isinstance(result, RangeResult)
+    return result.kvs[0] if result.kvs else None

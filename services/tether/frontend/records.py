@@ -140,7 +140,12 @@ def state_counts(states: Iterable[TaskState]) -> dict[str, int]:
 
 async def region_config(store: Store) -> RegionConfig:
     """The region's config; 503 while the region is not initialised."""
+    return (await region_config_record(store)).model
+
+
+async def region_config_record(store: Store) -> Record[RegionConfig]:
+    """The region's config with its key-value, for changing it; 503 while there is none."""
     config = await get(store, keys.region_config(), RegionConfig)
     if config is None:
         raise Unavailable("the region is not initialised (no region config); run `tether up`")
-    return config.model
+    return config

@@ -16,6 +16,12 @@ class FrontendSettings(BaseSettings):
     max_body_bytes: int = Field(
         default=1024 * 1024, ge=1024, description="Largest request body accepted (job specs)."
     )
+    store_wait_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="How long a request waits for a store that cannot be reached before it is "
+        "answered 503 (the store's own deadline, TETHER_STORE_TIMEOUT_S, if that is shorter).",
+    )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
     )

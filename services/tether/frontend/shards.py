@@ -1,20 +1,30 @@
-"""Scheduler shards: what each holds (entitlements, jobs, tasks, machines, open operations), and
-which one a new entitlement joins."""
+"""Scheduler shards: what each holds and who runs it, which one a new entitlement joins, and the
+admin's actions on them (add, move an entitlement, fail over, drain)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from tether.frontend import records
-from tether.model import ShardLeader
-from tether.store import Store, keys
+from tether.frontend.problems import Conflict, NotFound
+from tether.model import RegionConfig, ShardLeader, ShardReplica, ShardStatus, to_json
+from tether.store import Delete, Put, Store, keys, mod_revision_is, value_is
 
 
 @dataclass(slots=True)
 class ShardLoad:
     shard: str
     leader: ShardLeader | None = None
+    leader_value: bytes = b""
+    """The leader key's value as stored, for a failover's compare-and-delete."""
+    leader_lease: int = 0
+    standbys: list[ShardReplica] = field(default_factory=list)
+    """Replicas in the election that do not lead, oldest first."""
+    status: ShardStatus | None = None
+    """The current leader's last report (another leader's is ignored)."""
+    draining: bool = False
     entitlements: list[str] = field(default_factory=list)
     jobs: int = 0
     tasks: int = 0
@@ -24,23 +34,46 @@ class ShardLoad:
     """Task operations recorded for its jobs (open, or completed and not yet reported)."""
 
 
-async def shard_members(store: Store, shards: list[str]) -> list[ShardLoad]:
-    """Every shard of the region config with its leader and entitlements (nothing counted
-    yet), in config order."""
-    loads = {shard: ShardLoad(shard) for shard in shards}
-    for leader in await records.scan(store, keys.SHARD_LEADERS, ShardLeader):
+@dataclass(frozen=True, slots=True)
+class Move:
+    entitlement: str
+    source: str
+    target: str
+    revision: int
+    """The store revision of the new shard-map entry: the old leader's writes for the
+    entitlement's jobs compare an older one and fail from here on."""
+
+
+async def shard_members(store: Store, config: RegionConfig) -> list[ShardLoad]:
+    """Every shard of the region config with its leader, standbys, status and entitlements
+    (nothing counted yet), in config order."""
+    loads = {shard: ShardLoad(shard, draining=shard in config.draining) for shard in config.shards}
+    for kv in (await store.range(keys.SHARD_LEADERS)).kvs:
+        leader = records.load(ShardLeader, kv)
         if leader.shard in loads:
             loads[leader.shard].leader = leader
+            loads[leader.shard].leader_value = kv.value
+            loads[leader.shard].leader_lease = kv.lease
+    for replica in await records.scan(store, keys.SHARD_REPLICAS, ShardReplica):
+        load = loads.get(replica.shard)
+        if load is not None and (load.leader is None or load.leader.identity != replica.identity):
+            load.standbys.append(replica)
+    for status in await records.scan(store, keys.SHARD_STATUS, ShardStatus):
+        load = loads.get(status.shard)
+        if load is not None and load.leader is not None and load.leader.identity == status.identity:
+            load.status = status
     for kv in (await store.range(keys.SHARD_MAP)).kvs:
         shard = kv.value.decode().strip()
         if shard in loads:
             loads[shard].entitlements.append(keys.last_segment(kv.key))
+    for load in loads.values():
+        load.standbys.sort(key=lambda replica: replica.since)
     return list(loads.values())
 
 
-async def shard_loads(store: Store, shards: list[str]) -> list[ShardLoad]:
+async def shard_loads(store: Store, config: RegionConfig) -> list[ShardLoad]:
     """Every shard of the region config with what it holds, in config order."""
-    loads = await shard_members(store, shards)
+    loads = await shard_members(store, config)
     owned = Counter(
         allocation.record.entitlement
         for allocation in (await records.allocations(store)).values()
@@ -55,8 +88,136 @@ async def shard_loads(store: Store, shards: list[str]) -> list[ShardLoad]:
     return loads
 
 
+async def lease_expiry(store: Store, load: ShardLoad) -> datetime | None:
+    """When the leader's lease runs out unless the leader renews it (it does every third of
+    the TTL); None without a leader."""
+    if not load.leader_lease:
+        return None
+    left = await store.lease_time_to_live(load.leader_lease)
+    return None if left is None else datetime.now(UTC) + timedelta(seconds=left)
+
+
 def least_loaded(loads: list[ShardLoad]) -> str:
-    """The shard a new entitlement joins: fewest machines, then fewest tasks, then the first in
-    the region config (so every frontend agrees on a tie)."""
+    """The shard a new entitlement joins: fewest machines, then fewest tasks, then fewest
+    entitlements (new ones own nothing yet), then the first in the region config (so every
+    frontend agrees on a tie). Draining shards take none."""
     order = {load.shard: position for position, load in enumerate(loads)}
-    return min(loads, key=lambda load: (load.machines, load.tasks, order[load.shard])).shard
+    open_shards = [load for load in loads if not load.draining]
+    if not open_shards:
+        raise Conflict("every scheduler shard is draining; add one with POST /admin/shards")
+    return min(
+        open_shards,
+        key=lambda load: (load.machines, load.tasks, len(load.entitlements), order[load.shard]),
+    ).shard
+
+
+async def add_shard(store: Store, shard: str) -> RegionConfig:
+    """Adds the shard to the region config: its replicas, which wait for it, start their
+    election. A draining shard named again stops draining."""
+    stored = await records.region_config_record(store)
+    config = stored.model
+    if shard in config.shards and shard not in config.draining:
+        raise Conflict(f"shard '{shard}' is already in the region")
+    changed = config.model_copy(
+        update={
+            "shards": config.shards if shard in config.shards else [*config.shards, shard],
+            "draining": [name for name in config.draining if name != shard],
+        }
+    )
+    await _replace_config(store, stored.kv.mod_revision, changed)
+    return changed
+
+
+async def set_draining(store: Store, shard: str) -> RegionConfig:
+    """Marks the shard draining, so no new entitlement joins it."""
+    stored = await records.region_config_record(store)
+    config = stored.model
+    _check_known(config, shard)
+    if shard in config.draining:
+        return config
+    if all(name in config.draining or name == shard for name in config.shards):
+        raise Conflict(f"shard '{shard}' is the last one taking entitlements; add one first")
+    changed = config.model_copy(update={"draining": [*config.draining, shard]})
+    await _replace_config(store, stored.kv.mod_revision, changed)
+    return changed
+
+
+async def _replace_config(store: Store, revision: int, config: RegionConfig) -> None:
+    key = keys.region_config()
+    result = await store.txn([mod_revision_is(key, revision)], [Put(key, to_json(config))])
+    if not result.succeeded:
+        raise Conflict("the region config changed meanwhile; try again")
+
+
+def _check_known(config: RegionConfig, shard: str) -> None:
+    if shard not in config.shards:
+        raise NotFound(f"no shard '{shard}' in the region (shards: {', '.join(config.shards)})")
+
+
+async def move_entitlement(
+    store: Store, config: RegionConfig, source: str, entitlement: str, target: str | None
+) -> Move:
+    """Maps the entitlement from `source` to `target` (default: the least-loaded other shard).
+
+    One compare-and-swap of the shard-map entry: the old leader's writes for the
+    entitlement's jobs fail from that revision on, the new leader's mirror picks the jobs up
+    and reconciles them from the store. Tasks keep running: nothing is released or restarted.
+    """
+    _check_known(config, source)
+    if target is not None:
+        _check_known(config, target)
+        if target == source:
+            raise Conflict(f"entitlement '{entitlement}' is already on shard '{source}'")
+        if target in config.draining:
+            raise Conflict(f"shard '{target}' is draining and takes no entitlements")
+    key = keys.shard_assignment(entitlement)
+    current = await store.get(key)
+    if current is None:
+        raise NotFound(f"no entitlement '{entitlement}' in the shard map")
+    if current.value.decode().strip() != source:
+        raise Conflict(
+            f"entitlement '{entitlement}' is on shard '{current.value.decode().strip()}', "
+            f"not '{source}'"
+        )
+    if target is None:
+        others = [load for load in await shard_loads(store, config) if load.shard != source]
+        if not others:
+            raise Conflict(f"shard '{source}' is the only shard; add one first")
+        target = least_loaded(others)
+    result = await store.txn([value_is(key, current.value)], [Put(key, target.encode())], [])
+    if not result.succeeded:
+        raise Conflict(f"entitlement '{entitlement}' moved meanwhile; look again")
+    return Move(entitlement, source, target, result.revision)
+
+
+async def drain(store: Store, source: str) -> list[Move]:
+    """Marks the shard draining and moves each of its entitlements to the least-loaded shard
+    that is not draining, one by one (so each move sees the loads the previous one made)."""
+    config = await set_draining(store, source)
+    moves = []
+    for load in await shard_members(store, config):
+        if load.shard != source:
+            continue
+        for entitlement in sorted(load.entitlements):
+            moves.append(await move_entitlement(store, config, source, entitlement, None))
+    return moves
+
+
+async def failover(store: Store, config: RegionConfig, shard: str) -> ShardLoad:
+    """Deletes the leader key, if a standby exists to take it: the leader sees it is deposed
+    and stands back for a lease TTL, a standby's election creates the key at once. Returns the
+    shard as it was."""
+    _check_known(config, shard)
+    load = next(load for load in await shard_members(store, config) if load.shard == shard)
+    if load.leader is None:
+        raise Conflict(f"shard '{shard}' has no leader to fail over from; its replicas elect one")
+    if not load.standbys:
+        raise Conflict(
+            f"shard '{shard}' has no standby to hand over to; start another "
+            f"`tether scheduler --shard {shard}` first"
+        )
+    key = keys.shard_leader(shard)
+    result = await store.txn([value_is(key, load.leader_value)], [Delete(key)], [])
+    if not result.succeeded:
+        raise Conflict(f"the leader of shard '{shard}' changed meanwhile; look again")
+    return load

@@ -9,6 +9,7 @@ import time
 
 import pydantic
 
+from tether import metrics
 from tether.health.checker import Absences, next_state
 from tether.health.settings import HealthSettings
 from tether.model import Machine, MachineState, from_json, to_json
@@ -138,6 +139,7 @@ class HealthChecker(Service):
         if not await self._set_state(machine_id, *record, target):
             # Changed meanwhile: the mirrors bring the change, and with it another decision.
             return
+        metrics.HEALTH_MACHINES_MARKED.labels(target.value).inc()
         if target is MachineState.DOWN:
             _log.warning(
                 "machine %s is down: no heartbeat for %.1fs (grace %ss)",

@@ -46,7 +46,13 @@ from tether.model.job import (
     parse_job_handle,
 )
 from tether.model.machine import Machine, MachineState
-from tether.model.maintenance import MAX_MAINTENANCE_S, AdvanceNotice, MaintenanceKind
+from tether.model.maintenance import (
+    DRAIN_KINDS,
+    MAX_MAINTENANCE_S,
+    AdvanceNotice,
+    MaintenanceKind,
+    drain_id,
+)
 from tether.model.operation import OPEN_STATES, OperationKind, OperationState, TaskOperation
 from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
 from tether.model.region import (
@@ -54,6 +60,8 @@ from tether.model.region import (
     AllocatorEndpoint,
     RegionConfig,
     ShardLeader,
+    ShardReplica,
+    ShardStatus,
     shard_for,
 )
 from tether.model.resources import ZERO, InsufficientResources, ResourceOverflow, Resources
@@ -75,6 +83,7 @@ from tether.model.topology import FaultDomain, Topology
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "DRAIN_KINDS",
     "JOB_HANDLE_RULE",
     "MAX_MAINTENANCE_S",
     "MAX_QUANTITY",
@@ -132,6 +141,8 @@ __all__ = [
     "Role",
     "Seconds",
     "ShardLeader",
+    "ShardReplica",
+    "ShardStatus",
     "Spread",
     "Task",
     "TaskOperation",
@@ -147,6 +158,7 @@ __all__ = [
     "can_transition",
     "check_name",
     "current_status",
+    "drain_id",
     "effective_state",
     "from_json",
     "new_token",

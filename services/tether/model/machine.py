@@ -19,6 +19,8 @@ class MachineState(enum.StrEnum):
     DRAINING = "draining"
     MAINTENANCE = "maintenance"
     DOWN = "down"
+    DECOMMISSIONED = "decommissioned"
+    """Taken out of the region for good (until the decommission is undone); holds no task."""
 
 
 class Machine(TetherModel):

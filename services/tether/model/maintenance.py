@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from datetime import datetime, timedelta
 from typing import Annotated, Final
 
@@ -12,6 +13,8 @@ from tether.model.base import Identifier, NameList, TetherModel, Timestamp
 
 # Taking a machine away for longer than a year is a decommission, not maintenance.
 MAX_MAINTENANCE_S: Final = 366 * 24 * 3600
+_ID_MAX: Final = 64
+"""The longest `Identifier`."""
 
 
 class MaintenanceKind(enum.StrEnum):
@@ -21,6 +24,29 @@ class MaintenanceKind(enum.StrEnum):
     HARDWARE = "hardware"
     NETWORK = "network"
     POWER = "power"
+    DRAIN = "drain"
+    """An admin takes the machine out of service (`POST /admin/machines/{id}/drain`): draining
+    for the whole window (the longest there is), its tasks moved by the start."""
+    DECOMMISSION = "decommission"
+    """An admin retires the machine: draining until the start, then decommissioned once no
+    task is left on it, for good (the notice is never over) until undone."""
+
+
+DRAIN_KINDS: Final = frozenset({MaintenanceKind.DRAIN, MaintenanceKind.DECOMMISSION})
+"""Kinds only an admin asks for, one notice per machine (`drain_id`), not planned maintenance."""
+
+
+def drain_id(kind: MaintenanceKind, machine_id: str) -> str:
+    """The id of the machine's drain or decommission notice, `<kind>-<machine>`: the same for
+    every request, so that a repeated one finds the first. A machine id too long for an
+    `Identifier` is cut and completed with a digest of the whole."""
+    if kind not in DRAIN_KINDS:
+        raise ValueError(f"{kind} is planned maintenance, not a drain")
+    whole = f"{kind.value}-{machine_id}"
+    if len(whole) <= _ID_MAX:
+        return whole
+    digest = hashlib.sha256(machine_id.encode()).hexdigest()[:12]
+    return f"{whole[: _ID_MAX - len(digest) - 1]}-{digest}"
 
 
 class AdvanceNotice(TetherModel):

@@ -17,7 +17,10 @@ class RegionConfig(TetherModel):
 
     name: Name
     shards: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(min_length=1)
-    """Scheduler shard ids; every entitlement belongs to exactly one."""
+    """Scheduler shard ids; every entitlement belongs to exactly one. Shards are added with
+    `POST /admin/shards`, never removed: a drained shard simply holds nothing."""
+    draining: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(default_factory=list)
+    """Shards being emptied (`POST /admin/shards/{id}/drain`): new entitlements never join them."""
     created_at: Timestamp
 
 
@@ -35,6 +38,33 @@ class ShardLeader(TetherModel):
     """`<hostname>:<pid>:<random>`, unique per process lifetime."""
     pid: int
     since: Timestamp
+
+
+class ShardReplica(TetherModel):
+    """A scheduler replica taking part in its shard's election, leading or standing by; the key
+    lives on the replica's campaign lease, so it vanishes with the process."""
+
+    shard: Name
+    identity: NonEmptyStr
+    pid: int
+    since: Timestamp
+
+
+class ShardStatus(TetherModel):
+    """What the shard's leader last reported of its work; written every few seconds on the
+    leader's lease, so a dead leader's status vanishes with it."""
+
+    shard: Name
+    identity: NonEmptyStr
+    """The leader that wrote it."""
+    jobs: int = Field(ge=0)
+    """Jobs the leader reconciles."""
+    backlog: int = Field(ge=0)
+    """Jobs waiting to be reconciled."""
+    reconciles: int = Field(ge=0)
+    """Reconciles in this term."""
+    last_reconcile_at: Timestamp | None = None
+    updated_at: Timestamp
 
 
 class AllocatorEndpoint(TetherModel):

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import httpx
 
 from tether.model import ShardLeader, from_json
+from tether.region.plan import FRONTEND_PORT_STEP
+from tether.region.supervisor import port_is_free
 from tether.store import keys, open_store
 from tether.store.etcd_server import free_port
 
@@ -45,6 +47,15 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
 
 
+def free_frontend_ports(count: int, *, besides: int) -> int:
+    """A base port whose `count` frontend ports (base + 2k) are free and not `besides`."""
+    while True:
+        base = free_port()
+        ports = [base + FRONTEND_PORT_STEP * k for k in range(count)]
+        if besides not in ports and all(port_is_free("127.0.0.1", p) for p in ports[1:]):
+            return base
+
+
 @dataclass
 class LocalRegion:
     """`tether up` in `state_dir`, on `store_args` (`--etcd` or `--store URL`, or nothing)."""
@@ -52,17 +63,34 @@ class LocalRegion:
     state_dir: Path
     store_args: list[str] = field(default_factory=list)
     agents: int = 4
-    port: int = field(default_factory=free_port)
+    frontends: int = 1
+    shards: int = 2
+    up_args: list[str] = field(default_factory=list)
+    """More `tether up` options, e.g. ["--agent-cpu", "1000"]."""
+    port: int = 0
+    """The first frontend's port; 0: free ports are chosen for every frontend."""
     registry_port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
     """Environment for every service on top of FAST_TIMINGS, e.g. TETHER_AGENT_PROFILE_HOOK."""
     process: subprocess.Popen[bytes] | None = None
     service_pids_at_stop: list[int] = field(default_factory=list)
     """The service processes that ran when `stop()` was last called."""
+    restarted: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    """Services started again by `restart()`, outside `tether up`, by name."""
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_frontend_ports(self.frontends, besides=self.registry_port)
 
     @property
     def url(self) -> str:
+        """The first frontend's URL."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def urls(self) -> list[str]:
+        """Every frontend's URL, as `tether up` recorded them in the state file."""
+        return [str(url) for url in self._state()["urls"]]
 
     @property
     def registry_address(self) -> str:
@@ -97,9 +125,14 @@ class LocalRegion:
             str(self.registry_port),
             "--agents",
             str(self.agents),
+            "--frontends",
+            str(self.frontends),
+            "--shards",
+            str(self.shards),
             "--ready-timeout-s",
             str(timeout_s),
             *self.store_args,
+            *self.up_args,
         ]
         earlier_output = len(self.output()) if self.output_path.exists() else 0
         with self.output_path.open("ab") as output:
@@ -122,27 +155,66 @@ class LocalRegion:
         return self.output_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        """SIGTERM to `tether up`, as `tether down` does; task processes keep running."""
-        if self.process is not None and self.process.poll() is None:
-            if (self.state_dir / "region.json").exists():
-                self.service_pids_at_stop = list(self.service_pids().values())
-            self.process.send_signal(signal.SIGTERM)
+        """SIGTERM to `tether up`, as `tether down` does, and to the services `restart()`
+        started; task processes keep running."""
+        try:
+            if self.process is not None and self.process.poll() is None:
+                if (self.state_dir / "region.json").exists():
+                    self.service_pids_at_stop = list(self.service_pids().values())
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+                    raise AssertionError(f"tether up did not stop:\n{self.output()}") from None
+        finally:
+            self._stop_restarted()
+
+    def _stop_restarted(self) -> None:
+        for process in self.restarted.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.restarted.values():
             try:
-                self.process.wait(timeout=60)
+                process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise AssertionError(f"tether up did not stop:\n{self.output()}") from None
+                process.kill()
+                process.wait()
+        self.restarted.clear()
+
+    def _state(self) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads((self.state_dir / "region.json").read_text())
+        return state
 
     def service_pids(self) -> dict[str, int]:
-        """Service name -> pid, from the region's state file."""
-        state = json.loads((self.state_dir / "region.json").read_text())
-        return {str(name): int(pid) for name, pid in state["processes"].items()}
+        """Service name -> pid: the state file's, or the process `restart()` started."""
+        pids = {str(name): int(pid) for name, pid in self._state()["processes"].items()}
+        return pids | {name: process.pid for name, process in self.restarted.items()}
+
+    def restart(self, name: str) -> int:
+        """Starts service `name` again with the command `tether up` recorded, on the region's
+        store and environment, logging to its log file, as an operator would after a crash
+        (`tether up` does not restart services). Returns its pid; `stop()` stops it."""
+        state = self._state()
+        earlier = self.restarted.get(name)
+        if earlier is not None:
+            earlier.poll()  # reaps an earlier replacement that was killed in turn
+        log_path = Path(state["logs"]) / f"{name}.log"
+        with log_path.open("ab") as log:
+            self.restarted[name] = subprocess.Popen(
+                state["commands"][name],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**self.env(), "TETHER_STORE": state["store"]},
+                start_new_session=True,
+            )
+        return self.restarted[name].pid
 
     def store_url(self) -> str:
         """The region's store, from its state file."""
-        state = json.loads((self.state_dir / "region.json").read_text())
-        return str(state["store"])
+        return str(self._state()["store"])
 
     def shard_leader(self, shard: str) -> ShardLeader | None:
         """The shard's leader record as the store holds it now."""
@@ -165,9 +237,12 @@ class LocalRegion:
             check=False,
         )
 
-    def client(self) -> httpx.Client:
+    def client(self, frontend: int = 0) -> httpx.Client:
+        """An HTTP client of frontend number `frontend` (in `urls` order), as the admin."""
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=10
+            base_url=self.urls[frontend] if frontend else self.url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=10,
         )
 
     def cleanup(self) -> None:

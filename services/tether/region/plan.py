@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tether.model import Entitlement, Quota, Resources
 from tether.region.bootstrap import ADMIN_PRINCIPAL
+from tether.store.etcd_server import free_port
 
 DATACENTERS = ("dc1", "dc2")
 MSBS_PER_DC = 2
 RACKS_PER_MSB = 2
 SHARDS = ("shard-0", "shard-1")
+FRONTEND_PORT_STEP = 2
+"""Frontend k listens on `--port` + 2k: 8080, 8082, ..., never on the registry's 8081."""
 REPLICAS_PER_SHARD = 2
 ALLOCATORS = 2
 HARDWARE_TYPE = "local"
@@ -32,6 +35,8 @@ class RegionOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     registry_port: int = 8081
+    frontends: int = 1
+    shards: tuple[str, ...] = SHARDS
     region_name: str = "local"
     log_level: str = "INFO"
 
@@ -44,8 +49,18 @@ class RegionOptions:
         return self.state_dir / "admin.token"
 
     @property
+    def frontend_ports(self) -> list[int]:
+        return [self.port + FRONTEND_PORT_STEP * k for k in range(self.frontends)]
+
+    @property
+    def urls(self) -> list[str]:
+        """Every frontend's base URL; they are stateless and serve the same API."""
+        return [f"http://{self.host}:{port}" for port in self.frontend_ports]
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """The first frontend's URL, the one the CLI uses by default."""
+        return self.urls[0]
 
     @property
     def registry_address(self) -> str:
@@ -71,9 +86,22 @@ class ProcessSpec:
     """Unique within the region; also the log file's name."""
     role: str
     args: list[str]
+    metrics_port: int = 0
+    """Where it serves its Prometheus metrics; 0: nowhere (a frontend serves GET /metrics)."""
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "tether.cli.main", *self.args]
+        metrics = ["--metrics-port", str(self.metrics_port)] if self.metrics_port else []
+        return [sys.executable, "-m", "tether.cli.main", *self.args, *metrics]
+
+
+def shard_ids(count: int) -> tuple[str, ...]:
+    """The ids of a new region's `count` scheduler shards: shard-0, shard-1, ..."""
+    return tuple(f"shard-{i}" for i in range(count))
+
+
+def frontend_name(k: int) -> str:
+    """`frontend` for the first (its log stays frontend.log), `frontend-<k>` for the others."""
+    return "frontend" if k == 0 else f"frontend-{k}"
 
 
 def agent_placements(count: int) -> list[AgentPlacement]:
@@ -102,7 +130,7 @@ def default_entitlement(options: RegionOptions) -> Entitlement:
 
 def region_processes(options: RegionOptions) -> list[ProcessSpec]:
     """Every service process, in start order: allocators and schedulers before the agents
-    need them, the frontend last (it answers /readyz once the region is usable)."""
+    need them, the frontends last (they answer /readyz once the region is usable)."""
     common = ["--log-level", options.log_level]
     specs = [
         ProcessSpec(f"allocator-{i}", "allocator", ["allocator", "--id", f"allocator-{i}", *common])
@@ -116,7 +144,7 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
         ProcessSpec(
             f"scheduler-{shard}-{replica}", "scheduler", ["scheduler", "--shard", shard, *common]
         )
-        for shard in SHARDS
+        for shard in options.shards
         for replica in "ab"[:REPLICAS_PER_SHARD]
     ]
     capacity = options.agent_capacity
@@ -158,11 +186,17 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
             ["registry", "--host", options.host, "--port", str(options.registry_port), *common],
         )
     )
-    specs.append(
+    specs += [
         ProcessSpec(
+            frontend_name(k),
             "frontend",
-            "frontend",
-            ["frontend", "--host", options.host, "--port", str(options.port), *common],
+            ["frontend", "--host", options.host, "--port", str(port), *common],
         )
-    )
-    return specs
+        for k, port in enumerate(options.frontend_ports)
+    ]
+    # Each process its own metrics port: a process's metrics are its own (frontends serve theirs
+    # at GET /metrics).
+    return [
+        spec if spec.role == "frontend" else replace(spec, metrics_port=free_port())
+        for spec in specs
+    ]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tether.agent.procfs import start_ticks
 from tether.agent.workdir import tail
-from tether.region.plan import SHARDS, ProcessSpec, RegionOptions
+from tether.region.plan import ProcessSpec, RegionOptions
 from tether.sdk import TetherClient, TetherError
 
 _log = logging.getLogger(__name__)
@@ -106,37 +106,43 @@ def wait_until_ready(
     progress: Callable[[str], None],
     alive: Callable[[], None],
 ) -> None:
-    """Returns once the frontend answers, every agent's machine is up and every shard has a
+    """Returns once every frontend answers, every agent's machine is up and every shard has a
     leader. `alive` raises when a service died meanwhile."""
     deadline = time.monotonic() + timeout_s
     waiting_for = "the frontend"
-    with TetherClient(options.url, token, timeout_s=2.0) as client:
+    clients = [TetherClient(url, token, timeout_s=2.0) for url in options.urls]
+    try:
         while time.monotonic() < deadline:
             alive()
             try:
-                waiting_for = _not_ready_yet(client, options.agents)
+                waiting_for = _not_ready_yet(clients, options.agents, len(options.shards))
             except TetherError:
-                waiting_for = "the frontend"
+                waiting_for = "the frontends"
             if not waiting_for:
                 return
             progress(f"waiting for {waiting_for}")
             time.sleep(0.25)
+    finally:
+        for client in clients:
+            client.close()
     raise RegionError(
         f"the region was not ready after {timeout_s:.0f} s (still waiting for {waiting_for}); "
         f"see the logs in {options.log_dir}"
     )
 
 
-def _not_ready_yet(client: TetherClient, agents: int) -> str:
-    if not client.ready():
-        return "the frontend"
+def _not_ready_yet(clients: list[TetherClient], agents: int, shards: int) -> str:
+    ready = sum(1 for client in clients if client.ready())
+    if ready < len(clients):
+        return f"frontends: {ready} of {len(clients)} ready"
+    client = clients[0]
     up = sum(1 for m in client.list_machines() if m.state == "up" and m.heartbeat)
     if up < agents:
         return f"machines: {up} of {agents} up"
     region = client.region()
     leaders = sum(1 for shard in region.shards if shard.leader)
-    if leaders < len(SHARDS):
-        return f"scheduler leaders: {leaders} of {len(SHARDS)} shards"
+    if leaders < shards:
+        return f"scheduler leaders: {leaders} of {shards} shards"
     if not region.allocators:
         return "an allocator"
     return ""

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tether.model import ShardLeader, from_json, to_json
+from tether.model import ShardLeader, ShardReplica, from_json, to_json
 from tether.store import (
     CompactedError,
     Compare,
@@ -63,14 +63,21 @@ class Leadership:
     """One term as leader. `lost` is set when the lease is gone or the key no longer holds us."""
 
     fence: Fence
+    lease: int
+    """The lease the leader key lives on; records that must die with the term use it too."""
+    identity: str
     lost: asyncio.Event = field(default_factory=asyncio.Event)
+    deposed: bool = False
+    """Set with `lost` when someone else took the key (a failover), not when the lease lapsed."""
 
 
 class Election:
     """Campaigns for `shards/leaders/<shard>` until this replica holds it.
 
     The standby keeps a lease of its own and watches the key: when the key is deleted (the
-    leader's lease lapsed or was revoked) it tries to create it again at once.
+    leader's lease lapsed or was revoked) it tries to create it again at once. Every replica,
+    leading or not, announces itself under `shards/replicas/<shard>/` on the same lease, so an
+    operator sees the standbys and a failover knows there is one to hand over to.
     """
 
     def __init__(self, store: Store, shard: str, ttl_s: int, identity: str | None = None) -> None:
@@ -82,13 +89,16 @@ class Election:
         self._keeper: LeaseKeeper | None = None
         self._guard: asyncio.Task[None] | None = None
 
-    async def campaign(self) -> Leadership:
-        """Returns once this replica leads the shard."""
+    async def campaign(self, *, defer_s: float = 0.0) -> Leadership:
+        """Returns once this replica leads the shard. With `defer_s`, it announces itself and
+        then stands back that long before contending: a deposed leader lets the standby that
+        was handed the shard take it, rather than racing it."""
         while True:
             keeper = LeaseKeeper(self._store, self._ttl_s)
             try:
                 await keeper.start()
-                leadership = await self._contend(keeper)
+                leadership = await self._contend(keeper, defer_s)
+                defer_s = 0.0
             except StoreError as error:
                 _log.warning("shard %s: campaign failed, retrying: %s", self.shard, error)
                 await keeper.stop()
@@ -117,9 +127,16 @@ class Election:
             await self._keeper.stop()
             self._keeper = None
 
-    async def _contend(self, keeper: LeaseKeeper) -> Leadership | None:
+    async def _contend(self, keeper: LeaseKeeper, defer_s: float) -> Leadership | None:
         """Creates the key when it is missing, else waits for its deletion; None if the lease
         was lost meanwhile."""
+        now = datetime.now(UTC)
+        replica = ShardReplica(shard=self.shard, identity=self.identity, pid=os.getpid(), since=now)
+        await self._store.put(
+            keys.shard_replica(self.shard, self.identity), to_json(replica), lease=keeper.lease
+        )
+        if defer_s:
+            await first_of(asyncio.sleep(defer_s), keeper.lost.wait())
         while not keeper.lost.is_set():
             leader = ShardLeader(
                 shard=self.shard, identity=self.identity, pid=os.getpid(), since=datetime.now(UTC)
@@ -132,7 +149,7 @@ class Election:
             )
             if result.succeeded:
                 _log.info("shard %s: leading as %s", self.shard, self.identity)
-                return Leadership(Fence(self.key, value))
+                return Leadership(Fence(self.key, value), keeper.lease, self.identity)
             _log.info("shard %s: standing by; %s leads", self.shard, _leader_identity(result))
             await first_of(self._deleted(result.revision + 1), keeper.lost.wait())
         return None
@@ -166,15 +183,16 @@ class Election:
         """Sets `leadership.lost` when the lease is lost or someone else's value is in the key
         (an operator deleted it to force a failover)."""
         try:
-            await first_of(keeper.lost.wait(), self._changed_retrying(leadership.fence))
+            await first_of(keeper.lost.wait(), self._changed_retrying(leadership))
         finally:
             leadership.lost.set()
 
-    async def _changed_retrying(self, fence: Fence) -> None:
+    async def _changed_retrying(self, leadership: Leadership) -> None:
         while True:
             try:
-                await self._changed(fence)
+                await self._changed(leadership.fence)
                 _log.warning("shard %s: the leader key no longer names us", self.shard)
+                leadership.deposed = True
                 return
             except StoreError as error:
                 # The lease keeper decides whether the store's absence costs us the lease.

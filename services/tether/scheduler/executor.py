@@ -44,6 +44,16 @@ class NotLeader(Exception):
     """A write found someone else's value in the leader key: this replica was deposed."""
 
 
+class NotOwner(Exception):
+    """The job's entitlement is no longer this shard's (it moved): the job is not ours to
+    decide for any more, though we still lead the shard."""
+
+
+OwnedAt = Callable[[str], int | None]
+"""The mod revision of an entitlement's shard-map entry as this leader saw it when the
+entitlement was (or became) this shard's; None when it is not this shard's."""
+
+
 @dataclass(slots=True)
 class Outcome:
     """What executing a plan did: the store revisions written (for mirrors to catch up with)
@@ -56,12 +66,16 @@ class Outcome:
 
 
 class Executor:
-    """Executes plans as the shard's leader: every transaction compares the leader key."""
+    """Executes plans as the shard's leader. Every transaction compares the leader key, and the
+    job's entitlement's shard-map entry with the revision at which this leader took it over: a
+    write made after an admin moved the entitlement to another shard fails, so the old and the
+    new shard never both decide for the same job."""
 
-    def __init__(self, store: Store, fence: Fence, allocator: Allocator) -> None:
+    def __init__(self, store: Store, fence: Fence, allocator: Allocator, owned_at: OwnedAt) -> None:
         self._store = store
         self._fence = fence
         self._allocator = allocator
+        self._owned_at = owned_at
 
     async def execute(self, view: JobView, plan: Plan, *, may_place: bool = True) -> Outcome:
         """Runs the plan; `may_place=False` leaves pending tasks for a later retry.
@@ -121,12 +135,12 @@ class Executor:
         revision = 0
         for start in range(0, len(writes), _CHUNK):
             chunk = writes[start : start + _CHUNK]
-            written = await self._txn(*_task_ops(job_handle, chunk))
+            written = await self._txn(job_handle, *_task_ops(job_handle, chunk))
             if written:
                 revision = written
                 continue
             for write in chunk if len(chunk) > 1 else ():
-                written = await self._txn(*_task_ops(job_handle, [write]))
+                written = await self._txn(job_handle, *_task_ops(job_handle, [write]))
                 revision = max(revision, written)
         return revision
 
@@ -136,7 +150,7 @@ class Executor:
         revision = 0
         for write in writes:
             compares, ops = _operation_ops(job_handle, write)
-            revision = max(revision, await self._txn(compares, ops))
+            revision = max(revision, await self._txn(job_handle, compares, ops))
         return revision
 
     async def approve(
@@ -153,7 +167,7 @@ class Executor:
             forgotten = [(keys.operation(entitlement, name, i), at) for i, at in reported]
             compares = [mod_revision_is(key, at) for key, at in forgotten]
             ops: list[Op] = [Delete(key) for key, _ in forgotten]
-            revision = max(revision, await self._txn(compares, ops))
+            revision = max(revision, await self._txn(job_handle, compares, ops))
         return revision
 
     async def next_sequence(self, job_handle: str) -> int:
@@ -197,7 +211,7 @@ class Executor:
                 return None
             changed = changed.model_copy(update={"updated_at": datetime.now(UTC)})
             compare = mod_revision_is(key, kv.mod_revision) if kv is not None else key_missing(key)
-            if await self._txn([compare], [Put(key, to_json(changed))]):
+            if await self._txn(job_handle, [compare], [Put(key, to_json(changed))]):
                 return changed
 
     async def _delete_job(self, view: JobView) -> int:
@@ -211,19 +225,32 @@ class Executor:
             Delete(keys.statuses_of(entitlement, name), prefix=True),
             Delete(keys.operations_of(entitlement, name), prefix=True),
         ]
-        return await self._txn([mod_revision_is(job_key, view.job.revision)], ops)
+        return await self._txn(
+            view.job.value.handle, [mod_revision_is(job_key, view.job.revision)], ops
+        )
 
-    async def _txn(self, compares: list[Compare], ops: list[Op]) -> int:
-        """Runs `ops` if `compares` and the fence hold; the revision written, or 0."""
+    async def _txn(self, job_handle: str, compares: list[Compare], ops: list[Op]) -> int:
+        """Runs `ops` for the job if `compares`, the leader fence and the job's shard-map
+        entry hold; the revision written, or 0."""
+        entitlement, _ = parse_job_handle(job_handle)
+        owned_at = self._owned_at(entitlement)
+        if owned_at is None:
+            raise NotOwner(f"entitlement {entitlement} is not this shard's")
+        shard_key = keys.shard_assignment(entitlement)
         result = await self._store.txn(
-            [self._fence.compare(), *compares], ops, [Get(self._fence.key)]
+            [self._fence.compare(), mod_revision_is(shard_key, owned_at), *compares],
+            ops,
+            [Get(self._fence.key), Get(shard_key)],
         )
         if result.succeeded:
             return result.revision
-        leader = result.results[0]
+        leader, owner = result.results
         assert isinstance(leader, RangeResult)
+        assert isinstance(owner, RangeResult)
         if not self._fence.holds_in(leader):
             raise NotLeader(f"{self._fence.key} no longer holds this replica")
+        if not any(kv.mod_revision == owned_at for kv in owner.kvs):
+            raise NotOwner(f"entitlement {entitlement} moved to another shard")
         return 0
 
 

@@ -8,10 +8,13 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from tether.model import OperationState
+from pydantic import ValidationError
+
+from tether import metrics
+from tether.model import OperationState, RegionConfig, ShardStatus, from_json, to_json
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
-from tether.scheduler.executor import Executor, NotLeader, Outcome
+from tether.scheduler.executor import Executor, NotLeader, NotOwner, Outcome
 from tether.scheduler.reconciler import OperationWrite, plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
@@ -23,7 +26,7 @@ from tether.scheduler.taskcontrol import (
     default_acks,
 )
 from tether.service import Service
-from tether.store import Store, StoreError
+from tether.store import Put, Store, StoreError, keys
 
 _log = logging.getLogger(__name__)
 
@@ -65,17 +68,48 @@ class Scheduler(Service):
         await self._store.close()
 
     async def _serve(self) -> None:
+        await self._await_membership()
+        defer_s = 0.0
         while True:
-            leadership = await self.election.campaign()
+            leadership = await self.election.campaign(defer_s=defer_s)
+            metrics.SCHEDULER_LEADER_TERMS.labels("started").inc()
             try:
                 await Term(self._store, self.shard, self._settings, leadership, self.leading).run()
             except Exception:
                 _log.exception("shard %s: leading failed; standing by again", self.shard)
                 await asyncio.sleep(_RETRY_S)
             finally:
+                metrics.SCHEDULER_LEADER_TERMS.labels("lost").inc()
                 self.leading.clear()
                 await self.election.resign()
             _log.warning("shard %s: no longer leading", self.shard)
+            # Handed over (a failover): stand by, rather than race the standby for the key.
+            defer_s = self._settings.lease_ttl_s if leadership.deposed else 0.0
+
+    async def _await_membership(self) -> None:
+        """Returns once the region config lists this shard: a replica of a shard an admin has
+        not added yet (POST /admin/shards) waits instead of leading a shard nobody maps to."""
+        waited = False
+        while True:
+            try:
+                kv = await self._store.get(keys.region_config())
+                config = None if kv is None else from_json(RegionConfig, kv.value, stored=True)
+            except (StoreError, ValidationError) as error:
+                _log.warning("shard %s: reading the region config failed: %s", self.shard, error)
+                config = None
+            if config is not None and self.shard in config.shards:
+                if waited:
+                    _log.info("shard %s: added to the region; campaigning", self.shard)
+                return
+            if not waited:
+                _log.warning(
+                    "shard %s is not in the region config; waiting until an admin adds it "
+                    "(POST /admin/shards or `tether shard add %s`)",
+                    self.shard,
+                    self.shard,
+                )
+                waited = True
+            await asyncio.sleep(self._settings.region_poll_s)
 
 
 class Term:
@@ -94,9 +128,13 @@ class Term:
         self._leading = leading
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
+        self._store = store
+        self._shard = shard
         self._state = ShardState(store, shard, self._mark)
         self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
-        self._executor = Executor(store, leadership.fence, self._allocator)
+        self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)
+        self._reconciles = 0
+        self._last_reconcile_at: datetime | None = None
         # Job handle -> monotonic time before which its unplaced tasks are not offered again.
         self._place_after: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -111,7 +149,9 @@ class Term:
             await self._allocator.start()
             await self._state.start()  # marks every job it loads as dirty
             self._leading.set()
-            await first_of(self._leadership.lost.wait(), self._work(), self._resync())
+            await first_of(
+                self._leadership.lost.wait(), self._work(), self._resync(), self._report()
+            )
         finally:
             self._leading.clear()
             for timer in self._timers.values():
@@ -149,6 +189,27 @@ class Term:
             for handle in self._state.handles():
                 self._mark(handle)
 
+    async def _report(self) -> None:
+        """Writes the term's ShardStatus every `status_interval_s`, on the leader's lease and
+        fenced by the leader key, for operators (GET /admin/shards)."""
+        key = keys.shard_status(self._shard)
+        while True:
+            status = ShardStatus(
+                shard=self._shard,
+                identity=self._leadership.identity,
+                jobs=sum(1 for _ in self._state.handles()),
+                backlog=len(self._dirty),
+                reconciles=self._reconciles,
+                last_reconcile_at=self._last_reconcile_at,
+                updated_at=datetime.now(UTC),
+            )
+            put = Put(key, to_json(status), self._leadership.lease)
+            try:
+                await self._store.txn([self._leadership.fence.compare()], [put])
+            except StoreError as error:
+                _log.info("shard %s: reporting status failed: %s", self._shard, error)
+            await asyncio.sleep(self._settings.status_interval_s)
+
     async def _work(self) -> None:
         """Reconciles dirty jobs, a few at a time and each job by one worker at a time."""
         running: set[str] = set()
@@ -167,10 +228,16 @@ class Term:
 
     async def _reconcile_guarded(self, handle: str, running: set[str]) -> None:
         try:
-            await self._reconcile(handle)
+            with metrics.SCHEDULER_RECONCILE_SECONDS.time():
+                await self._reconcile(handle)
+            self._reconciles += 1
+            self._last_reconcile_at = datetime.now(UTC)
         except NotLeader as error:
             _log.warning("%s: deposed: %s", handle, error)
             self._leadership.lost.set()
+        except NotOwner as error:
+            # The shard-map mirror shows the move soon, and then the job is not ours to view.
+            _log.info("%s: left alone: %s", handle, error)
         except (AllocatorError, StoreError) as error:
             _log.warning("%s: reconcile failed, retrying: %s", handle, error)
             self._later(handle, self._settings.place_retry_s)
@@ -220,6 +287,8 @@ class Term:
         except NotLeader as error:
             _log.warning("%s: deposed: %s", handle, error)
             self._leadership.lost.set()
+        except NotOwner as error:
+            _log.info("%s: left alone: %s", handle, error)
         except StoreError as error:
             _log.warning("%s: approving operations failed, retrying: %s", handle, error)
             self._later(handle, self._settings.control_interval_s)
@@ -247,6 +316,7 @@ class Term:
                     registration, control_request(view, pending, sequence, now)
                 )
             except ControllerFailed as error:
+                metrics.SCHEDULER_TASKCONTROL_CALLS.labels(metrics.call_outcome(error)).inc()
                 failures = await self._executor.control_outcome(
                     handle, registration.endpoint, str(error)
                 )
@@ -256,6 +326,7 @@ class Term:
                     handle, min(interval * 2**failures, self._settings.control_backoff_max_s)
                 )
                 return
+            metrics.SCHEDULER_TASKCONTROL_CALLS.labels("ok").inc()
             await self._executor.control_outcome(handle, registration.endpoint, "")
         waiting = {stored.value.id: stored for stored in pending.waiting}
         approved = [

@@ -16,6 +16,17 @@ class SchedulerSettings(BaseSettings):
         ge=1,
         description="TTL of the leader's lease: a dead leader is replaced within it.",
     )
+    status_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the leader reports its work (GET /admin/shards shows it).",
+    )
+    region_poll_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a replica whose shard is not in the region config yet looks "
+        "again (an admin adds shards with POST /admin/shards).",
+    )
     resync_s: float = Field(
         default=5.0, gt=0, description="Every job of the shard is reconciled at least this often."
     )

@@ -179,8 +179,13 @@ class ShardState:
     def owns(self, handle: str) -> bool:
         """Whether the job's entitlement maps to this shard."""
         entitlement, _ = parse_job_handle(handle)
+        return self.owned_at(entitlement) is not None
+
+    def owned_at(self, entitlement: str) -> int | None:
+        """The revision of the entitlement's shard-map entry if it maps to this shard: the
+        executor's writes for its jobs hold only while the entry is unchanged."""
         stored = self.shard_map.items.get(keys.shard_assignment(entitlement))
-        return stored is not None and stored.value == self.shard
+        return stored.revision if stored is not None and stored.value == self.shard else None
 
     def handles(self) -> Iterator[str]:
         """Every job of this shard."""

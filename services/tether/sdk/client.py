@@ -17,6 +17,8 @@ from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     JobView,
+    MachineDrainView,
+    MachineUndrainView,
     MachineView,
     MaintenanceView,
     OperationView,
@@ -24,6 +26,9 @@ from tether.sdk.views import (
     PrincipalToken,
     RegionView,
     ShardDetailView,
+    ShardDrainView,
+    ShardFailoverView,
+    ShardMoveView,
     TaskView,
     View,
 )
@@ -193,6 +198,33 @@ class TetherClient:
         """Machines with their state, capacity, allocated and free resources."""
         return _views(MachineView, self._request("GET", "/v1/machines"), "machines")
 
+    def drain_machine(
+        self, machine_id: str, deadline_s: int | None = None, reason: str = ""
+    ) -> MachineDrainView:
+        """Admin: drain the machine; its tasks must be off it within `deadline_s` (None: the
+        region's default, 0: at once). Repeating it changes nothing."""
+        return self._drain("drain", machine_id, deadline_s, reason)
+
+    def decommission_machine(
+        self, machine_id: str, deadline_s: int | None = None, reason: str = ""
+    ) -> MachineDrainView:
+        """Admin: drain the machine, then take it out of the region for good once it is empty."""
+        return self._drain("decommission", machine_id, deadline_s, reason)
+
+    def undrain_machine(self, machine_id: str) -> MachineUndrainView:
+        """Admin: undo the machine's drain and decommission; it goes back up."""
+        path = f"/admin/machines/{quote(machine_id, safe='')}/undrain"
+        return _view(MachineUndrainView, self._request("POST", path))
+
+    def _drain(
+        self, verb: str, machine_id: str, deadline_s: int | None, reason: str
+    ) -> MachineDrainView:
+        body: dict[str, Any] = {"reason": reason}
+        if deadline_s is not None:
+            body["deadline_s"] = deadline_s
+        path = f"/admin/machines/{quote(machine_id, safe='')}/{verb}"
+        return _view(MachineDrainView, self._request("POST", path, json=body))
+
     def region(self) -> RegionView:
         """Shard leaders, allocators, machines, jobs and tasks by state."""
         return _view(RegionView, self._request("GET", "/v1/region"))
@@ -212,8 +244,26 @@ class TetherClient:
         return created
 
     def list_shards(self) -> list[ShardDetailView]:
-        """Admin: every scheduler shard with its leader and what it holds."""
+        """Admin: every scheduler shard with its replicas, its leader's last report and what
+        it holds."""
         return _views(ShardDetailView, self._request("GET", "/admin/shards"), "shards")
+
+    def add_shard(self, shard: str) -> ShardDetailView:
+        """Admin: add a shard to the region (or stop a draining one draining)."""
+        return _view(ShardDetailView, self._request("POST", "/admin/shards", json={"id": shard}))
+
+    def move_entitlement(self, shard: str, entitlement: str, to: str | None) -> ShardMoveView:
+        """Admin: move an entitlement off `shard`, to `to` or the least-loaded other shard."""
+        body = {"entitlement": entitlement} | ({"to": to} if to is not None else {})
+        return _view(ShardMoveView, self._request("POST", f"/admin/shards/{shard}/move", json=body))
+
+    def fail_over(self, shard: str) -> ShardFailoverView:
+        """Admin: depose the shard's leader so that a standby takes over."""
+        return _view(ShardFailoverView, self._request("POST", f"/admin/shards/{shard}/failover"))
+
+    def drain_shard(self, shard: str) -> ShardDrainView:
+        """Admin: move all of the shard's entitlements away; it takes no new ones."""
+        return _view(ShardDrainView, self._request("POST", f"/admin/shards/{shard}/drain"))
 
     def create_principal(self, name: str, roles: list[str]) -> PrincipalToken:
         """Admin: create a principal; the answer holds its token, shown only this once."""

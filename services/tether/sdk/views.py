@@ -84,6 +84,22 @@ class MaintenanceView(View):
     phase: str
 
 
+class MachineDrainView(View):
+    """The notice draining (or decommissioning) a machine; `created` is False when it was
+    already draining under it and nothing changed."""
+
+    machine: str
+    created: bool
+    notice: MaintenanceView
+
+
+class MachineUndrainView(View):
+    """The drain and decommission notices an undrain cancelled (none: there were none)."""
+
+    machine: str
+    cancelled: list[MaintenanceView] = Field(default_factory=list)
+
+
 class TaskView(View):
     """One task with its effective state."""
 
@@ -137,14 +153,53 @@ class ShardView(View):
     entitlements: list[str] = Field(default_factory=list)
 
 
-class ShardDetailView(ShardView):
-    """A shard with what it holds (admin view)."""
+class ReplicaView(View):
+    """A scheduler replica standing by."""
 
+    identity: str
+    pid: int | None = None
+    since: datetime | None = None
+
+
+class ShardDetailView(ShardView):
+    """A shard with its replicas, its leader's last report and what it holds (admin view)."""
+
+    draining: bool = False
     leader_pid: int | None = None
+    lease_expires_at: datetime | None = None
+    standbys: list[ReplicaView] = Field(default_factory=list)
+    last_reconcile_at: datetime | None = None
+    reconciles: int | None = None
+    backlog: int | None = None
+    reported_at: datetime | None = None
     jobs: int = 0
     tasks: int = 0
     machines: int = 0
     operations: int = 0
+
+
+class ShardMoveView(View):
+    """An entitlement moved between shards."""
+
+    entitlement: str
+    from_shard: str
+    to_shard: str
+    revision: int = 0
+
+
+class ShardDrainView(View):
+    """A drained shard and the moves that emptied it."""
+
+    shard: str
+    moves: list[ShardMoveView] = Field(default_factory=list)
+
+
+class ShardFailoverView(View):
+    """A failover under way: the leader that was deposed and who may take over."""
+
+    shard: str
+    previous_leader: str
+    standbys: list[ReplicaView] = Field(default_factory=list)
 
 
 class AllocatorView(View):

@@ -65,18 +65,23 @@ ETCD_SCHEMES = ("etcd", "etcds")
 
 
 def open_store(url: str | None = None, settings: StoreSettings | None = None) -> Store:
-    """The store behind `url` (default: TETHER_STORE), chosen by its scheme."""
+    """The store behind `url` (default: TETHER_STORE), chosen by its scheme, with its requests
+    timed for the `tether_store_*` metrics."""
     settings = settings or StoreSettings()
     url = url or settings.url
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
+    # Imported here, like the backends: tether.metrics serves over tether.service, which imports
+    # this package.
+    from tether.store.measured import MeasuredStore
+
     if scheme in ETCD_SCHEMES:
         from tether.store.etcd import EtcdStore
 
-        return EtcdStore(url, settings)
+        return MeasuredStore(EtcdStore(url, settings), "etcd")
     if scheme in SQL_SCHEMES:
         from tether.store.sql import SqlStore
 
-        return SqlStore(url, settings)
+        return MeasuredStore(SqlStore(url, settings), scheme)
     raise StoreError(
         f"unknown store URL {url!r}: use sqlite:///path/region.db, postgresql://..., "
         "or etcd://host:port[,host:port...]"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -37,6 +39,30 @@ class LeaseNotFound(StoreError):
     def __init__(self, lease: int) -> None:
         super().__init__(f"lease {lease:x} not found (expired or revoked)")
         self.lease = lease
+
+
+_wait_limit: ContextVar[float | None] = ContextVar("tether_store_wait_limit", default=None)
+
+
+@contextlib.contextmanager
+def wait_limit(seconds: float) -> Iterator[None]:
+    """Inside the block, a request to an unreachable store fails with `StoreUnavailable` after
+    at most `seconds`, not after the store's own (longer) deadline.
+
+    For requests someone is waiting on, such as an API call: a quick 503 tells them more than
+    a hang. Backends that can wait for their server (etcd) honour it.
+    """
+    token = _wait_limit.set(seconds)
+    try:
+        yield
+    finally:
+        _wait_limit.reset(token)
+
+
+def request_timeout_s(deadline_s: float) -> float:
+    """How long one request may take: the store's `deadline_s`, or less inside `wait_limit`."""
+    limit = _wait_limit.get()
+    return deadline_s if limit is None else min(deadline_s, limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +337,10 @@ class Store(_Closable):
     @abc.abstractmethod
     async def lease_revoke(self, lease: int) -> None:
         """Ends the lease now and deletes its keys. Revoking a missing lease is not an error."""
+
+    @abc.abstractmethod
+    async def lease_time_to_live(self, lease: int) -> int | None:
+        """Whole seconds until the lease expires unless renewed; None once it is gone."""
 
     # --- history -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -45,6 +45,7 @@ from tether.store.base import (
     Watch,
     WatchEvent,
     prefix_end,
+    request_timeout_s,
 )
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,11 @@ _COMPARE_TARGET = {
 }
 _EVENT_TYPE = {rpc.Event.PUT: EventType.PUT, rpc.Event.DELETE: EventType.DELETE}
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+_REPEATABLE: Final = frozenset({"Range", "LeaseGrant", "LeaseRevoke", "LeaseTimeToLive", "Compact"})
+"""Calls sent again after UNAVAILABLE, as etcd's own client does: reads, and writes whose repeat
+changes nothing (a second lease expires unused). A Txn is not: it may have been applied."""
+_RESEND_BACKOFF_S: Final = (0.05, 1.0)
+"""First and longest pause before sending a repeatable call again."""
 _MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
@@ -200,7 +206,7 @@ class EtcdStore(Store):
         try:
             response = await stubs.auth.Authenticate(
                 rpc.AuthenticateRequest(name=s.username, password=s.password.get_secret_value()),
-                timeout=s.timeout_s,
+                timeout=request_timeout_s(s.timeout_s),
                 wait_for_ready=True,
             )
         except grpc.aio.AioRpcError as exc:
@@ -208,14 +214,24 @@ class EtcdStore(Store):
         self._metadata = (("token", response.token),)
 
     async def _unary(self, service: str, method: str, request: Any) -> Any:
-        """Calls `method` of etcd's `service` ("kv" or "lease"), renewing an expired token once."""
+        """Calls `method` of etcd's `service` ("kv" or "lease") within the request deadline,
+        renewing an expired token once.
+
+        A repeatable call is sent again while etcd answers UNAVAILABLE: a member that dies or
+        loses its leader fails the calls in flight ("leader changed", "no leader") although the
+        cluster serves again within an election.
+        """
         stubs = await self._connect()
         call = getattr(getattr(stubs, service), method)
-        for attempt in (1, 2):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request_timeout_s(self._settings.timeout_s)
+        backoff, max_backoff = _RESEND_BACKOFF_S
+        renewed = False
+        while True:
             try:
                 return await call(
                     request,
-                    timeout=self._settings.timeout_s,
+                    timeout=max(deadline - loop.time(), 0.0),
                     metadata=self._metadata,
                     wait_for_ready=True,
                 )
@@ -223,11 +239,20 @@ class EtcdStore(Store):
                 token_expired = exc.code() == grpc.StatusCode.UNAUTHENTICATED or (
                     "invalid auth token" in (exc.details() or "")
                 )
-                if token_expired and attempt == 1 and self._settings.username:
+                if token_expired and not renewed and self._settings.username:
+                    renewed = True
                     await self._authenticate(stubs)
                     continue
-                raise _translate(exc, f"{method} at {self.url}") from exc
-        raise AssertionError("unreachable")
+                resend = (
+                    method in _REPEATABLE
+                    and exc.code() == grpc.StatusCode.UNAVAILABLE
+                    and deadline - loop.time() > backoff
+                )
+                if not resend:
+                    raise _translate(exc, f"{method} at {self.url}") from exc
+                log.info("etcd %s failed (%s); sending it again", method, exc.details())
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, max_backoff)
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -313,7 +338,7 @@ class EtcdStore(Store):
         stubs = await self._connect()
         call = stubs.lease.LeaseKeepAlive(
             iter([rpc.LeaseKeepAliveRequest(ID=lease)]),
-            timeout=self._settings.timeout_s,
+            timeout=request_timeout_s(self._settings.timeout_s),
             metadata=self._metadata,
             wait_for_ready=True,
         )
@@ -329,6 +354,13 @@ class EtcdStore(Store):
     async def lease_revoke(self, lease: int) -> None:
         with contextlib.suppress(LeaseNotFound):
             await self._unary("lease", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease))
+
+    async def lease_time_to_live(self, lease: int) -> int | None:
+        response = await self._unary(
+            "lease", "LeaseTimeToLive", rpc.LeaseTimeToLiveRequest(ID=lease)
+        )
+        # etcd answers TTL -1 for a lease it does not know (expired or revoked).
+        return int(response.TTL) if response.TTL >= 0 else None
 
     # --- history -----------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""A local etcd server process on loopback, for `tether up --etcd`, tests and benchmarks."""
+"""Local etcd server processes on loopback (one member, or a cluster), for `tether up --etcd`,
+tests and benchmarks."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -10,6 +12,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -47,6 +50,7 @@ class EtcdServer:
         on_tmpfs: bool = False,
         client_port: int | None = None,
         peer_port: int | None = None,
+        extra_client_hosts: Sequence[str] = (),
     ) -> None:
         shm = Path("/dev/shm")
         parent = shm if on_tmpfs and shm.is_dir() else None
@@ -54,29 +58,54 @@ class EtcdServer:
         self.name = name
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
+        self.extra_client_hosts = tuple(extra_client_hosts)
+        """Addresses besides 127.0.0.1 where clients may connect too (e.g. a veth's, for
+        clients in another network namespace)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
+        self.initial_cluster = f"{name}={self.peer_url}"
+        """`--initial-cluster`: this member alone, unless an `EtcdCluster` sets every member."""
+        self.cluster_token: str | None = None
+        """`--initial-cluster-token`; etcd's default for a lone member."""
 
     @property
     def client_url(self) -> str:
         return f"http://127.0.0.1:{self.client_port}"
 
     @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    @property
     def url(self) -> str:
         """The Tether store URL of this server."""
         return f"etcd://127.0.0.1:{self.client_port}"
 
+    def url_on(self, host: str) -> str:
+        """The Tether store URL of this server at `host` (127.0.0.1 or an extra client host)."""
+        return f"etcd://{host}:{self.client_port}"
+
     def start(self, timeout_s: float = 30.0) -> None:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        """Starts the member and returns once it is healthy (it has a leader)."""
+        self.launch()
+        self.wait_healthy(timeout_s)
+
+    def launch(self) -> None:
+        """Starts the member's process without waiting: a cluster's members must all be
+        running before any of them is healthy."""
+        listen = ",".join(
+            f"http://{host}:{self.client_port}" for host in ("127.0.0.1", *self.extra_client_hosts)
+        )
         command = [
             etcd_binary(),
             f"--name={self.name}",
             f"--data-dir={self.data_dir / 'data'}",
-            f"--listen-client-urls={self.client_url}",
+            f"--listen-client-urls={listen}",
             f"--advertise-client-urls={self.client_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster={self.name}={peer}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster={self.initial_cluster}",
+            *([f"--initial-cluster-token={self.cluster_token}"] if self.cluster_token else []),
             "--logger=zap",
             "--log-level=warn",
             # A job of 15,000 tasks commits one transaction over thousands of machines: etcd's
@@ -88,6 +117,10 @@ class EtcdServer:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        """Returns once the launched member says it is healthy; stops it and raises if not."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -130,3 +163,62 @@ class EtcdServer:
         self.stop()
         shutil.rmtree(self.data_dir, ignore_errors=True)
         self.log_path.unlink(missing_ok=True)
+
+
+class EtcdCluster:
+    """`size` etcd members on 127.0.0.1 forming one cluster; `cleanup()` stops and removes all.
+
+    Each member is an `EtcdServer` (`members`), so one can be killed and restarted alone; the
+    cluster serves while a majority of them runs.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        name: str = "tether",
+        on_tmpfs: bool = False,
+        extra_client_hosts: Sequence[str] = (),
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a cluster needs at least one member, not {size}")
+        self.members = [
+            EtcdServer(name=f"{name}-{i}", on_tmpfs=on_tmpfs, extra_client_hosts=extra_client_hosts)
+            for i in range(size)
+        ]
+        initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        # A token of its own, so that members of another test's cluster can never join this one.
+        token = f"{name}-{secrets.token_hex(4)}"
+        for member in self.members:
+            member.initial_cluster = initial_cluster
+            member.cluster_token = token
+
+    @property
+    def url(self) -> str:
+        """The Tether store URL naming every member."""
+        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Starts every member that is not running and returns once all are healthy."""
+        try:
+            for member in self.members:
+                if member.process is None or member.process.poll() is not None:
+                    member.launch()
+            for member in self.members:
+                member.wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILLs every member, as a power cut would."""
+        for member in self.members:
+            member.kill()
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def cleanup(self) -> None:
+        for member in self.members:
+            member.cleanup()

@@ -28,6 +28,9 @@ CONTROL_STATUS = ROOT + "taskcontrol-status/"
 MAINTENANCE = ROOT + "maintenance/"  # notice id -> AdvanceNotice
 SHARD_MAP = ROOT + "shards/map/"  # entitlement name -> shard id
 SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> ShardLeader, bound to its lease
+# <shard>/<identity> -> ShardReplica: every replica in the election, bound to its lease
+SHARD_REPLICAS = ROOT + "shards/replicas/"
+SHARD_STATUS = ROOT + "shards/status/"  # shard id -> ShardStatus, on the leader's lease
 ALLOCATORS = ROOT + "allocators/"  # replica id -> AllocatorEndpoint, bound to its lease
 REGION = ROOT + "region/"  # "config" -> RegionConfig
 PRINCIPALS = ROOT + "principals/"  # sha256(token) -> PrincipalRecord
@@ -50,6 +53,8 @@ ALL_PREFIXES: tuple[str, ...] = (
     MAINTENANCE,
     SHARD_MAP,
     SHARD_LEADERS,
+    SHARD_REPLICAS,
+    SHARD_STATUS,
     ALLOCATORS,
     REGION,
     PRINCIPALS,
@@ -194,6 +199,19 @@ def shard_assignment(entitlement_name: str) -> str:
 
 def shard_leader(shard_id: str) -> str:
     return _join(SHARD_LEADERS, shard_id)
+
+
+def shard_replica(shard_id: str, identity: str) -> str:
+    return _join(SHARD_REPLICAS, shard_id, identity)
+
+
+def shard_replicas(shard_id: str) -> str:
+    """The prefix of every replica record of one shard."""
+    return _join(SHARD_REPLICAS, shard_id) + "/"
+
+
+def shard_status(shard_id: str) -> str:
+    return _join(SHARD_STATUS, shard_id)
 
 
 def allocator(replica_id: str) -> str:

@@ -488,6 +488,17 @@ class SqlStore(Store):
 
         return await self._run(keepalive)
 
+    async def lease_time_to_live(self, lease: int) -> int | None:
+        def time_to_live() -> int | None:
+            with self._read() as conn:
+                expires_at = conn.execute(
+                    sa.select(leases_table.c.expires_at).where(leases_table.c.id == lease)
+                ).scalar()
+            left = None if expires_at is None else expires_at - time.time()
+            return None if left is None or left <= 0 else int(left)
+
+        return await self._run(time_to_live)
+
     async def lease_revoke(self, lease: int) -> None:
         revision = await self._run(lambda: self._expire_sync([lease]))
         await self._observe_revision(revision)

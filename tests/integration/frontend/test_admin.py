@@ -77,9 +77,9 @@ async def test_entitlements(region: Region) -> None:
     assert created.status_code == 201, created.text
     assert created.headers["location"] == "/v1/entitlements/team-c"
     view = created.json()
-    # team-a and team-b are on shard-0, but neither owns a machine nor has a task: a tie, which
-    # the first shard of the region config wins.
-    assert view["shard"] == SHARDS[0]
+    # team-a and team-b are on shard-0, but neither owns a machine nor has a task: a tie on
+    # machines and tasks, which the shard with fewer entitlements wins.
+    assert view["shard"] == SHARDS[1]
     assert view["entitlement"]["quota"]["resources"]["cpu"] == 2000
     assert (view["requested"], view["allocated"]) == (ZERO, ZERO)
     shard = await store.get(keys.shard_assignment("team-c"))

@@ -172,6 +172,7 @@ async def test_region_view(region: Region) -> None:
     await store.put(keys.allocator("allocator-0"), to_json(allocator))
     await store.put(keys.machine("m1"), to_json(machine("m1")))
     await store.put(keys.machine("m2"), to_json(machine("m2", MachineState.DOWN)))
+    await store.put(keys.machine("m3"), to_json(machine("m3", MachineState.DECOMMISSIONED)))
 
     answer = await region.api.get("/v1/region", headers=ALICE)
     assert answer.status_code == 200
@@ -185,7 +186,14 @@ async def test_region_view(region: Region) -> None:
     assert shard1 == {"shard": "shard-1", "leader": None, "leader_since": None, "entitlements": []}
     assert [endpoint["id"] for endpoint in view["allocators"]] == ["allocator-0"]
     assert view["allocators"][0]["address"] == "127.0.0.1:9"
-    assert view["machines"] == {"total": 2, "up": 1, "draining": 0, "maintenance": 0, "down": 1}
+    assert view["machines"] == {
+        "total": 3,
+        "up": 1,
+        "draining": 0,
+        "maintenance": 0,
+        "down": 1,
+        "decommissioned": 1,
+    }
     assert view["jobs"] == 1
     assert view["tasks"]["running"] == 1
     assert view["tasks"]["pending"] == 1

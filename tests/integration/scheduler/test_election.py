@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.scheduler.helpers import eventually
-from tether.model import ShardLeader, Task, from_json
+from tether.model import ShardLeader, ShardReplica, Task, from_json
 from tether.scheduler.allocator_client import PlaceResult
 from tether.scheduler.election import Election
-from tether.scheduler.executor import Executor, NotLeader
+from tether.scheduler.executor import Executor, NotLeader, NotOwner, OwnedAt
 from tether.scheduler.reconciler import TaskWrite
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
@@ -151,13 +151,78 @@ async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
         assert current is not None
         assert current.identity == "new"
 
+        owned_at = await map_entitlement(store, "ads", SHARD)
         write = [TaskWrite(0, 0, pending_task())]
         with pytest.raises(NotLeader):
-            await Executor(store, old_term.fence, UnusedAllocator()).commit("ads/web", write)
+            await Executor(store, old_term.fence, UnusedAllocator(), owned_at).commit(
+                "ads/web", write
+            )
         assert await store.get(keys.task("ads", "web", 0)) is None
 
-        assert await Executor(store, new_term.fence, UnusedAllocator()).commit("ads/web", write)
+        assert await Executor(store, new_term.fence, UnusedAllocator(), owned_at).commit(
+            "ads/web", write
+        )
         assert await store.get(keys.task("ads", "web", 0)) is not None
     finally:
         await old.resign()
         await new.resign()
+
+
+async def map_entitlement(store: Store, entitlement: str, shard: str) -> OwnedAt:
+    """Maps the entitlement to the shard; returns the ownership a leader of it would see."""
+    revision = await store.put(keys.shard_assignment(entitlement), shard.encode())
+    return lambda name: revision if name == entitlement else None
+
+
+async def test_writes_for_a_moved_entitlement_are_fenced(store: Store) -> None:
+    election = Election(store, SHARD, TTL_S, identity="leader")
+    try:
+        term = await election.campaign()
+        owned_at = await map_entitlement(store, "ads", SHARD)
+        executor = Executor(store, term.fence, UnusedAllocator(), owned_at)
+        assert await executor.commit("ads/web", [TaskWrite(0, 0, pending_task())])
+
+        # An admin moves the entitlement away and back: either way this leader's view of it
+        # is from before the move, so none of its writes may land.
+        await map_entitlement(store, "ads", "shard-1")
+        await map_entitlement(store, "ads", SHARD)
+        second = pending_task().model_copy(update={"index": 1})
+        with pytest.raises(NotOwner):
+            await executor.commit("ads/web", [TaskWrite(1, 0, second)])
+        assert await store.get(keys.task("ads", "web", 1)) is None
+        # Another entitlement's jobs are not this shard's at all.
+        with pytest.raises(NotOwner):
+            await executor.commit("other/api", [TaskWrite(0, 0, pending_task())])
+        assert await store.get(keys.task("other", "api", 0)) is None
+    finally:
+        await election.resign()
+
+
+async def test_every_replica_is_announced_and_a_deposed_leader_knows_it(store: Store) -> None:
+    first = Election(store, SHARD, TTL_S, identity="first")
+    second = Election(store, SHARD, TTL_S, identity="second")
+    try:
+        term = await first.campaign()
+        campaign = asyncio.create_task(second.campaign())
+
+        async def both_announced() -> list[str] | None:
+            replicas = [
+                from_json(ShardReplica, kv.value, stored=True).identity
+                for kv in (await store.range(keys.shard_replicas(SHARD))).kvs
+            ]
+            return sorted(replicas) if len(replicas) == 2 else None
+
+        assert await eventually(both_announced, timeout_s=5, what="two replicas") == [
+            "first",
+            "second",
+        ]
+        # A failover deletes the leader key: the leader learns it was deposed, not that its
+        # lease lapsed, and the standby takes the key.
+        await store.delete(LEADER_KEY)
+        await asyncio.wait_for(term.lost.wait(), 5)
+        assert term.deposed
+        assert (await asyncio.wait_for(campaign, 5)).identity == "second"
+    finally:
+        await first.resign()
+        await second.resign()
+    assert await store.count(keys.shard_replicas(SHARD)) == 0

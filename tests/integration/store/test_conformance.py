@@ -295,6 +295,16 @@ async def test_keepalive_keeps_a_lease_alive(store: Store) -> None:
     assert await store.get("/hb/kept") is not None
 
 
+async def test_time_to_live_counts_down_and_ends_with_the_lease(store: Store) -> None:
+    lease = await store.lease_grant(30)
+    left = await store.lease_time_to_live(lease)
+    assert left is not None
+    assert 28 <= left <= 30
+    await store.lease_revoke(lease)
+    assert await store.lease_time_to_live(lease) is None
+    assert await store.lease_time_to_live(lease + 12345) is None
+
+
 async def test_revoke_deletes_the_lease_keys_at_once(store: Store) -> None:
     lease = await store.lease_grant(30)
     await store.put("/hb/a", b"1", lease=lease)

@@ -21,6 +21,7 @@ from tether.model import (
     TaskTemplate,
     Topology,
     can_transition,
+    drain_id,
     parse_job_handle,
 )
 
@@ -66,6 +67,23 @@ def test_advance_notice_end() -> None:
         id="n-1", machines=["m-1"], start=T0, duration_s=5400, kind=MaintenanceKind.POWER
     )
     assert notice.end == datetime(2030, 1, 1, 1, 30, tzinfo=UTC)
+
+
+def test_drain_ids_are_one_per_machine_and_kind_and_always_valid_identifiers() -> None:
+    assert drain_id(MaintenanceKind.DRAIN, "m-1") == "drain-m-1"
+    assert drain_id(MaintenanceKind.DECOMMISSION, "m-1") == "decommission-m-1"
+    longest = "m" * 63
+    cut = drain_id(MaintenanceKind.DECOMMISSION, longest)
+    assert cut == drain_id(MaintenanceKind.DECOMMISSION, longest), "deterministic"
+    assert cut != drain_id(MaintenanceKind.DECOMMISSION, "m" * 62 + "n")
+    assert cut.startswith("decommission-mmm")
+    for notice_id in (cut, drain_id(MaintenanceKind.DRAIN, longest)):
+        notice = AdvanceNotice(
+            id=notice_id, machines=[longest], start=T0, duration_s=60, kind=MaintenanceKind.DRAIN
+        )
+        assert len(notice.id) == 64
+    with pytest.raises(ValueError, match="planned maintenance"):
+        drain_id(MaintenanceKind.REBOOT, "m-1")
 
 
 def test_transition_table_covers_every_state_and_stays_inside_it() -> None:

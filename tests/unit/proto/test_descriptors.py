@@ -12,6 +12,7 @@ from google.protobuf import descriptor, descriptor_pb2, message
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tether.model import MaintenanceKind
 from tether.proto.allocator.v1 import allocator_pb2
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2
 
@@ -64,6 +65,12 @@ def test_every_enum_starts_with_unspecified(module: ModuleType) -> None:
             "TaskState",
             "MaintenanceKind",
         }
+
+
+def test_every_maintenance_kind_has_its_proto_value() -> None:
+    # Controllers hear of drains and decommissions too, so every kind needs a wire value.
+    wire = set(taskcontrol_pb2.MaintenanceKind.keys()) - {"MAINTENANCE_KIND_UNSPECIFIED"}
+    assert wire == {f"MAINTENANCE_KIND_{kind.name}" for kind in MaintenanceKind}
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

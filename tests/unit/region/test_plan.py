@@ -65,3 +65,18 @@ def test_default_entitlement_quota_is_the_agents_total_capacity(tmp_path: Path) 
     entitlement = default_entitlement(options)
     assert entitlement.quota.resources == Resources(cpu=3000, memory_mib=1536, disk_gib=15)
     assert entitlement.members == ["admin"]
+
+
+def test_every_process_but_the_frontends_serves_metrics_on_a_port_of_its_own(
+    tmp_path: Path,
+) -> None:
+    specs = region_processes(RegionOptions(state_dir=tmp_path, store_url="sqlite:///x.db"))
+    served = [spec for spec in specs if spec.role != "frontend"]
+    ports = {spec.metrics_port for spec in served}
+    assert len(ports) == len(served)
+    assert 0 not in ports
+    for spec in served:
+        assert spec.argv()[-2:] == ["--metrics-port", str(spec.metrics_port)]
+    for frontend in (spec for spec in specs if spec.role == "frontend"):
+        assert frontend.metrics_port == 0
+        assert "--metrics-port" not in frontend.argv()

@@ -10,14 +10,18 @@ from tether.config import StoreSettings
 from tether.store import StoreError, open_store
 from tether.store.base import prefix_end
 from tether.store.etcd import EtcdStore, parse_endpoints
+from tether.store.measured import MeasuredStore
 from tether.store.sql import SqlStore
 
 
 async def test_scheme_picks_the_backend(tmp_path: Path) -> None:
     sql = open_store(f"sqlite:///{tmp_path / 'r.db'}")
-    assert isinstance(sql, SqlStore)
+    assert isinstance(sql, MeasuredStore)
+    assert (type(sql.inner), sql.backend) == (SqlStore, "sqlite")
     await sql.close()
-    assert isinstance(open_store("etcd://127.0.0.1:2379"), EtcdStore)
+    etcd = open_store("etcd://127.0.0.1:2379")
+    assert isinstance(etcd, MeasuredStore)
+    assert (type(etcd.inner), etcd.backend) == (EtcdStore, "etcd")
 
 
 def test_the_url_setting_comes_from_tether_store(monkeypatch: pytest.MonkeyPatch) -> None:

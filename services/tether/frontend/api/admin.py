@@ -1,19 +1,16 @@
-"""/admin: admin-only endpoints (principals, scheduler shards)."""
+"""/admin/principals: tokens for principals (admin only)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, require_admin
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.schemas.principals import NewPrincipal
-from tether.frontend.schemas.shards import ShardDetail, ShardList
-from tether.frontend.shards import shard_loads
 from tether.model import PrincipalRecord, new_token, to_json, token_digest
 from tether.store import keys
 
@@ -43,26 +40,3 @@ async def create_principal(
         # 256 random bits never collide; refuse rather than overwrite if they somehow did.
         raise Conflict("the new token collides with an existing one; try again")
     return NewPrincipal(name=record.name, roles=record.roles, token=token).response(201)
-
-
-@router.get("/shards", response_model=ShardList)
-async def list_shards(store: StoreDep, principal: CurrentPrincipal) -> Response:
-    """Admin: every scheduler shard with its leader and what it holds: entitlements, jobs,
-    tasks, the machines its entitlements own and its jobs' task operations."""
-    require_admin(principal)
-    region = await records.region_config(store)
-    details = [
-        ShardDetail(
-            shard=load.shard,
-            leader=load.leader.identity if load.leader else None,
-            leader_pid=load.leader.pid if load.leader else None,
-            leader_since=load.leader.since if load.leader else None,
-            entitlements=sorted(load.entitlements),
-            jobs=load.jobs,
-            tasks=load.tasks,
-            machines=load.machines,
-            operations=load.operations,
-        )
-        for load in await shard_loads(store, region.shards)
-    ]
-    return ShardList(shards=details).response()

@@ -59,13 +59,13 @@ async def create_entitlement(
     request: Request, store: StoreDep, settings: SettingsDep, principal: CurrentPrincipal
 ) -> Response:
     """Admin: create an entitlement and assign it to the least-loaded scheduler shard (fewest
-    machines owned, then fewest tasks)."""
+    machines owned, then fewest tasks, then fewest entitlements)."""
     require_admin(principal)
     body = await read_body(request, settings.max_body_bytes)
     entitlement = parse_model(Entitlement, body, request.headers.get("content-type"))
     region = await records.region_config(store)
     key = keys.entitlement(entitlement.name)
-    shard = least_loaded(await shard_loads(store, region.shards))
+    shard = least_loaded(await shard_loads(store, region))
     created = await store.txn(
         [key_missing(key)],
         [

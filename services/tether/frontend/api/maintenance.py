@@ -76,8 +76,8 @@ async def get_maintenance(
 async def cancel_maintenance(
     store: StoreDep, principal: CurrentPrincipal, notice_id: NoticeId
 ) -> Response:
-    """Cancel maintenance (operator role): moves not yet done are withdrawn and the machines
-    go back up at once, even in the middle of the window."""
+    """Cancel maintenance (operator role; a drain or decommission: admin role): moves not yet
+    done are withdrawn and the machines go back up at once, even in the middle of the window."""
     require_operator(principal)
-    cancelled = await maintenance.cancel(store, notice_id)
+    cancelled = await maintenance.cancel(store, notice_id, principal)
     return MaintenanceView.of(cancelled, datetime.now(UTC)).response()

@@ -31,7 +31,7 @@ async def region(store: StoreDep, principal: CurrentPrincipal) -> Response:
             leader_since=member.leader.since if member.leader else None,
             entitlements=member.entitlements,
         )
-        for member in await shard_members(store, config.shards)
+        for member in await shard_members(store, config)
     ]
     states = Counter(machine.state for machine in await records.scan(store, keys.MACHINES, Machine))
     tasks = await records.tasks_by_job(store)
@@ -45,6 +45,7 @@ async def region(store: StoreDep, principal: CurrentPrincipal) -> Response:
             draining=states[MachineState.DRAINING],
             maintenance=states[MachineState.MAINTENANCE],
             down=states[MachineState.DOWN],
+            decommissioned=states[MachineState.DECOMMISSIONED],
         ),
         jobs=await store.count(keys.JOBS),
         tasks=records.state_counts(task.state for job in tasks.values() for task in job),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated, Final, Self
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tether.frontend.schemas import View
 from tether.model import (
+    DRAIN_KINDS,
     MAX_MAINTENANCE_S,
     AdvanceNotice,
     MaintenanceKind,
@@ -20,6 +21,9 @@ from tether.model import (
 )
 
 DomainPath = Annotated[str, StringConstraints(min_length=1, max_length=400)]
+Reason = Annotated[str, StringConstraints(max_length=1000)]
+DEFAULT_DRAIN_DEADLINE_S: Final = 300
+"""How long a drained machine's tasks have to move when the request does not say."""
 
 
 class MaintenanceRequest(TetherModel):
@@ -37,7 +41,19 @@ class MaintenanceRequest(TetherModel):
     by then: from now on their controllers hear of it and may move them earlier."""
     duration_s: int = Field(gt=0, le=MAX_MAINTENANCE_S)
     kind: MaintenanceKind
-    reason: Annotated[str, StringConstraints(max_length=1000)] = ""
+    reason: Reason = ""
+
+    @field_validator("kind")
+    @classmethod
+    def _planned(cls, kind: MaintenanceKind) -> MaintenanceKind:
+        if kind in DRAIN_KINDS:
+            raise PydanticCustomError(
+                "drain_kind",
+                "'{kind}' is not planned maintenance: an admin asks for it with "
+                "POST /admin/machines/<id>/{kind}",
+                {"kind": kind.value},
+            )
+        return kind
 
     @model_validator(mode="after")
     def _one_selector(self) -> Self:
@@ -91,3 +107,30 @@ class MaintenanceView(View):
 
 class MaintenanceList(View):
     maintenance: list[MaintenanceView]
+
+
+class MachineDrainRequest(TetherModel):
+    """The body of POST /admin/machines/{id}/drain and /decommission; it may be left out."""
+
+    deadline_s: int = Field(default=DEFAULT_DRAIN_DEADLINE_S, ge=0, le=MAX_MAINTENANCE_S)
+    """Seconds the tasks' controllers have to move them; then the rest are moved anyway (0: at
+    once)."""
+    reason: Reason = ""
+
+
+class MachineDrainView(View):
+    """The notice that drains (or decommissions) a machine."""
+
+    machine: str
+    created: bool
+    """False: the machine was already draining or being decommissioned under `notice` (a
+    decommission holds a drain too), and nothing changed."""
+    notice: MaintenanceView
+
+
+class MachineUndrainView(View):
+    """What undoing a machine's drain and decommission cancelled."""
+
+    machine: str
+    cancelled: list[MaintenanceView]
+    """The machine's drain and decommission notices, now deleted; empty when it had none."""

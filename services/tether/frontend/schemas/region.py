@@ -24,6 +24,7 @@ class MachineCounts(View):
     draining: int
     maintenance: int
     down: int
+    decommissioned: int
 
 
 class RegionView(View):

@@ -178,6 +178,10 @@ class _MaintenanceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Maint
     """Network work (for example a top-of-rack switch); the machines stay up but lose connectivity."""
     MAINTENANCE_KIND_POWER: _MaintenanceKind.ValueType  # 4
     """Power work on a power domain (main switchboard); every machine in it goes down together."""
+    MAINTENANCE_KIND_DRAIN: _MaintenanceKind.ValueType  # 5
+    """An admin drains the machine: it takes no new tasks, and its tasks move off it by the start."""
+    MAINTENANCE_KIND_DECOMMISSION: _MaintenanceKind.ValueType  # 6
+    """An admin retires the machine: its tasks move off it by the start, and it does not come back."""
 
 class MaintenanceKind(_MaintenanceKind, metaclass=_MaintenanceKindEnumTypeWrapper):
     """Why machines go into planned maintenance."""
@@ -192,6 +196,10 @@ MAINTENANCE_KIND_NETWORK: MaintenanceKind.ValueType  # 3
 """Network work (for example a top-of-rack switch); the machines stay up but lose connectivity."""
 MAINTENANCE_KIND_POWER: MaintenanceKind.ValueType  # 4
 """Power work on a power domain (main switchboard); every machine in it goes down together."""
+MAINTENANCE_KIND_DRAIN: MaintenanceKind.ValueType  # 5
+"""An admin drains the machine: it takes no new tasks, and its tasks move off it by the start."""
+MAINTENANCE_KIND_DECOMMISSION: MaintenanceKind.ValueType  # 6
+"""An admin retires the machine: its tasks move off it by the start, and it does not come back."""
 Global___MaintenanceKind: _TypeAlias = MaintenanceKind  # noqa: Y015
 
 @_typing.final

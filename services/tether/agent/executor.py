@@ -1,0 +1,212 @@
+"""How an agent runs attempts: the `Executor` interface, and real processes under shims."""
+
+from __future__ import annotations
+
+import abc
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from tether.agent.cleanup import kill_now
+from tether.agent.limits import Limiter, Limits
+from tether.agent.procfs import is_alive, signal_process
+from tether.agent.settings import AgentSettings
+from tether.agent.workdir import (
+    AttemptFiles,
+    ShimExit,
+    ShimSpec,
+    ShimState,
+    WorkDir,
+    read_record,
+    write_record,
+)
+from tether.model import Assignment
+
+DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SHIM_START_GRACE_S: Final = 10.0
+"""How long a shim may take to write its state file before it is taken for dead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """An attempt a previous agent left behind."""
+
+    files: AttemptFiles
+    settled: bool
+    """It ended, or never started: nothing is left to watch unless it is the task's latest."""
+
+
+class Executor(abc.ABC):
+    """Starts, observes and stops the attempts of one agent; the agent decides what runs and
+    reports it. Every attempt is named by its `AttemptFiles` (paths only: an executor that
+    keeps nothing on disk never touches them).
+
+    An executor is polled: the agent looks at every attempt each `poll_interval_s`, and at
+    once when the executor calls the `wake` it was bound to.
+    """
+
+    logs: WorkDir | None = None
+    """Where the attempts' logs are, for the agent's log server; None: there are no logs."""
+
+    def bind(self, wake: Callable[[], None]) -> None:
+        """Keeps `wake`, which makes the agent look at its attempts now."""
+        self.wake = wake
+
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Runs once when the agent starts, before any other call but `bind`."""
+
+    @abc.abstractmethod
+    def leftovers(self) -> list[Leftover]:
+        """The attempts a previous agent on the same machine left, for adoption."""
+
+    @abc.abstractmethod
+    def launch(self, files: AttemptFiles, assignment: Assignment, env: dict[str, str]) -> None:
+        """Starts the attempt with `env` as its whole environment; OSError when it cannot."""
+
+    @abc.abstractmethod
+    def state(self, files: AttemptFiles) -> ShimState | None:
+        """The attempt's process, once known."""
+
+    @abc.abstractmethod
+    def end(self, files: AttemptFiles) -> ShimExit | None:
+        """How the attempt ended; None while it runs (or before it ever did)."""
+
+    @abc.abstractmethod
+    def supervised(self, files: AttemptFiles, state: ShimState | None, since: float) -> bool:
+        """Whether the attempt's supervisor still runs; `since` is when the agent launched or
+        adopted it (monotonic), `state` what it last knew of it."""
+
+    @abc.abstractmethod
+    def stop(self, files: AttemptFiles, state: ShimState | None, *, force: bool) -> None:
+        """Asks the attempt to stop (gracefully; at once with `force`)."""
+
+    @abc.abstractmethod
+    def orphaned(self, state: ShimState | None) -> None:
+        """The supervisor died without recording an end: stops whatever is left of the task."""
+
+    @abc.abstractmethod
+    def record_end(self, files: AttemptFiles, end: ShimExit) -> None:
+        """Records an end the agent decided (it could not start, or its supervisor died)."""
+
+    @abc.abstractmethod
+    def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
+        """The attempt's end is reported: forget it, keeping the newest `keep` attempts of the
+        task (never one in `busy`) for their logs."""
+
+
+class ProcessExecutor(Executor):
+    """Each attempt is a real process under `python -m tether.agent.shim`, in its own session,
+    with files under the work dir: the spec the agent writes, the state and exit the shim
+    writes, the logs. Tasks outlive the agent; the next one adopts them from the files."""
+
+    def __init__(self, work_dir: WorkDir, settings: AgentSettings, machine_id: str) -> None:
+        self.logs = work_dir
+        self._work_dir = work_dir
+        self._settings = settings
+        self._machine_id = machine_id
+        self._limiter: Limiter | None = None
+        self._shims: dict[AttemptFiles, subprocess.Popen[bytes]] = {}
+        """The shims this agent process started (and must reap)."""
+
+    def prepare(self) -> None:
+        self._work_dir.tasks.mkdir(parents=True, exist_ok=True)
+        settings = self._settings
+        self._limiter = Limiter(settings.cgroup_root, settings.cgroup_mode, self._machine_id)
+
+    def leftovers(self) -> list[Leftover]:
+        return [
+            Leftover(files, files.exit.exists() or not files.state.exists())
+            for files in self._work_dir.scan()
+        ]
+
+    def launch(self, files: AttemptFiles, assignment: Assignment, env: dict[str, str]) -> None:
+        """Writes the attempt's spec and starts its shim (a quick fork and exec, so inline)."""
+        task = files.task
+        sandbox = self._work_dir.sandbox(task)
+        sandbox.mkdir(parents=True, exist_ok=True)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        assert self._limiter is not None
+        limits = Limits.of(assignment.template.resources)
+        placement = self._limiter.prepare(
+            f"{task.entitlement}.{task.job}.{task.index}.{assignment.attempt}", limits
+        )
+        spec = ShimSpec(
+            task_id=task.task_id,
+            argv=[assignment.template.command, *assignment.template.args],
+            env={
+                "PATH": os.environ.get("PATH", DEFAULT_PATH),
+                "HOME": str(sandbox),
+                "LANG": "C.UTF-8",
+                **env,
+            },
+            cwd=str(sandbox),
+            stdout_path=str(files.log("stdout")),
+            stderr_path=str(files.log("stderr")),
+            state_path=str(files.state),
+            exit_path=str(files.exit),
+            limits=placement.mode.value,
+            memory_bytes=limits.memory_bytes,
+            cgroup_procs=[str(path) for path in placement.procs_files],
+            cgroups=[str(path) for path in placement.cgroups],
+            kill_grace_s=self._settings.kill_grace_s,
+        )
+        write_record(files.spec, spec)
+        with files.log("stderr").open("ab") as stderr:
+            # The shim's own complaints (and a traceback, should it crash) go to the task's
+            # stderr log, where whoever reads the task's logs sees them.
+            self._shims[files] = subprocess.Popen(
+                [sys.executable, "-m", "tether.agent.shim", str(files.spec)],
+                cwd=files.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+
+    def state(self, files: AttemptFiles) -> ShimState | None:
+        return read_record(ShimState, files.state)
+
+    def end(self, files: AttemptFiles) -> ShimExit | None:
+        return read_record(ShimExit, files.exit)
+
+    def supervised(self, files: AttemptFiles, state: ShimState | None, since: float) -> bool:
+        shim = self._shims.get(files)
+        if shim is not None:
+            # Our own child: poll() also reaps it once it has exited.
+            return shim.poll() is None
+        if state is None:
+            return time.monotonic() - since < SHIM_START_GRACE_S
+        return is_alive(state.shim_pid, state.shim_start)
+
+    def stop(self, files: AttemptFiles, state: ShimState | None, *, force: bool) -> None:
+        shim = self._shims.get(files)
+        if force:
+            if state is not None:
+                kill_now(state)
+            if shim is not None:
+                shim.kill()
+        elif shim is not None:
+            shim.send_signal(signal.SIGTERM)
+        elif state is not None:
+            signal_process(state.shim_pid, state.shim_start, signal.SIGTERM)
+
+    def orphaned(self, state: ShimState | None) -> None:
+        if state is not None:
+            # Its task must not run on unsupervised, invisible to every agent.
+            signal_process(state.pid, state.pid_start, signal.SIGKILL, group=True)
+
+    def record_end(self, files: AttemptFiles, end: ShimExit) -> None:
+        files.dir.mkdir(parents=True, exist_ok=True)
+        write_record(files.exit, end)
+
+    def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
+        shim = self._shims.pop(files, None)
+        if shim is not None:
+            shim.poll()
+        self._work_dir.prune(files.task, keep, busy=busy)

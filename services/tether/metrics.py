@@ -1,0 +1,187 @@
+"""Every Prometheus metric of Tether's services, and the HTTP server that exposes them."""
+
+from __future__ import annotations
+
+from typing import Final, cast
+
+import grpc
+from prometheus_client import REGISTRY, Counter, Histogram, make_asgi_app
+from prometheus_client.exposition import choose_encoder
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.types import ASGIApp
+
+from tether.service import HttpServer, Service
+
+# Every metric registers with prometheus_client's default registry, which also carries the
+# process_* and python_* collectors; the registry is per process, so one server per process.
+
+# Store requests take from well under a millisecond (SQLite reads) to the request deadline.
+_STORE_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+STORE_REQUEST_SECONDS: Final = Histogram(
+    "tether_store_request_duration_seconds",
+    "Duration of store requests, failed ones included.",
+    ["backend", "operation"],
+    buckets=_STORE_BUCKETS,
+)
+STORE_REQUEST_ERRORS: Final = Counter(
+    "tether_store_request_errors_total",
+    "Store requests that raised (StoreUnavailable, CompactedError, LeaseNotFound, ...).",
+    ["backend", "operation"],
+)
+
+FRONTEND_REQUESTS: Final = Counter(
+    "tether_frontend_requests_total",
+    "REST requests answered, by method, route template and status code.",
+    ["method", "route", "status"],
+)
+FRONTEND_REQUEST_SECONDS: Final = Histogram(
+    "tether_frontend_request_duration_seconds",
+    "Duration of REST requests, by method and route template.",
+    ["method", "route"],
+)
+
+ALLOCATOR_PLACEMENTS: Final = Counter(
+    "tether_allocator_placements_total",
+    "Tasks a Place request placed (committed on a machine) or left unplaced.",
+    ["outcome"],
+)
+ALLOCATOR_CONFLICTS: Final = Counter(
+    "tether_allocator_commit_conflicts_total",
+    "Commits another writer's change made fail (optimistic concurrency); each is retried.",
+    ["operation"],
+)
+
+SCHEDULER_RECONCILE_SECONDS: Final = Histogram(
+    "tether_scheduler_reconcile_duration_seconds",
+    "Duration of one reconcile of one job by a shard leader, failed ones included.",
+)
+SCHEDULER_TASKCONTROL_CALLS: Final = Counter(
+    "tether_scheduler_taskcontrol_calls_total",
+    "TaskController.Process calls to application-level schedulers, by outcome.",
+    ["outcome"],
+)
+SCHEDULER_LEADER_TERMS: Final = Counter(
+    "tether_scheduler_leader_terms_total",
+    "Terms as a shard's leader this replica started and lost; started - lost is 1 while it leads.",
+    ["event"],
+)
+
+AGENT_TASKS_STARTED: Final = Counter(
+    "tether_agent_tasks_started_total", "Task attempts whose process the agent started."
+)
+AGENT_TASKS_EXITED: Final = Counter(
+    "tether_agent_tasks_exited_total",
+    "Task attempts whose end the agent reported, by final state.",
+    ["state"],
+)
+
+HEALTH_MACHINES_MARKED: Final = Counter(
+    "tether_health_machines_marked_total",
+    "Machines the health checker set down (heartbeat missing) or up (heartbeat back).",
+    ["state"],
+)
+
+BROKER_STATE_CHANGES: Final = Counter(
+    "tether_broker_machine_state_changes_total",
+    "Machine state changes the broker wrote for maintenance, by new state.",
+    ["state"],
+)
+BROKER_MACHINES_RECORDED: Final = Counter(
+    "tether_broker_machines_recorded_total",
+    "Machine records the broker created (new) or updated (inventory) from heartbeats.",
+    ["change"],
+)
+
+
+def call_outcome(error: BaseException) -> str:
+    """ "timeout" when `error` comes from a gRPC call past its deadline, else "failed"."""
+    cause = error if isinstance(error, grpc.aio.AioRpcError) else error.__cause__
+    if (
+        isinstance(cause, grpc.aio.AioRpcError)
+        and cause.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    ):
+        return "timeout"
+    return "failed"
+
+
+def exposition(accept: str) -> tuple[bytes, str]:
+    """The process's metrics in the format `accept` asks for (Prometheus text by default), and
+    its content type."""
+    encode, content_type = choose_encoder(accept)
+    return encode(REGISTRY), content_type
+
+
+class MetricsSettings(BaseSettings):
+    """Where metrics ports listen, read from TETHER_METRICS_* environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_METRICS_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address every metrics port binds to.")
+
+
+class MetricsServer(Service):
+    """Serves the process's metrics at `/metrics` (any path, in fact) on `host:port`."""
+
+    name = "metrics"
+
+    def __init__(self, port: int, host: str | None = None) -> None:
+        self._http = HttpServer(
+            cast(ASGIApp, make_asgi_app(REGISTRY)),
+            host or MetricsSettings().host,
+            port,
+            name="metrics",
+            lifespan="off",
+            access_log=False,
+        )
+
+    @property
+    def url(self) -> str:
+        """`http://host:port/metrics`, with the actual port once started."""
+        return f"{self._http.url}/metrics"
+
+    async def start(self) -> None:
+        await self._http.start()
+
+    async def stop(self) -> None:
+        await self._http.stop()
+
+
+class WithMetrics(Service):
+    """`service`, with its process's metrics served on `port` while it runs."""
+
+    def __init__(self, service: Service, port: int, host: str | None = None) -> None:
+        self.name = service.name
+        self.service = service
+        self.metrics = MetricsServer(port, host)
+
+    async def start(self) -> None:
+        # First: a port in use fails the process before the service registers anywhere.
+        await self.metrics.start()
+        try:
+            await self.service.start()
+        except BaseException:
+            await self.metrics.stop()
+            raise
+
+    async def stop(self) -> None:
+        try:
+            await self.service.stop()
+        finally:
+            await self.metrics.stop()

@@ -1,0 +1,124 @@
+"""A region on a three-member etcd cluster rides out a dead member and a whole-store outage.
+
+The tests share one region and run in file order: the second starts from the first's jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.faults import dead_services, pids_by_index, read_key, submit
+from tether.region.harness import LocalRegion, all_running, sleeper_job, wait_for
+from tether.region.supervisor import process_alive
+from tether.store import keys
+from tether.store.etcd_server import EtcdCluster
+
+pytestmark = pytest.mark.timeout(240)
+
+OUTAGE_S = 20.0
+FAST_503_S = 5.0
+"""How long an API request may take to answer 503 while the store is gone (the SDK and the
+CLI give up after 10 s)."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EtcdCluster]:
+    started = EtcdCluster(3, on_tmpfs=True)
+    try:
+        started.start()
+        yield started
+    finally:
+        started.cleanup()
+
+
+@pytest.fixture(scope="module")
+def region(cluster: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
+    running = LocalRegion(
+        tmp_path_factory.mktemp("store-faults") / "tether",
+        store_args=["--store", cluster.url],
+        agents=3,
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.cleanup()
+
+
+@pytest.fixture(scope="module")
+def client(region: LocalRegion) -> Iterator[httpx.Client]:
+    with region.client() as opened:
+        yield opened
+
+
+def test_region_keeps_scheduling_without_one_member_which_then_catches_up(
+    cluster: EtcdCluster, region: LocalRegion, client: httpx.Client
+) -> None:
+    steady = submit(client, sleeper_job("steady", 3))
+    wait_for(lambda: all_running(client, steady, 3), timeout_s=60, what="3 running")
+    pids = pids_by_index(client, steady)
+    services = region.service_pids()
+
+    # Every client's connection is on the first endpoint of the URL (gRPC's pick_first): the
+    # member that dies is the one the whole region talks to.
+    down = cluster.members[0]
+    down.kill()
+    written = submit(client, sleeper_job("while-member-down", 2))
+    assert client.post(f"/v1/jobs/{steady}/scale", json={"count": 4}).status_code == 200
+    wait_for(lambda: all_running(client, written, 2), timeout_s=30, what="the new job to run")
+    wait_for(lambda: all_running(client, steady, 4), timeout_s=30, what="the scaled job to run")
+    assert {i: p for i, p in pids_by_index(client, steady).items() if i < 3} == pids
+
+    down.start()
+    # Alone: the key written while it was dead is there once it has caught up.
+    kv = read_key(down.url, keys.job("default", "while-member-down"))
+    assert kv is not None
+    assert b"while-member-down" in kv.value
+    assert dead_services(region, services) == []
+
+
+def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
+    cluster: EtcdCluster, region: LocalRegion, client: httpx.Client
+) -> None:
+    steady = "default/steady"
+    tasks = wait_for(lambda: all_running(client, steady, 4), timeout_s=30, what="4 running")
+    pids = {t["index"]: t["pid"] for t in tasks}
+    services = region.service_pids()
+
+    cluster.kill()
+    killed_at = time.monotonic()
+    try:
+        for method, path, body in (
+            ("GET", "/v1/jobs", None),
+            ("POST", "/v1/jobs", sleeper_job("during-outage", 1)),
+        ):
+            asked_at = time.monotonic()
+            response = client.request(method, path, json=body, timeout=30)
+            took = time.monotonic() - asked_at
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            assert "store cannot be reached" in response.json()["detail"]
+            assert took <= FAST_503_S, f"{method} {path} took {took:.1f} s to answer 503"
+
+        while time.monotonic() - killed_at < OUTAGE_S:
+            assert [i for i, pid in pids.items() if not process_alive(pid)] == []
+            assert dead_services(region, services) == []
+            time.sleep(1)
+    finally:
+        cluster.start()
+
+    after = wait_for(
+        lambda: client.get("/v1/jobs").status_code == 200 and all_running(client, steady, 4),
+        timeout_s=30,
+        what="the API to answer and the 4 tasks to be running",
+    )
+    assert {t["index"]: t["pid"] for t in after} == pids
+    assert client.get("/v1/jobs/default/during-outage").status_code == 404
+    handle = submit(client, sleeper_job("after-outage", 2))
+    wait_for(lambda: all_running(client, handle, 2), timeout_s=30, what="a new job to run")
+    assert dead_services(region, services) == []
+    assert {t["index"]: t["pid"] for t in all_running(client, steady, 4) or []} == pids

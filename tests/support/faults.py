@@ -1,0 +1,47 @@
+"""Helpers of the fault tests (tests/e2e/test_faults_*.py): jobs over REST, processes, and the
+store as the region sees it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tether.region.harness import LocalRegion, get_json, tasks_of
+from tether.region.supervisor import process_alive
+from tether.store import KeyValue, open_store
+
+
+def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
+    """Submits `spec` and returns the new job's handle; fails unless the answer is 201."""
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    handle: str = response.json()["handle"]
+    return handle
+
+
+def machines_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in get_json(client, "/v1/machines")["machines"]}
+
+
+def pids_by_index(client: httpx.Client, handle: str) -> dict[int, int | None]:
+    return {t["index"]: t["pid"] for t in tasks_of(client, handle)}
+
+
+def dead_services(region: LocalRegion, pids: dict[str, int]) -> list[str]:
+    """The services of `pids` (name -> pid) that no longer run, and `tether up` if it exited."""
+    dead = [name for name, pid in pids.items() if not process_alive(pid)]
+    if region.process is None or region.process.poll() is not None:
+        dead.append("tether up")
+    return dead
+
+
+def read_key(url: str, key: str) -> KeyValue | None:
+    """`key` as the store at `url` holds it now."""
+
+    async def read() -> KeyValue | None:
+        async with open_store(url) as store:
+            return await store.get(key)
+
+    return asyncio.run(read())
