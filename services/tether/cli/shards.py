@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import typer
+from rich import box
 from rich.table import Table
 
 from tether.cli.common import TokenOption, UrlOption, client, fail, out, poll
@@ -21,29 +22,27 @@ def _ago(moment: datetime | None, now: datetime) -> str:
 
 
 def _in(moment: datetime | None, now: datetime) -> str:
-    return "-" if moment is None else f"in {max(0.0, (moment - now).total_seconds()):.0f}s"
+    return "-" if moment is None else f"{max(0.0, (moment - now).total_seconds()):.0f}s"
 
 
 @app.command("ls")
 def list_shards(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """List scheduler shards: the leader (pid), when its lease runs out, the standbys (pids),
-    its last reconcile and backlog, and the entitlements, jobs, tasks, machines and task
-    operations each one decides for."""
+    """List scheduler shards: the leader's pid and the seconds until its lease runs out unless
+    renewed, the standbys' pids, the leader's last reconcile, and the tasks, machines and
+    entitlements each one decides for (GET /admin/shards has jobs, operations and backlog)."""
     with client(url, token) as tether:
         shards = tether.list_shards()
     now = datetime.now(UTC)
     table = Table(
         "shard",
-        "leader pid",
-        "lease expires",
-        "standby pids",
-        "last reconcile",
-        "backlog",
-        "entitlements",
-        "jobs",
+        "leader",
+        "lease",
+        "standbys",
+        "reconciled",
         "tasks",
         "machines",
-        "operations",
+        "entitlements",
+        box=box.SIMPLE_HEAD,
     )
     for shard in shards:
         name = f"{shard.shard} [yellow](draining)[/yellow]" if shard.draining else shard.shard
@@ -53,12 +52,9 @@ def list_shards(url: str | None = UrlOption, token: str | None = TokenOption) ->
             _in(shard.lease_expires_at, now),
             ", ".join(str(standby.pid) for standby in shard.standbys) or "[yellow]none[/yellow]",
             _ago(shard.last_reconcile_at, now),
-            "-" if shard.backlog is None else str(shard.backlog),
-            ", ".join(shard.entitlements) or "-",
-            str(shard.jobs),
             str(shard.tasks),
             str(shard.machines),
-            str(shard.operations),
+            ", ".join(shard.entitlements) or "-",
         )
     out().print(table)
 

@@ -98,16 +98,23 @@ async def lease_expiry(store: Store, load: ShardLoad) -> datetime | None:
 
 
 def least_loaded(loads: list[ShardLoad]) -> str:
-    """The shard a new entitlement joins: fewest machines, then fewest tasks, then fewest
-    entitlements (new ones own nothing yet), then the first in the region config (so every
-    frontend agrees on a tie). Draining shards take none."""
+    """The shard a new entitlement joins: one with a leader over one without (whose replicas
+    may be gone), then fewest machines, then fewest tasks, then fewest entitlements (new ones
+    own nothing yet), then the first in the region config (so every frontend agrees on a
+    tie). Draining shards take none."""
     order = {load.shard: position for position, load in enumerate(loads)}
     open_shards = [load for load in loads if not load.draining]
     if not open_shards:
         raise Conflict("every scheduler shard is draining; add one with POST /admin/shards")
     return min(
         open_shards,
-        key=lambda load: (load.machines, load.tasks, len(load.entitlements), order[load.shard]),
+        key=lambda load: (
+            load.leader is None,
+            load.machines,
+            load.tasks,
+            len(load.entitlements),
+            order[load.shard],
+        ),
     ).shard
 
 
