@@ -111,7 +111,7 @@ BROKER_MACHINES_RECORDED: Final = Counter(
 
 
 def call_outcome(error: BaseException) -> str:
-    """ "timeout" when `error` comes from a gRPC call past its deadline, else "failed"."""
+    """The outcome label of a failed call: "timeout" past its gRPC deadline, else "failed"."""
     cause = error if isinstance(error, grpc.aio.AioRpcError) else error.__cause__
     if (
         isinstance(cause, grpc.aio.AioRpcError)
@@ -136,6 +136,10 @@ class MetricsSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address every metrics port binds to.")
 
 
+class MetricsPortUnavailable(Exception):
+    """The metrics port cannot be bound; the message names it and says why."""
+
+
 class MetricsServer(Service):
     """Serves the process's metrics at `/metrics` (any path, in fact) on `host:port`."""
 
@@ -157,14 +161,19 @@ class MetricsServer(Service):
         return f"{self._http.url}/metrics"
 
     async def start(self) -> None:
-        await self._http.start()
+        try:
+            await self._http.start()
+        except OSError as error:
+            where = f"{self._http.host}:{self._http.port}"
+            raise MetricsPortUnavailable(f"cannot serve metrics on {where}: {error}") from error
 
     async def stop(self) -> None:
         await self._http.stop()
 
 
 class WithMetrics(Service):
-    """`service`, with its process's metrics served on `port` while it runs."""
+    """`service`, with its process's metrics served on `port` while it runs (0: a free port,
+    which `metrics.url` names once started)."""
 
     def __init__(self, service: Service, port: int, host: str | None = None) -> None:
         self.name = service.name

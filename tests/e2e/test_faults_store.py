@@ -63,9 +63,11 @@ def test_region_keeps_scheduling_without_one_member_which_then_catches_up(
     pids = pids_by_index(client, steady)
     services = region.service_pids()
 
-    # Every client's connection is on the first endpoint of the URL (gRPC's pick_first): the
-    # member that dies is the one the whole region talks to.
+    # The member that dies is the one every service talks to (gRPC's pick_first takes the URL's
+    # first endpoint) and the leader: the region must find another member and wait out an
+    # election.
     down = cluster.members[0]
+    cluster.move_leader(down)
     down.kill()
     written = submit(client, sleeper_job("while-member-down", 2))
     assert client.post(f"/v1/jobs/{steady}/scale", json={"count": 4}).status_code == 200

@@ -163,3 +163,46 @@ def test_the_cli_schedules_maintenance_of_an_msb_and_cancels_it(region: LocalReg
         assert unknown.returncode == 1
         assert "does not exist" in unknown.stderr
         assert "Traceback" not in unknown.stderr
+
+
+def test_a_drain_with_deadline_0_moves_the_tasks_at_once_and_undrain_returns_the_machine(
+    region: LocalRegion,
+) -> None:
+    with region.client() as client:
+        handle = "default/drained"
+        tasks = running_job(client, "drained", 3)
+        target = tasks[0]["machine"]
+        on_target = {t["index"]: t["pid"] for t in tasks if t["machine"] == target}
+
+        drained = region.cli("machine", "drain", target, "--deadline", "0", "--reason", "disk")
+        assert drained.returncode == 0, drained.stderr
+        assert f"machine {target}: draining (now)" in drained.stdout
+        wait_for(
+            lambda: machine_states(client)[target] == "draining",
+            timeout_s=10,
+            what=f"{target} draining",
+        )
+
+        def moved_off() -> dict[int, dict[str, Any]] | None:
+            now = by_index(client, handle)
+            away = all(
+                now[i]["machine"] not in (None, target) and now[i]["state"] == "running"
+                for i in on_target
+            )
+            return now if away else None
+
+        moved = wait_for(moved_off, timeout_s=20, what=f"tasks moved off {target}")
+        for index, pid in on_target.items():
+            assert moved[index]["pid"] != pid
+        # Still draining after the moves: nothing comes back to it.
+        assert machine_states(client)[target] == "draining"
+
+        undrained = region.cli("machine", "undrain", target)
+        assert undrained.returncode == 0, undrained.stderr
+        assert f"cancelled drain drain-{target}" in undrained.stdout
+        wait_for(
+            lambda: machine_states(client)[target] == "up",
+            timeout_s=10,
+            what=f"{target} up again",
+        )
+        assert client.delete(f"/v1/jobs/{handle}").status_code == 202

@@ -6,6 +6,7 @@ The tests share one region and run in file order; the last one kills an agent fo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -17,6 +18,7 @@ import grpc
 import httpx
 import pytest
 
+from tests.support.metrics import Scrape
 from tether.model import ShardLeader, shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
 from tether.region.harness import (
@@ -291,3 +293,52 @@ def test_the_cli_lists_every_shard_with_its_leader(region: LocalRegion) -> None:
         row = next(line for line in listed.stdout.splitlines() if f" {shard} " in line)
         assert str(leader.pid) in row
         assert ("default" in row) is (shard == home)
+
+
+def test_every_service_serves_its_metrics_where_region_json_says(
+    region: LocalRegion, client: httpx.Client
+) -> None:
+    state = json.loads((region.state_dir / "region.json").read_text())
+    endpoints: dict[str, str] = state["metrics"]
+    # Frontends serve theirs at GET /metrics, on the REST port.
+    assert set(endpoints) == {name for name in state["processes"] if "frontend" not in name}
+
+    def scrape(url: str) -> Scrape:
+        response = httpx.get(url, timeout=10)
+        assert response.status_code == 200, f"{url}: {response.status_code}"
+        return Scrape.parse(response.text)
+
+    def total(role: str, name: str, **labels: str) -> float:
+        return sum(
+            scrape(url).value(name, **labels)
+            for service, url in endpoints.items()
+            if service.startswith(role)
+        )
+
+    def moving() -> dict[str, float]:
+        return {
+            "placed": total("allocator", "tether_allocator_placements_total", outcome="placed"),
+            "started": total("agent", "tether_agent_tasks_started_total"),
+            "reconciles": total("scheduler", "tether_scheduler_reconcile_duration_seconds_count"),
+        }
+
+    before = moving()
+    handle = submit(client, sleeper_job("metered", 2))
+    wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 running tasks")
+    after = moving()
+    assert all(after[name] - before[name] >= 2 for name in after), (before, after)
+
+    # Every service talks to the store (the registry only when asked); the leaders' terms
+    # began with the region.
+    for service, url in endpoints.items():
+        requests = scrape(url).value("tether_store_request_duration_seconds_count")
+        assert requests > 0 or service == "registry", service
+    started = total("scheduler", "tether_scheduler_leader_terms_total", event="started")
+    assert started >= len(SHARDS)
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    submitted = Scrape.parse(response.text).value(
+        "tether_frontend_requests_total", method="POST", route="/v1/jobs", status="201"
+    )
+    assert submitted >= 1
+    assert client.delete(f"/v1/jobs/{handle}").status_code == 202

@@ -10,7 +10,7 @@ import httpx
 
 from tether.region.harness import LocalRegion, get_json, tasks_of
 from tether.region.supervisor import process_alive
-from tether.store import KeyValue, open_store
+from tether.store import KeyValue, keys, open_store
 
 
 def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
@@ -43,5 +43,20 @@ def read_key(url: str, key: str) -> KeyValue | None:
     async def read() -> KeyValue | None:
         async with open_store(url) as store:
             return await store.get(key)
+
+    return asyncio.run(read())
+
+
+def machine_versions(url: str) -> dict[str, int]:
+    """Machine id -> version of its record in the store at `url`.
+
+    A machine's state changes only by a write of its record (the health checker's, the
+    broker's): a machine that went down, even for a moment, has a higher version afterwards.
+    """
+
+    async def read() -> dict[str, int]:
+        async with open_store(url) as store:
+            listed = await store.range(keys.MACHINES)
+        return {keys.last_segment(kv.key): kv.version for kv in listed.kvs}
 
     return asyncio.run(read())

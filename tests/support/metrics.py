@@ -1,9 +1,10 @@
-"""Reading a scrape of Prometheus metrics: one sample's value, or a sum over some labels."""
+"""Scraping Prometheus metrics over HTTP, and reading one sample or a sum over some labels."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -30,3 +31,12 @@ class Scrape:
             for sample, sample_labels, value in self.samples
             if sample == name and labels.items() <= sample_labels.items()
         )
+
+
+async def scrape(url: str, headers: dict[str, str] | None = None) -> Scrape:
+    """The metrics `url` serves, as Prometheus would scrape them."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(url, headers=headers)
+    assert response.status_code == 200, f"GET {url}: {response.status_code} {response.text}"
+    assert response.headers["content-type"].startswith("text/plain")
+    return Scrape.parse(response.text)

@@ -39,7 +39,7 @@ def test_a_counter_is_exposed_with_total() -> None:
 
 
 def rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "details")
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "details", None)
 
 
 class Wrapped(Exception):
@@ -59,10 +59,9 @@ def test_call_outcome_tells_a_deadline_from_other_failures(
 ) -> None:
     error = rpc_error(code)
     assert metrics.call_outcome(error) == outcome
-    try:
-        raise Wrapped("controller failed") from error
-    except Wrapped as wrapped:
-        assert metrics.call_outcome(wrapped) == outcome
+    wrapped = Wrapped("controller failed")
+    wrapped.__cause__ = error  # what `raise Wrapped(...) from error` sets
+    assert metrics.call_outcome(wrapped) == outcome
 
 
 def test_call_outcome_of_an_error_without_a_grpc_cause_is_failed() -> None:

@@ -53,9 +53,16 @@ class Executor(abc.ABC):
     logs: WorkDir | None = None
     """Where the attempts' logs are, for the agent's log server; None: there are no logs."""
 
+    _wake: Callable[[], None] | None = None
+
     def bind(self, wake: Callable[[], None]) -> None:
-        """Keeps `wake`, which makes the agent look at its attempts now."""
-        self.wake = wake
+        """Keeps the agent's `wake`, for `wake()`."""
+        self._wake = wake
+
+    def wake(self) -> None:
+        """Makes the agent look at its attempts now, if one is bound."""
+        if self._wake is not None:
+            self._wake()
 
     @abc.abstractmethod
     def prepare(self) -> None:

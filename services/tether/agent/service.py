@@ -33,7 +33,16 @@ from tether.model import (
     to_json,
 )
 from tether.service import Service
-from tether.store import KeyValue, Put, Store, StoreError, keys, mod_revision_is
+from tether.store import (
+    Get,
+    KeyValue,
+    Put,
+    RangeResult,
+    Store,
+    StoreError,
+    keys,
+    mod_revision_is,
+)
 from tether.store.lease import LeaseKeeper
 from tether.store.mirror import PrefixMirror
 
@@ -108,6 +117,8 @@ class Agent(Service):
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
         self._known: set[tuple[TaskRef, int]] = set()
         """Attempts that were started (or reported as never started) here: never start again."""
+        self._statuses: dict[str, _StoredStatus] = {}
+        """What the agent knows of the status keys of its tasks, by key."""
         self._waiting: dict[TaskRef, tuple[int, str]] = {}
         """The attempt and message last reported for tasks waiting for a host profile switch."""
         self._wake = asyncio.Event()
@@ -229,6 +240,7 @@ class Agent(Service):
             assignment = None if kv is None else _parse_assignment(kv, task)
             if assignment is None:
                 self._desired.pop(task, None)
+                self._forget_status(task)
             else:
                 self._desired[task] = assignment
 
@@ -366,6 +378,7 @@ class Agent(Service):
         if not task_attempts:
             del self._attempts[attempt.task]
         self._executor.release(attempt.files, self._settings.keep_attempts, set(task_attempts))
+        self._forget_status(attempt.task)
 
     # --- starting ----------------------------------------------------------------------------
 
@@ -432,25 +445,34 @@ class Agent(Service):
         `allow_create` lets the write replace a missing status or an older attempt's; without
         it the key must already describe this attempt (so that a status the scheduler deleted
         is not brought back). Nothing is written for a state already reported.
+
+        Each write compares the key's revision with what the agent believes it to be: the
+        status it wrote last, or for a new task a missing key. A wrong belief costs nothing
+        extra, as the failed write reads the key in the same round trip; a decision not to
+        write is only ever taken on a fresh read.
         """
         if attempt.reported is state:
             return True
         task = attempt.task
         key = keys.task_status(task.entitlement, task.job, task.index)
+        message = fields.get("message", "")
+        stored = self._statuses.get(key)
+        fresh = stored is None and not allow_create
+        if stored is None:
+            stored = _read_status(await self._store.get(key)) if fresh else _StoredStatus(0)
         for _ in range(STATUS_CAS_ATTEMPTS):
-            kv = await self._store.get(key)
-            current = _stored_status(kv)
-            if current is not None and (
-                current.attempt,
-                current.machine,
-                current.state,
-                current.message,
-            ) == (attempt.number, self.machine.id, state, fields.get("message", "")):
+            same = (stored.attempt, stored.machine, stored.state, stored.message) == (
+                attempt.number,
+                self.machine.id,
+                state,
+                message,
+            )
+            if same or not self._may_write(stored, attempt.number, allow_create):
+                if not fresh:
+                    stored, fresh = _read_status(await self._store.get(key)), True
+                    continue
                 attempt.reported = state
-                return True
-            if not self._may_write(current, attempt.number, allow_create):
-                attempt.reported = state
-                return False
+                return same
             shim_state = attempt.state
             status = TaskStatus(
                 job=f"{task.entitlement}/{task.job}",
@@ -465,18 +487,55 @@ class Agent(Service):
                 **fields,
             )
             result = await self._store.txn(
-                [mod_revision_is(key, kv.mod_revision if kv else 0)], [Put(key, to_json(status))]
+                [mod_revision_is(key, stored.mod_revision)], [Put(key, to_json(status))], [Get(key)]
             )
             if result.succeeded:
+                self._statuses[key] = _StoredStatus(
+                    result.revision, attempt.number, self.machine.id, state, message
+                )
                 attempt.reported = state
                 return True
+            current = result.results[0]
+            assert isinstance(current, RangeResult)
+            stored, fresh = _read_status(current.kvs[0] if current.kvs else None), True
         _log.warning("status of %s kept changing; will report %s later", task.task_id, state)
         return False
 
-    def _may_write(self, current: TaskStatus | None, attempt: int, allow_create: bool) -> bool:
-        if current is None or current.attempt != attempt or current.machine != self.machine.id:
-            return allow_create and (current is None or current.attempt < attempt)
+    def _may_write(self, current: _StoredStatus, attempt: int, allow_create: bool) -> bool:
+        if current.attempt != attempt or current.machine != self.machine.id:
+            return allow_create and (current.attempt is None or current.attempt < attempt)
         return current.state not in TERMINAL_STATES
+
+    def _forget_status(self, task: TaskRef) -> None:
+        """Drops what the agent knows of the task's status once it neither runs nor is wanted
+        here (it may come back: then the first write reads the key)."""
+        if task not in self._attempts and task not in self._desired:
+            self._statuses.pop(keys.task_status(task.entitlement, task.job, task.index), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredStatus:
+    """What deciding to write a task's status needs of the stored one: the key's mod revision
+    (0: missing) and, when it holds a valid status, that status's identity and state."""
+
+    mod_revision: int
+    attempt: int | None = None
+    machine: str = ""
+    state: TaskState | None = None
+    message: str = ""
+
+
+def _read_status(kv: KeyValue | None) -> _StoredStatus:
+    if kv is None:
+        return _StoredStatus(0)
+    try:
+        status = from_json(TaskStatus, kv.value, stored=True)
+    except pydantic.ValidationError as error:
+        _log.warning("replacing malformed status %s: %s", kv.key, error)
+        return _StoredStatus(kv.mod_revision)
+    return _StoredStatus(
+        kv.mod_revision, status.attempt, status.machine, status.state, status.message
+    )
 
 
 def _with_profile(machine: Machine, profile: str | None) -> Machine:
@@ -495,13 +554,3 @@ def _parse_assignment(kv: KeyValue, task: TaskRef) -> Assignment | None:
         _log.warning("ignoring assignment %s: it names task %s", kv.key, assignment.task_id)
         return None
     return assignment
-
-
-def _stored_status(kv: KeyValue | None) -> TaskStatus | None:
-    if kv is None:
-        return None
-    try:
-        return from_json(TaskStatus, kv.value, stored=True)
-    except pydantic.ValidationError as error:
-        _log.warning("replacing malformed status %s: %s", kv.key, error)
-        return None

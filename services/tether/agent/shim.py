@@ -3,12 +3,18 @@
 It runs in a session of its own, so it outlives the agent that started it: it applies the
 limits, runs the command, writes state.json once the process runs and exit.json once it ended.
 SIGTERM stops the task: SIGTERM to its process group, SIGKILL after the spec's grace period.
+
+It imports only the standard library: it starts with every task, and importing pydantic and the
+model would cost each start 0.4 s of CPU. It reads the spec the agent wrote with `ShimSpec` as
+plain JSON, and writes the fields of `ShimState` and `ShimExit` (tests check them against the
+models).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -17,29 +23,54 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from tether.agent.atomic import write_atomically
 from tether.agent.limits import LimitMode, join_cgroups, limit_address_space, remove_cgroups
 from tether.agent.procfs import start_ticks
-from tether.agent.workdir import ShimExit, ShimSpec, ShimState, read_record, write_record
 
 # The shell's conventions for a command that cannot be run.
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
 
+class Spec:
+    """The fields of a `ShimSpec` that the shim uses, read from the agent's spec.json."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.argv: list[str] = fields["argv"]
+        self.env: dict[str, str] = fields["env"]
+        self.cwd: str = fields["cwd"]
+        self.stdout_path: str = fields["stdout_path"]
+        self.stderr_path: str = fields["stderr_path"]
+        self.state_path = Path(fields["state_path"])
+        self.exit_path = Path(fields["exit_path"])
+        self.limits: str = fields["limits"]
+        self.memory_bytes: int = fields.get("memory_bytes", 0)
+        self.cgroup_procs: list[str] = fields.get("cgroup_procs", [])
+        self.cgroups: list[str] = fields.get("cgroups", [])
+        self.kill_grace_s: float = fields["kill_grace_s"]
+
+
 class Shim:
     """Runs `spec` to completion; `run()` returns once exit.json is written."""
 
-    def __init__(self, spec: ShimSpec) -> None:
+    def __init__(self, spec: Spec) -> None:
         self._spec = spec
         self._process: subprocess.Popen[bytes] | None = None
         self._stopped = False
-        self._state = ShimState(
-            shim_pid=os.getpid(), shim_start=start_ticks(os.getpid()) or 0, limits=spec.limits
-        )
+        # A ShimState's fields.
+        self._state: dict[str, Any] = {
+            "shim_pid": os.getpid(),
+            "shim_start": start_ticks(os.getpid()) or 0,
+            "pid": None,
+            "pid_start": None,
+            "started_at": None,
+            "limits": spec.limits,
+        }
 
     def run(self) -> int:
-        write_record(Path(self._spec.state_path), self._state)
+        _write(self._spec.state_path, self._state)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self._stop)
         signal.signal(signal.SIGALRM, self._force)
@@ -53,12 +84,8 @@ class Shim:
         pid = self._process.pid
         if self._stopped:
             self._terminate()
-        write_record(
-            Path(self._spec.state_path),
-            self._state.model_copy(
-                update={"pid": pid, "pid_start": start_ticks(pid), "started_at": _now()}
-            ),
-        )
+        self._state |= {"pid": pid, "pid_start": start_ticks(pid), "started_at": _now()}
+        _write(self._spec.state_path, self._state)
         # Wait without reaping, so that the group id cannot be reused before its stragglers
         # (children the task left behind in its group) are killed.
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
@@ -80,8 +107,8 @@ class Shim:
                     file=sys.stderr,
                     flush=True,
                 )
-                self._state = self._state.model_copy(update={"limits": LimitMode.RLIMIT.value})
-        if self._state.limits == LimitMode.RLIMIT:
+                self._state["limits"] = LimitMode.RLIMIT.value
+        if self._state["limits"] == LimitMode.RLIMIT:
             return self._popen(lambda: limit_address_space(spec.memory_bytes))
         return self._popen(None)
 
@@ -116,10 +143,14 @@ class Shim:
 
     def _finish(self, exit_code: int | None, message: str) -> int:
         remove_cgroups(Path(cgroup) for cgroup in self._spec.cgroups)
-        record = ShimExit(
-            exit_code=exit_code, stopped=self._stopped, finished_at=_now(), message=message
-        )
-        write_record(Path(self._spec.exit_path), record)
+        # A ShimExit's fields.
+        record = {
+            "exit_code": exit_code,
+            "stopped": self._stopped,
+            "finished_at": _now(),
+            "message": message,
+        }
+        _write(self._spec.exit_path, record)
         return 0
 
 
@@ -128,17 +159,23 @@ def _kill_group(pgid: int, signum: signal.Signals) -> None:
         os.killpg(pgid, signum)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _now() -> str:
+    """Now, as the models' timestamps are written (ISO 8601 with the UTC offset)."""
+    return datetime.now(UTC).isoformat()
+
+
+def _write(path: Path, fields: dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(fields).encode())
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tether.agent.shim <spec.json>", file=sys.stderr)
         return 2
-    spec = read_record(ShimSpec, Path(argv[0]))
-    if spec is None:
-        print(f"tether-shim: no valid spec in {argv[0]}", file=sys.stderr)
+    try:
+        spec = Spec(json.loads(Path(argv[0]).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"tether-shim: no valid spec in {argv[0]}: {error!r}", file=sys.stderr)
         return 2
     return Shim(spec).run()
 

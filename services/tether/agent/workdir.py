@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +12,7 @@ from typing import TypeVar
 import pydantic
 from pydantic import Field
 
+from tether.agent.atomic import write_atomically
 from tether.model import NonEmptyStr, TetherModel, Timestamp, from_json, to_json
 
 _log = logging.getLogger(__name__)
@@ -23,7 +23,8 @@ STREAMS = ("stdout", "stderr")
 
 
 class ShimSpec(TetherModel):
-    """What the agent tells a shim to run (spec.json)."""
+    """What the agent tells a shim to run (spec.json). The shim reads it without this model
+    (it imports only the standard library), trusting the agent that wrote it."""
 
     task_id: NonEmptyStr
     argv: list[str] = Field(min_length=1)
@@ -45,7 +46,8 @@ class ShimSpec(TetherModel):
 
 
 class ShimState(TetherModel):
-    """What a shim writes once it runs (state.json), again once the task's process runs."""
+    """What a shim writes once it runs (state.json), again once the task's process runs; the
+    shim writes these fields without the model."""
 
     shim_pid: int
     shim_start: int
@@ -57,7 +59,8 @@ class ShimState(TetherModel):
 
 
 class ShimExit(TetherModel):
-    """How the task's process ended (exit.json), written by the shim before it exits."""
+    """How the task's process ended (exit.json), written by the shim (without the model) before
+    it exits."""
 
     exit_code: int | None
     """The exit code, or -signal when a signal killed it; None when it never started."""
@@ -69,14 +72,7 @@ class ShimExit(TetherModel):
 
 def write_record(path: Path, record: TetherModel) -> None:
     """Writes `record` as JSON atomically: readers see the old file or the whole new one."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(to_json(record))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, to_json(record))
 
 
 def read_record(cls: type[R], path: Path) -> R | None:

@@ -9,6 +9,7 @@ from tether.cli import appsched, jobs, machines, maintenance, shards, status, ta
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
 from tether.cli.agent import agent as agent_command
+from tether.cli.agent_sim import agent_sim as agent_sim_command
 from tether.cli.allocator import allocator as allocator_command
 from tether.cli.broker import broker as broker_command
 from tether.cli.frontend import frontend as frontend_command
@@ -25,6 +26,7 @@ app = typer.Typer(
 app.add_typer(store_commands.app, name="store")
 app.command("allocator")(allocator_command)
 app.command("agent")(agent_command)
+app.command("agent-sim")(agent_sim_command)
 app.command("broker")(broker_command)
 app.command("frontend")(frontend_command)
 app.command("health")(health_command)

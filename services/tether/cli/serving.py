@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import pydantic
 import typer
 
-from tether.metrics import WithMetrics
+from tether.metrics import MetricsPortUnavailable, WithMetrics
 from tether.service import Service, connect_store, run
 from tether.store import Store, StoreError
 
@@ -53,10 +53,10 @@ def serve(
     metrics_port: int = 0,
 ) -> None:
     """Runs the service on the store at `url` until SIGINT/SIGTERM, and the process's metrics
-    on `metrics_port` unless it is 0; store errors exit 1."""
+    on `metrics_port` unless it is 0; store errors and a metrics port in use exit 1."""
     try:
         service = make_service(connect_store(url))
         run(WithMetrics(service, metrics_port) if metrics_port else service, log_level)
-    except StoreError as error:
+    except (StoreError, MetricsPortUnavailable) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

@@ -169,6 +169,7 @@ def up(
                 "registry_address": options.registry_address,
                 "admin_token_file": str(options.admin_token_file),
                 "store": store_url,
+                "etcd_pid": etcd_server.process.pid if etcd_server and etcd_server.process else 0,
                 "logs": str(options.log_dir),
                 "started_at": datetime.now(UTC).isoformat(),
                 "processes": {r.spec.name: r.process.pid for r in supervisor.processes},

@@ -278,6 +278,18 @@ def kill_processes_under(directory: Path) -> int:
     return killed
 
 
+def peak_rss_mib(pid: int) -> float | None:
+    """The process's peak resident set size so far (VmHWM), in MiB; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 def get_json(client: httpx.Client, path: str) -> Any:
     response = client.get(path)
     assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text}"

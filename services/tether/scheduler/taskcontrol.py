@@ -56,6 +56,8 @@ _MAINTENANCE_KINDS: Mapping[MaintenanceKind, pb.MaintenanceKind.ValueType] = {
     MaintenanceKind.HARDWARE: pb.MAINTENANCE_KIND_HARDWARE,
     MaintenanceKind.NETWORK: pb.MAINTENANCE_KIND_NETWORK,
     MaintenanceKind.POWER: pb.MAINTENANCE_KIND_POWER,
+    MaintenanceKind.DRAIN: pb.MAINTENANCE_KIND_DRAIN,
+    MaintenanceKind.DECOMMISSION: pb.MAINTENANCE_KIND_DECOMMISSION,
 }
 COMPLETED = frozenset({OperationState.DONE, OperationState.CANCELLED})
 

@@ -3,6 +3,8 @@ tests and benchmarks."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -14,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 ETCD_MAX_TXN_OPS: Final = 100_000
 """Operations one transaction may hold (compares, puts and reads each count)."""
@@ -135,6 +137,15 @@ class EtcdServer:
         self.stop()
         raise RuntimeError(f"etcd did not become healthy in {timeout_s} s:\n{self.log_tail()}")
 
+    def call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POSTs `body` to etcd's JSON gateway at `path` (e.g. /v3/maintenance/status)."""
+        request = urllib.request.Request(
+            self.client_url + path, data=json.dumps(body or {}).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            answer: dict[str, Any] = json.load(response)
+        return answer
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -197,6 +208,31 @@ class EtcdCluster:
     def url(self) -> str:
         """The Tether store URL naming every member."""
         return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+
+    def leader(self) -> EtcdServer | None:
+        """The member that leads now, if the running members agree on one."""
+        by_id: dict[str, EtcdServer] = {}
+        leaders: set[str] = set()
+        for member in self.members:
+            try:
+                status = member.call("/v3/maintenance/status")
+            except OSError:
+                continue  # not running
+            by_id[status["header"]["member_id"]] = member
+            leaders.add(status["leader"])
+        return by_id.get(leaders.pop()) if len(leaders) == 1 else None
+
+    def move_leader(self, to: EtcdServer, timeout_s: float = 10.0) -> None:
+        """Hands leadership to member `to` and returns once every running member follows it."""
+        target = to.call("/v3/maintenance/status")["header"]["member_id"]
+        deadline = time.monotonic() + timeout_s
+        while (current := self.leader()) is not to:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd member {to.name} did not take the lead")
+            if current is not None:
+                with contextlib.suppress(OSError):
+                    current.call("/v3/maintenance/transfer-leadership", {"targetID": target})
+            time.sleep(0.1)
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts every member that is not running and returns once all are healthy."""

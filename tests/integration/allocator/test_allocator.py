@@ -7,15 +7,19 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import grpc
+import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.support.allocations import put_allocation, read_allocations
 from tests.support.allocator_builders import entitlement, job, machine
 from tests.support.machines import eventually
+from tests.support.metrics import scrape
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
+from tether.metrics import WithMetrics
 from tether.model import Allocation, AllocatorEndpoint, Job, Resources, from_json, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
@@ -358,3 +362,48 @@ async def test_only_the_request_whose_machine_changed_counts_a_conflict(region: 
     assert "m0" not in {web.placements[0][1], api.placements[0][1]}
     stored = await read_allocations(region)
     assert set(stored["m0"].tasks) == {"ml/filler/0"}
+
+
+async def test_the_metrics_port_shows_placements_and_store_transactions(
+    region: Store, store_url: str
+) -> None:
+    txn = {"backend": "etcd" if store_url.startswith("etcd") else "sqlite", "operation": "txn"}
+    await put_job(region, job("big", count=5, memory=3072))
+    allocator = Allocator(open_store(store_url), AllocatorSettings(id="allocator-m", lease_ttl_s=3))
+    replica = WithMetrics(allocator, 0)
+    await replica.start()
+    try:
+        before = await scrape(replica.metrics.url)
+        async with grpc.aio.insecure_channel(allocator.address) as channel:
+            response = await allocator_pb2_grpc.AllocatorStub(channel).Place(
+                pb.PlaceRequest(job_handle="ads/big", task_indexes=range(5), job_generation=1)
+            )
+        assert (len(response.placements), len(response.unplaced)) == (4, 1)
+        after = await scrape(replica.metrics.url)
+    finally:
+        await replica.stop()
+    placements = "tether_allocator_placements_total"
+    for outcome, count in (("placed", 4), ("unplaced", 1)):
+        assert after.value(placements, outcome=outcome) == (
+            before.value(placements, outcome=outcome) + count
+        )
+    # The placements were committed in a store transaction.
+    assert after.value("tether_store_request_duration_seconds_count", **txn) > before.value(
+        "tether_store_request_duration_seconds_count", **txn
+    )
+    with pytest.raises(httpx.ConnectError):
+        await scrape(replica.metrics.url)
+
+
+async def test_a_conflict_counts_in_the_conflict_metric(region: Store) -> None:
+    engine, _ = await stale_engine(region)
+    labels = {"operation": "place"}
+    before = REGISTRY.get_sample_value("tether_allocator_commit_conflicts_total", labels) or 0.0
+    await put_allocation(
+        region, Allocation(machine="m0"), {"ml/filler/0": Resources(memory_mib=3584)}
+    )
+    placed = await engine.place("ads/web", [0], 1, "")
+    assert placed.conflicts == 1
+    assert REGISTRY.get_sample_value("tether_allocator_commit_conflicts_total", labels) == (
+        before + 1
+    )

@@ -11,18 +11,20 @@ import pytest
 
 from tests.support.allocations import put_allocation
 from tests.support.machines import eventually, heartbeating, make_machine, read_machine
-from tether.broker.service import Broker
+from tether.broker.service import EMPTY_CHECK_S, Broker
 from tether.broker.settings import BrokerSettings
 from tether.model import (
+    MAX_MAINTENANCE_S,
     AdvanceNotice,
     Allocation,
     MachineState,
     MaintenanceKind,
     Resources,
+    drain_id,
     from_json,
     to_json,
 )
-from tether.store import Store, keys, open_store
+from tether.store import Delete, Put, Store, keys, open_store
 
 TIMEOUT_S = 5.0
 
@@ -229,3 +231,75 @@ async def test_a_broker_started_after_a_cancellation_returns_the_machines(
         await wait_for_state(store, "m1", MachineState.UP)
     finally:
         await service.stop()
+
+
+def drain_notice(kind: MaintenanceKind, machine_id: str) -> AdvanceNotice:
+    """The notice `POST /admin/machines/<id>/<kind>` stores, with a deadline of 0."""
+    return AdvanceNotice(
+        id=drain_id(kind, machine_id),
+        machines=[machine_id],
+        start=datetime.now(UTC),
+        duration_s=MAX_MAINTENANCE_S,
+        kind=kind,
+    )
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_decommissioned_machine_drains_until_its_last_task_is_released(
+    store: Store,
+) -> None:
+    for machine_id in ("m1", "m2", "m3"):
+        await store.put(keys.machine(machine_id), to_json(make_machine(machine_id)))
+    await put_allocation(
+        store, Allocation(machine="m1", entitlement="team"), {"team/web/0": Resources(cpu=1000)}
+    )
+    await put_allocation(store, Allocation(machine="m2", entitlement="team"))
+    for kind, machine_id in (
+        (MaintenanceKind.DECOMMISSION, "m1"),
+        (MaintenanceKind.DECOMMISSION, "m2"),
+        (MaintenanceKind.DRAIN, "m3"),
+    ):
+        notice = drain_notice(kind, machine_id)
+        await store.put(keys.maintenance(notice.id), to_json(notice))
+
+    # Due at once: the empty machine is decommissioned, the one with a task only drains, and
+    # a drain's window is not maintenance.
+    await wait_for_state(store, "m2", MachineState.DECOMMISSIONED)
+    await wait_for_state(store, "m1", MachineState.DRAINING)
+    await wait_for_state(store, "m3", MachineState.DRAINING)
+    # Looked at again (and again) while it holds the task: it keeps draining.
+    await asyncio.sleep(2 * EMPTY_CHECK_S)
+    assert await machine_state(store, "m1") is MachineState.DRAINING
+    assert await machine_state(store, "m3") is MachineState.DRAINING
+
+    # The task is released as an allocator releases it: entry deleted, record rewritten.
+    released = Allocation(machine="m1", entitlement="team", idle_since=datetime.now(UTC))
+    await store.txn(
+        [],
+        [
+            Put(keys.allocation("m1"), to_json(released)),
+            Delete(keys.allocation_entry("m1", "team", "web", 0)),
+        ],
+    )
+    await wait_for_state(store, "m1", MachineState.DECOMMISSIONED)
+    # The allocation records stay the allocators' to change.
+    assert await read_allocation(store, "m1") == released
+
+    # Undone: the notice goes, the machine comes back.
+    await store.delete(keys.maintenance(drain_id(MaintenanceKind.DECOMMISSION, "m1")))
+    await wait_for_state(store, "m1", MachineState.UP)
+    assert await machine_state(store, "m2") is MachineState.DECOMMISSIONED
+
+
+@pytest.mark.usefixtures("broker")
+async def test_a_decommission_outlives_its_window_and_takes_a_dead_machine(store: Store) -> None:
+    dead = make_machine("m1").model_copy(update={"state": MachineState.DOWN})
+    await store.put(keys.machine("m1"), to_json(dead))
+    await put_allocation(store, Allocation(machine="m1"))
+    # Scheduled so long ago that its window is over: a decommission is never over.
+    notice = drain_notice(MaintenanceKind.DECOMMISSION, "m1").model_copy(
+        update={"start": datetime.now(UTC) - timedelta(seconds=MAX_MAINTENANCE_S + 60)}
+    )
+    await store.put(keys.maintenance(notice.id), to_json(notice))
+    await wait_for_state(store, "m1", MachineState.DECOMMISSIONED)
+    assert await store.get(keys.maintenance(notice.id)) is not None

@@ -5,18 +5,15 @@ from __future__ import annotations
 import httpx
 
 from tests.integration.frontend.conftest import ALICE, Region, job_spec
-from tests.support.metrics import Scrape
+from tests.support.metrics import Scrape, scrape
 
 
 def backend(region: Region) -> str:
     return "etcd" if region.store.url.startswith("etcd") else "sqlite"
 
 
-async def scrape(api: httpx.AsyncClient) -> Scrape:
-    response = await api.get("/metrics", headers=ALICE)
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain")
-    return Scrape.parse(response.text)
+async def scrape_as_alice(api: httpx.AsyncClient) -> Scrape:
+    return await scrape(str(api.base_url.join("/metrics")), ALICE)
 
 
 async def test_metrics_need_a_token_of_any_principal(region: Region) -> None:
@@ -26,21 +23,21 @@ async def test_metrics_need_a_token_of_any_principal(region: Region) -> None:
     unknown = await region.api.get("/metrics", headers={"Authorization": "Bearer nobody"})
     assert unknown.status_code == 401
     # alice has no role at all; the process's own metrics come along with Tether's.
-    names = {name for name, _, _ in (await scrape(region.api)).samples}
+    names = {name for name, _, _ in (await scrape_as_alice(region.api)).samples}
     assert {"tether_frontend_requests_total", "process_cpu_seconds_total"} <= names
 
 
 async def test_a_submission_moves_the_request_and_store_metrics(region: Region) -> None:
     submit = {"method": "POST", "route": "/v1/jobs"}
     txn = {"backend": backend(region), "operation": "txn"}
-    before = await scrape(region.api)
+    before = await scrape_as_alice(region.api)
 
     response = await region.api.post("/v1/jobs", json=job_spec(), headers=ALICE)
     assert response.status_code == 201, response.text
     missing = await region.api.get("/v1/jobs/team-a/nothing", headers=ALICE)
     assert missing.status_code == 404
 
-    after = await scrape(region.api)
+    after = await scrape_as_alice(region.api)
     assert after.value("tether_frontend_requests_total", status="201", **submit) == (
         before.value("tether_frontend_requests_total", status="201", **submit) + 1
     )

@@ -20,17 +20,20 @@ app.command("other")(lambda: None)  # two commands keep "allocator" a subcommand
 
 
 def test_options_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    served: list[tuple[Service, str | None, str]] = []
+    served: list[tuple[Service, str | None, str, int]] = []
 
-    def serve(make_service: Callable[[Store], Service], url: str | None, log_level: str) -> None:
-        served.append((make_service(object()), url, log_level))  # type: ignore[arg-type]
+    def serve(
+        make_service: Callable[[Store], Service], url: str | None, log_level: str, metrics: int
+    ) -> None:
+        served.append((make_service(object()), url, log_level, metrics))  # type: ignore[arg-type]
 
     monkeypatch.setattr(allocator_cli, "serve", serve)
     options = ["--id", "allocator-9", "--host", "0.0.0.0", "--port", "7070"]
-    options += ["--store", "sqlite:///x.db", "--log-level", "DEBUG"]
+    options += ["--store", "sqlite:///x.db", "--log-level", "DEBUG", "--metrics-port", "9100"]
     result = CliRunner().invoke(app, ["allocator", *options])
     assert result.exit_code == 0, result.output
-    [(service, url, log_level)] = served
+    [(service, url, log_level, metrics_port)] = served
+    assert metrics_port == 9100
     assert isinstance(service, Allocator)
     assert (service.settings.id, service.settings.host, service.settings.port) == (
         "allocator-9",

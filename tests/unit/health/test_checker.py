@@ -29,7 +29,9 @@ def test_a_down_machine_comes_back_up_with_its_heartbeat() -> None:
     assert next_state(MachineState.DOWN, False, GRACE_S * 10, GRACE_S) is None
 
 
-@pytest.mark.parametrize("state", [MachineState.DRAINING, MachineState.MAINTENANCE])
+@pytest.mark.parametrize(
+    "state", [MachineState.DRAINING, MachineState.MAINTENANCE, MachineState.DECOMMISSIONED]
+)
 @pytest.mark.parametrize("heartbeat", [True, False])
 def test_drains_and_maintenance_are_never_changed(state: MachineState, heartbeat: bool) -> None:
     assert next_state(state, heartbeat, GRACE_S * 10, GRACE_S) is None

@@ -49,6 +49,8 @@ from tether.model import (
     RestartPolicy,
     Role,
     ShardLeader,
+    ShardReplica,
+    ShardStatus,
     Spread,
     Task,
     TaskOperation,
@@ -311,7 +313,11 @@ principal_records = st.builds(
     PrincipalRecord, name=principals, roles=unique_lists(st.sampled_from(Role))
 )
 region_configs = st.builds(
-    RegionConfig, name=names, shards=unique_lists(names, min_size=1), created_at=timestamps
+    RegionConfig,
+    name=names,
+    shards=unique_lists(names, min_size=1),
+    draining=unique_lists(names),
+    created_at=timestamps,
 )
 shard_leaders = st.builds(
     ShardLeader,
@@ -319,6 +325,23 @@ shard_leaders = st.builds(
     identity=st.text(min_size=1, max_size=40),
     pid=st.integers(1, 2**22),
     since=timestamps,
+)
+shard_replicas = st.builds(
+    ShardReplica,
+    shard=names,
+    identity=st.text(min_size=1, max_size=40),
+    pid=st.integers(1, 2**22),
+    since=timestamps,
+)
+shard_statuses = st.builds(
+    ShardStatus,
+    shard=names,
+    identity=st.text(min_size=1, max_size=40),
+    jobs=st.integers(0, 10**6),
+    backlog=st.integers(0, 10**6),
+    reconciles=st.integers(0, 10**9),
+    last_reconcile_at=st.none() | timestamps,
+    updated_at=timestamps,
 )
 allocator_endpoints = st.builds(
     AllocatorEndpoint,
@@ -383,6 +406,8 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     PrincipalRecord: principal_records,
     RegionConfig: region_configs,
     ShardLeader: shard_leaders,
+    ShardReplica: shard_replicas,
+    ShardStatus: shard_statuses,
     AllocatorEndpoint: allocator_endpoints,
     AgentHeartbeat: agent_heartbeats,
     ControllerRegistration: controller_registrations,

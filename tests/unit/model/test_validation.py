@@ -445,7 +445,7 @@ def test_machine_hostname_bounds_and_state() -> None:
     assert "at least 1 character" in error_at(
         errors(lambda: from_json(Machine, _machine(hostname=""))), ("hostname",)
     )
-    assert "'up', 'draining', 'maintenance' or 'down'" in error_at(
+    assert "'up', 'draining', 'maintenance', 'down' or 'decommissioned'" in error_at(
         errors(lambda: from_json(Machine, _machine(state="broken"))), ("state",)
     )
 

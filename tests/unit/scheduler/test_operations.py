@@ -8,6 +8,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from tests.unit.scheduler.test_reconciler import NOW, make_job, make_view
 from tests.unit.scheduler.test_updates import running, with_operations
 from tether.model import (
@@ -19,6 +21,7 @@ from tether.model import (
     TaskOperation,
     TaskState,
 )
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.scheduler.reconciler import JobView, Stored, maintenance_id, plan_job
 from tether.scheduler.taskcontrol import Pending, control_request
 
@@ -256,3 +259,12 @@ def test_an_approved_stop_stops_its_task_and_a_scale_back_up_withdraws_the_rest(
     withdrawn = plan_job(grown_back, NOW).operations
     assert {w.operation.id for w in withdrawn} == {"stop-a3-t2", "stop-a3-t3"}
     assert {w.operation.state for w in withdrawn} == {OperationState.CANCELLED}
+
+
+@pytest.mark.parametrize("kind", list(MaintenanceKind))
+def test_the_controller_hears_of_every_kind_of_maintenance(kind: MaintenanceKind) -> None:
+    # Drains and decommissions are notices too: a kind without a wire value would fail every
+    # request of a job with a task on such a machine.
+    view = region_view(2, notice("m1").model_copy(update={"kind": kind}))
+    [announced] = control_request(view, Pending.of(view), 1, NOW).advance_notices
+    assert pb.MaintenanceKind.Name(announced.kind) == f"MAINTENANCE_KIND_{kind.name}"

@@ -1,0 +1,240 @@
+"""Simulated machines: an executor that runs no process, and many real agents in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import signal
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from tether.agent.executor import Executor, Leftover
+from tether.agent.service import Agent
+from tether.agent.settings import AgentSettings
+from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
+from tether.model import Assignment, Machine, Resources, Topology
+from tether.service import Service
+from tether.store import Store, StoreError
+
+_log = logging.getLogger(__name__)
+
+SIMULATED_PID_BASE: Final = 1 << 22
+"""Made-up pids start at the kernel's largest pid_max, so they never name a real process."""
+LIMITS: Final = "simulated"
+"""What a simulated attempt reports as its limit mode."""
+STARTING_AT_ONCE: Final = 64
+"""Agents of a fleet that register at the same time: enough to keep the store busy."""
+RETRY_S: Final = 1.0
+"""Pause before an agent the store refused tries to start again."""
+
+_pids = itertools.count(SIMULATED_PID_BASE)
+
+
+class SimulatedExecutor(Executor):
+    """Runs no process and keeps nothing on disk: a launched attempt runs at once, with a
+    made-up pid, until the agent stops it or `finish()` ends it. The agent is woken on every
+    change, so it need not poll often."""
+
+    def __init__(self) -> None:
+        self._states: dict[AttemptFiles, ShimState] = {}
+        self._ends: dict[AttemptFiles, ShimExit] = {}
+
+    def prepare(self) -> None:
+        """Nothing to prepare: no files, no limits."""
+
+    def leftovers(self) -> list[Leftover]:
+        # Simulated tasks end with their process; a new agent finds nothing to adopt.
+        return []
+
+    def launch(self, files: AttemptFiles, assignment: Assignment, env: dict[str, str]) -> None:
+        pid = next(_pids)
+        self._states[files] = ShimState(
+            shim_pid=pid,
+            shim_start=0,
+            pid=pid,
+            pid_start=0,
+            started_at=datetime.now(UTC),
+            limits=LIMITS,
+        )
+        self.wake()
+
+    @property
+    def running(self) -> list[AttemptFiles]:
+        """The attempts that run now."""
+        return [files for files in self._states if files not in self._ends]
+
+    def finish(self, task: TaskRef, exit_code: int) -> bool:
+        """Ends the task's running attempt as if its process exited with `exit_code` (negative:
+        killed by that signal); returns whether one ran."""
+        for files in self.running:
+            if files.task == task:
+                self._end(files, ShimExit(exit_code=exit_code, finished_at=datetime.now(UTC)))
+                return True
+        return False
+
+    def state(self, files: AttemptFiles) -> ShimState | None:
+        return self._states.get(files)
+
+    def end(self, files: AttemptFiles) -> ShimExit | None:
+        return self._ends.get(files)
+
+    def supervised(self, files: AttemptFiles, state: ShimState | None, since: float) -> bool:
+        return files in self._states
+
+    def stop(self, files: AttemptFiles, state: ShimState | None, *, force: bool) -> None:
+        signum = signal.SIGKILL if force else signal.SIGTERM
+        end = ShimExit(exit_code=-signum, stopped=True, finished_at=datetime.now(UTC))
+        self._end(files, end)
+
+    def orphaned(self, state: ShimState | None) -> None:
+        """Nothing runs unsupervised here."""
+
+    def record_end(self, files: AttemptFiles, end: ShimExit) -> None:
+        self._end(files, end)
+
+    def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
+        self._states.pop(files, None)
+        self._ends.pop(files, None)
+
+    def _end(self, files: AttemptFiles, end: ShimExit) -> None:
+        self._ends.setdefault(files, end)
+        self.wake()
+
+
+def simulated_machines(
+    count: int,
+    *,
+    region: str,
+    datacenters: Sequence[str],
+    msbs_per_dc: int,
+    rack_size: int,
+    hardware_type: str,
+    capacity: Resources,
+    prefix: str = "sim",
+) -> list[Machine]:
+    """`count` machines spread round-robin over the datacenters, then their MSBs, each MSB's
+    machines in racks of `rack_size`. Ids have a fixed width, so that no machine's id starts
+    another's (agents watch their id as a key prefix)."""
+    width = len(str(count))
+    per_round = len(datacenters) * msbs_per_dc
+    machines = []
+    for i in range(count):
+        machine_id = f"{prefix}-{i + 1:0{width}d}"
+        rack = (i // per_round) // rack_size + 1
+        topology = Topology(
+            region=region,
+            dc=datacenters[i % len(datacenters)],
+            msb=f"msb{(i // len(datacenters)) % msbs_per_dc + 1}",
+            rack=f"r{rack}",
+        )
+        machines.append(
+            Machine(
+                id=machine_id,
+                hostname=machine_id,
+                topology=topology,
+                hardware_type=hardware_type,
+                capacity=capacity,
+            )
+        )
+    return machines
+
+
+class AgentFleet(Service):
+    """One real `Agent` per machine, each with a `SimulatedExecutor`, all in this process and
+    sharing `stores` (round-robin): thousands of machines without thousands of processes.
+
+    `start()` returns at once and the agents start in the background, `starting_at_once` at a
+    time (an agent the store refuses is tried again), so that a signal can stop a fleet that is
+    still starting; `started` is set once all run. Each agent's work dir is
+    `settings.work_dir / <machine id>` (only a host profile switch writes there). The fleet
+    closes the stores on `stop()`.
+    """
+
+    name = "agent-sim"
+
+    def __init__(
+        self,
+        machines: Sequence[Machine],
+        settings: AgentSettings,
+        stores: Sequence[Store],
+        *,
+        starting_at_once: int = STARTING_AT_ONCE,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if not stores:
+            raise ValueError("a fleet needs at least one store")
+        self._machines = list(machines)
+        self._settings = settings
+        self._stores = list(stores)
+        self._starting_at_once = starting_at_once
+        self._progress = progress or _log.info
+        self.agents: list[Agent] = []
+        self.executors: dict[str, SimulatedExecutor] = {}
+        """Each machine's executor, by machine id."""
+        self.started = asyncio.Event()
+        self._starter: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._starter = asyncio.create_task(self._start_all(), name="starting agents")
+
+    async def _start_all(self) -> None:
+        root = self._settings.work_dir or Path(".tether/agent-sim")
+        slots = asyncio.Semaphore(self._starting_at_once)
+        started_at = time.monotonic()
+        step = max(1, len(self._machines) // 10)
+
+        async def start_one(number: int, machine: Machine) -> None:
+            executor = SimulatedExecutor()
+            settings = self._settings.model_copy(update={"work_dir": root / machine.id})
+            store = self._stores[number % len(self._stores)]
+            async with slots:
+                while True:
+                    agent = Agent(machine, settings, store, executor=executor, owns_store=False)
+                    try:
+                        await agent.start()
+                        break
+                    except StoreError as error:
+                        _log.warning("%s could not start, retrying: %s", agent.name, error)
+                        await agent.stop()
+                        await asyncio.sleep(RETRY_S)
+                    except asyncio.CancelledError:
+                        await agent.stop()  # its lease, if it got one, is not renewed on
+                        raise
+            self.agents.append(agent)
+            self.executors[machine.id] = executor
+            if len(self.agents) % step == 0 or len(self.agents) == len(self._machines):
+                self._progress(
+                    f"{len(self.agents):,} of {len(self._machines):,} agents started "
+                    f"({time.monotonic() - started_at:.1f} s)"
+                )
+
+        await asyncio.gather(*(start_one(n, m) for n, m in enumerate(self._machines)))
+        self.started.set()
+
+    async def stop(self) -> None:
+        """Stops starting agents, stops every agent (their heartbeats go at once), then
+        closes the stores."""
+        if self._starter is not None:
+            self._starter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starter
+            self._starter = None
+        slots = asyncio.Semaphore(self._starting_at_once)
+
+        async def stop_one(agent: Agent) -> None:
+            async with slots:
+                try:
+                    await agent.stop()
+                except Exception:
+                    _log.exception("%s did not stop cleanly", agent.name)
+
+        agents, self.agents = self.agents, []
+        await asyncio.gather(*(stop_one(agent) for agent in agents))
+        stores, self._stores = self._stores, []
+        for store in stores:
+            await store.close()

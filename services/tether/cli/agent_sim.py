@@ -1,0 +1,98 @@
+"""`tether agent-sim`: many simulated machines in one process, each a real agent without tasks."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import pydantic
+import typer
+
+from tether.agent.settings import AgentSettings
+from tether.agent.simulated import AgentFleet, simulated_machines
+from tether.cli.serving import load_settings, serve
+from tether.cli.store import StoreUrl
+from tether.model import Resources
+from tether.region.plan import DATACENTERS, HARDWARE_TYPE, MSBS_PER_DC
+from tether.service import connect_store
+from tether.store import Store
+
+
+def agent_sim(
+    machines: Annotated[int, typer.Option(min=1, help="Simulated machines (agents).")] = 1000,
+    id_prefix: Annotated[
+        str, typer.Option(help="Machine ids are PREFIX-<number>, of a fixed width.")
+    ] = "sim",
+    region: Annotated[str, typer.Option(help="The region the machines belong to.")] = "local",
+    dc: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A datacenter the machines spread over (repeatable); each needs its broker.",
+            show_default=", ".join(DATACENTERS),
+        ),
+    ] = None,
+    msbs_per_dc: Annotated[int, typer.Option(min=1, help="MSBs per datacenter.")] = MSBS_PER_DC,
+    rack_size: Annotated[int, typer.Option(min=1, help="Machines per rack.")] = 40,
+    hardware_type: Annotated[str, typer.Option(help="Every machine's hardware type.")] = (
+        HARDWARE_TYPE
+    ),
+    cpu: Annotated[int, typer.Option(min=1, help="Millicores each machine offers.")] = 32_000,
+    memory_mib: Annotated[int, typer.Option(min=1, help="MiB each machine offers.")] = 131_072,
+    disk_gib: Annotated[int, typer.Option(min=1, help="GiB of disk each machine offers.")] = 1000,
+    lease_ttl_s: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Each agent's heartbeat lease (TETHER_AGENT_LEASE_TTL_S does not apply): each "
+            "renews it every third of it, and 10,000 agents renewing every second would take "
+            "this process's whole CPU.",
+        ),
+    ] = 30,
+    connections: Annotated[
+        int, typer.Option(min=1, help="Store connections the agents share, round-robin.")
+    ] = 4,
+    work_dir: Annotated[
+        Path,
+        typer.Option(help="Each agent's work dir is DIR/<machine id> (only host profiles)."),
+    ] = Path(".tether/agent-sim"),
+    url: str | None = StoreUrl,
+    log_level: str = typer.Option(
+        "WARNING", "--log-level", help="DEBUG, INFO, WARNING or ERROR (INFO: a line per task)."
+    ),
+) -> None:
+    """Run many simulated machines in this one process until Ctrl-C.
+
+    Each machine is a real agent (heartbeat lease, assignments, host profiles, task statuses)
+    whose executor runs no process: an assigned task runs at once, with a made-up pid, until it
+    is stopped. The machines heartbeat like any agent, so the brokers register them; they
+    spread round-robin over the datacenters and their MSBs, in racks of --rack-size.
+    """
+    # Agents poll their executor; a simulated one wakes its agent on every change instead.
+    settings = load_settings(
+        lambda: AgentSettings(lease_ttl_s=lease_ttl_s, poll_interval_s=10.0, work_dir=work_dir),
+        {"lease_ttl_s": "--lease-ttl-s", "work_dir": "--work-dir"},
+    )
+    try:
+        fleet = simulated_machines(
+            machines,
+            region=region,
+            datacenters=dc or list(DATACENTERS),
+            msbs_per_dc=msbs_per_dc,
+            rack_size=rack_size,
+            hardware_type=hardware_type,
+            capacity=Resources(cpu=cpu, memory_mib=memory_mib, disk_gib=disk_gib),
+            prefix=id_prefix,
+        )
+    except pydantic.ValidationError as error:
+        # Only names can be wrong here: the prefix, a datacenter, the region or hardware type.
+        problem = error.errors(include_url=False)[0]
+        typer.echo(f"error: {'.'.join(map(str, problem['loc']))}: {problem['msg']}", err=True)
+        raise typer.Exit(2) from None
+
+    def make_fleet(store: Store) -> AgentFleet:
+        others = [connect_store(url) for _ in range(connections - 1)]
+        progress = functools.partial(typer.echo, err=True)
+        return AgentFleet(fleet, settings, [store, *others], progress=progress)
+
+    serve(make_fleet, url, log_level)

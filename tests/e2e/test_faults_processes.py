@@ -1,0 +1,488 @@
+"""`kill -9` of each kind of service process while jobs are submitted, scaled and deleted.
+
+One region on etcd for the module; each test kills one process, checks what must go on without
+it, starts it again with the command `tether up` recorded (`tether up` does not restart
+services: an operator does), and then checks the invariants that every test shares:
+
+- every job the API accepted (a 2xx answer) exists with the count last accepted, all its tasks
+  running, and every job whose deletion was accepted is gone;
+- no task index ever ran as two processes for longer than the fencing window, except on a
+  machine whose agent died, whose processes its next agent kills;
+- the long-running tasks kept their pids, except those whose own agent's machine died.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.faults import (
+    machine_versions,
+    machines_by_id,
+    pids_by_index,
+    read_key,
+    submit,
+)
+from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, wait_for
+from tether.region.supervisor import process_alive
+from tether.store import keys
+
+pytestmark = pytest.mark.timeout(180)
+
+FENCING_WINDOW_S = 3.0
+"""How long a task index may run as two processes: an old attempt is stopped within the agent's
+poll once its assignment is gone (a sleeper dies at SIGTERM), plus the time to notice."""
+SECOND = "second"
+"""An entitlement of its own, created by the module: a new one joins the least-loaded shard."""
+CHURN_INTERVAL_S = 0.4
+
+
+@dataclass
+class Accepted:
+    """What the API accepted for one job of the churn: its count, and whether it is deleted."""
+
+    count: int
+    deleted: bool = False
+
+
+@dataclass
+class Operation:
+    """One REST call of the churn, sent again until it gets a definite answer."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None
+    handle: str
+    headers: dict[str, str] = field(default_factory=dict)
+    sent: int = 0
+
+
+class Churn(threading.Thread):
+    """Submits, scales and deletes jobs over REST until stopped; remembers what was accepted.
+
+    A call that gets no answer, or a 503, is sent again as it was (a submission with the same
+    Idempotency-Key): its outcome is unknown until it is answered.
+    """
+
+    def __init__(self, url: str, token: str, entitlements: list[str]) -> None:
+        super().__init__(name="churn", daemon=True)
+        self._url = url
+        self._token = token
+        self._entitlements = itertools.cycle(entitlements)
+        self.accepted: dict[str, Accepted] = {}
+        self.unexpected: list[str] = []
+        self.answered = 0
+        self.retried = 0
+        self._numbers = itertools.count()
+        self._steps = itertools.cycle(("submit", "grow", "shrink", "delete"))
+        self._stopping = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._idle = threading.Event()
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._running.set()
+        self.join(timeout=30)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No call is in flight or sent inside the block (an unanswered one waits for after)."""
+        self._running.clear()
+        self._idle.wait(timeout=30)
+        try:
+            yield
+        finally:
+            self._idle.clear()
+            self._running.set()
+
+    def run(self) -> None:
+        pending: Operation | None = None
+        with httpx.Client(
+            base_url=self._url, headers={"Authorization": f"Bearer {self._token}"}, timeout=5
+        ) as client:
+            while not self._stopping.is_set():
+                if not self._running.is_set():
+                    self._idle.set()
+                    self._running.wait()
+                    continue
+                operation = pending or self._next()
+                pending = None if operation is None else self._send(client, operation)
+                time.sleep(CHURN_INTERVAL_S)
+
+    def _live(self) -> list[str]:
+        return [h for h, job in self.accepted.items() if not job.deleted]
+
+    def _next(self) -> Operation | None:
+        step, live = next(self._steps), self._live()
+        if step == "submit" or not live:
+            number = next(self._numbers)
+            spec = sleeper_job(f"churn-{number}", 1, entitlement=next(self._entitlements))
+            handle = f"{spec['entitlement']}/{spec['name']}"
+            key = {"Idempotency-Key": f"churn-{number}"}
+            return Operation("POST", "/v1/jobs", spec, handle, key)
+        if step == "grow":
+            return Operation("POST", f"/v1/jobs/{live[-1]}/scale", {"count": 3}, live[-1])
+        if step == "shrink":
+            return Operation("POST", f"/v1/jobs/{live[-1]}/scale", {"count": 2}, live[-1])
+        if len(live) < 3:
+            return None
+        return Operation("DELETE", f"/v1/jobs/{live[0]}", None, live[0])
+
+    def _send(self, client: httpx.Client, operation: Operation) -> Operation | None:
+        """Sends the call; returns it when it must be sent again."""
+        operation.sent += 1
+        try:
+            response = client.request(
+                operation.method, operation.path, json=operation.body, headers=operation.headers
+            )
+        except httpx.HTTPError:
+            self.retried += 1
+            return operation
+        if response.status_code == 503:
+            self.retried += 1
+            return operation
+        self.answered += 1
+        status = response.status_code
+        with self._lock:
+            if operation.method == "POST" and operation.path == "/v1/jobs" and status in (200, 201):
+                assert operation.body is not None
+                self.accepted[operation.handle] = Accepted(operation.body["count"])
+            elif operation.path.endswith("/scale") and status == 200:
+                assert operation.body is not None
+                self.accepted[operation.handle].count = operation.body["count"]
+            elif operation.method == "DELETE" and (
+                status == 202 or (status == 404 and operation.sent > 1)
+            ):
+                # A 404 after an unanswered attempt: that attempt deleted it.
+                self.accepted[operation.handle].deleted = True
+            else:
+                self.unexpected.append(
+                    f"{operation.method} {operation.path}: {status} {response.text[:300]}"
+                )
+        return None
+
+    def check(self, client: httpx.Client, timeout_s: float = 30) -> None:
+        """Every accepted job exists as accepted, and soon runs all its tasks; every job whose
+        deletion was accepted is soon gone."""
+        assert self.unexpected == []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            listed = {job["handle"]: job for job in get_json(client, "/v1/jobs")["jobs"]}
+            waiting = []
+            for handle, accepted in self.accepted.items():
+                job = listed.get(handle)
+                if accepted.deleted:
+                    if job is not None:
+                        waiting.append(f"{handle} is not deleted yet")
+                    continue
+                # Written before the answer: never missing, never another count.
+                assert job is not None, f"accepted job {handle} is lost"
+                assert job["spec"]["count"] == accepted.count, job
+                if job["running"] != accepted.count or sum(job["tasks"].values()) != job["running"]:
+                    waiting.append(f"{handle} runs {job['running']} of {accepted.count}")
+            if not waiting:
+                return
+            assert time.monotonic() < deadline, f"jobs not as accepted: {waiting}"
+            time.sleep(0.3)
+
+
+@dataclass(frozen=True)
+class TaskProcess:
+    pid: int
+    task_id: str
+    attempt: int
+    machine: str
+
+
+def task_processes(state_dir: Path) -> list[TaskProcess]:
+    """The region's task processes: those running in a sandbox under its directory."""
+    marker = str(state_dir.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if not os.readlink(entry / "cwd").startswith(marker):
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        variables = dict(item.decode(errors="replace").partition("=")[::2] for item in environ)
+        if "TETHER_TASK_ID" in variables and process_alive(int(entry.name)):
+            found.append(
+                TaskProcess(
+                    int(entry.name),
+                    variables["TETHER_TASK_ID"],
+                    int(variables["TETHER_TASK_ATTEMPT"]),
+                    variables["TETHER_MACHINE"],
+                )
+            )
+    return found
+
+
+class Watchdog(threading.Thread):
+    """Samples the region's task processes until stopped.
+
+    Records each task index that runs as two processes for longer than the fencing window;
+    processes on an `excused` machine do not count.
+    """
+
+    def __init__(self, region: LocalRegion) -> None:
+        super().__init__(name="watchdog", daemon=True)
+        self._region = region
+        self.excused: set[str] = set()
+        self.twice: list[str] = []
+        self.processes: list[TaskProcess] = []
+        self._since: dict[str, float] = {}
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=30)
+
+    def run(self) -> None:
+        while not self._stopping.wait(0.25):
+            self._sample()
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        self.processes = task_processes(self._region.state_dir)
+        by_task: dict[str, list[TaskProcess]] = {}
+        for process in self.processes:
+            if process.machine not in self.excused:
+                by_task.setdefault(process.task_id, []).append(process)
+        for task_id in list(self._since):
+            if len(by_task.get(task_id, ())) < 2:
+                del self._since[task_id]
+        for task_id, processes in by_task.items():
+            if len(processes) > 1:
+                since = self._since.setdefault(task_id, now)
+                if now - since > FENCING_WINDOW_S:
+                    self.twice.append(f"{task_id} runs as {processes} for {now - since:.1f} s")
+
+
+@dataclass
+class Faults:
+    """The module's region, its clients and background threads, and its long-running jobs."""
+
+    region: LocalRegion
+    client: httpx.Client
+    churn: Churn
+    watchdog: Watchdog
+    steady: dict[str, dict[int, int | None]]
+    """Long-running job -> its tasks' pids by index, updated when a machine dies."""
+    machines: dict[str, int] = field(default_factory=dict)
+    """Machine id -> version of its record before the kill."""
+
+    def kill(self, name: str) -> None:
+        """SIGKILLs service `name`; returns when it is dead."""
+        self.machines = machine_versions(self.region.store_url())
+        print("T kill", name, time.monotonic(), flush=True)
+        pid = self.region.service_pids()[name]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not process_alive(pid), timeout_s=10, what=f"{name} to die")
+
+    def restart(self, name: str) -> None:
+        """Starts service `name` again as an operator would; returns once it has started."""
+        log = Path(self.region.state_dir / "logs" / f"{name}.log")
+        before = log.stat().st_size
+        self.region.restart(name)
+
+        def started() -> bool:
+            with log.open("rb") as opened:
+                opened.seek(before)
+                return b": started" in opened.read()
+
+        print("T restart", name, time.monotonic(), flush=True)
+        wait_for(started, timeout_s=60, what=f"{name} to start again")
+        print("T started", name, time.monotonic(), flush=True)
+
+    def settle(self, *, machine_died: str | None = None) -> None:
+        """The shared invariants, checked with the churn paused; no machine but `machine_died`
+        changed state since the kill."""
+        print("T settle", time.monotonic(), flush=True)
+        with self.churn.paused():
+            print("T paused", time.monotonic(), flush=True)
+            self.churn.check(self.client)
+            print("T checked", time.monotonic(), flush=True)
+            for handle, pids in self.steady.items():
+                now = pids_by_index(self.client, handle)
+                assert now == pids, f"the tasks of {handle} changed pids: {pids} -> {now}"
+        assert self.watchdog.twice == []
+        versions = machine_versions(self.region.store_url())
+        changed = {m for m, version in versions.items() if version != self.machines.get(m)}
+        assert changed == ({machine_died} if machine_died else set())
+
+
+def shard_of(region: LocalRegion, entitlement: str) -> str:
+    kv = read_key(region.store_url(), keys.shard_assignment(entitlement))
+    assert kv is not None, f"entitlement {entitlement} has no shard"
+    return kv.value.decode()
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
+    # Six machines: `default` spreads its tasks over the four MSBs and takes a machine in each,
+    # which leaves two in the free pool for the second entitlement.
+    region = LocalRegion(
+        tmp_path_factory.mktemp("process-faults") / "tether", store_args=["--etcd"], agents=6
+    )
+    churn: Churn | None = None
+    watchdog: Watchdog | None = None
+    try:
+        region.start()
+        client = region.client()
+        steady = {"default/steady": 4, f"{SECOND}/steady": 2}
+        submit(client, sleeper_job("steady", 4))
+        wait_for(lambda: all_running(client, "default/steady", 4), timeout_s=60, what="steady")
+        # Created once `default` has machines and tasks: it joins the other, least-loaded shard.
+        created = client.post(
+            "/v1/entitlements",
+            json={"name": SECOND, "quota": {"resources": {"cpu": 8000, "memory_mib": 8192}}},
+        )
+        assert created.status_code == 201, created.text
+        assert shard_of(region, SECOND) != shard_of(region, "default")
+        submit(client, sleeper_job("steady", 2, entitlement=SECOND))
+        wait_for(
+            lambda: all_running(client, f"{SECOND}/steady", 2), timeout_s=60, what="second steady"
+        )
+        churn = Churn(region.url, region.token, ["default", SECOND])
+        watchdog = Watchdog(region)
+        churn.start()
+        watchdog.start()
+        yield Faults(region, client, churn, watchdog, {h: pids_by_index(client, h) for h in steady})
+    finally:
+        if churn is not None:
+            churn.stop()
+        if watchdog is not None:
+            watchdog.stop()
+        region.cleanup()
+
+
+def test_frontend(faults: Faults) -> None:
+    faults.kill("frontend")
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{faults.region.url}/readyz")
+    faults.restart("frontend")
+    wait_for(
+        lambda: faults.client.get("/readyz").status_code == 200,
+        timeout_s=30,
+        what="the frontend to be ready",
+    )
+    # The churn's calls sent while it was dead went again, and were answered.
+    answered = faults.churn.answered
+    wait_for(lambda: faults.churn.answered > answered + 2, timeout_s=30, what="churn answers")
+    faults.settle()
+    assert faults.churn.retried > 0
+
+
+@pytest.mark.parametrize("entitlement", ["default", SECOND])
+def test_scheduler_leader(faults: Faults, entitlement: str) -> None:
+    region = faults.region
+    shard = shard_of(region, entitlement)
+    leader = region.shard_leader(shard)
+    assert leader is not None
+    name = next(n for n, pid in region.service_pids().items() if pid == leader.pid)
+    faults.kill(name)
+
+    def successor() -> int | None:
+        current = region.shard_leader(shard)
+        return current.pid if current is not None and current.pid != leader.pid else None
+
+    wait_for(successor, timeout_s=3 + 2, what=f"a new leader of {shard}", interval_s=0.1)
+    # The new leader schedules: a job of the shard runs.
+    handle = submit(faults.client, sleeper_job(f"after-{shard}", 1, entitlement=entitlement))
+    wait_for(lambda: all_running(faults.client, handle, 1), timeout_s=30, what=handle)
+    assert faults.client.delete(f"/v1/jobs/{handle}").status_code == 202
+    faults.restart(name)
+    faults.settle()
+
+
+def test_allocator(faults: Faults) -> None:
+    faults.kill("allocator-0")
+    # Placements go to the other replica.
+    handle = submit(faults.client, sleeper_job("without-allocator-0", 3))
+    wait_for(lambda: all_running(faults.client, handle, 3), timeout_s=30, what=handle)
+    assert faults.client.delete(f"/v1/jobs/{handle}").status_code == 202
+    faults.restart("allocator-0")
+    registered = {a["id"] for a in get_json(faults.client, "/v1/region")["allocators"]}
+    assert "allocator-0" in registered
+    faults.settle()
+
+
+def test_broker(faults: Faults) -> None:
+    faults.kill("broker-dc1")
+    # Machines and placements do not need the broker, only new machines and maintenance do.
+    handle = submit(faults.client, sleeper_job("without-broker", 2))
+    wait_for(lambda: all_running(faults.client, handle, 2), timeout_s=30, what=handle)
+    assert faults.client.delete(f"/v1/jobs/{handle}").status_code == 202
+    faults.restart("broker-dc1")
+    assert {m["state"] for m in machines_by_id(faults.client).values()} == {"up"}
+    faults.settle()
+
+
+def test_health_checker(faults: Faults) -> None:
+    faults.kill("health")
+    faults.restart("health")
+    # A restarted checker gives every machine the whole grace period before judging it: none
+    # may flap down meanwhile (settle() checks that no machine record changed). Whether it
+    # still marks a dead machine down, the agent's test, next, shows.
+    time.sleep(2 + 1)
+    faults.settle()
+
+
+def test_agent(faults: Faults) -> None:
+    client, watchdog = faults.client, faults.watchdog
+    victim = next(t for t in get_json(client, "/v1/jobs/default/steady/tasks")["tasks"])["machine"]
+    orphans = {p.pid for p in watchdog.processes if p.machine == victim}
+    assert orphans, f"no task process runs on {victim}"
+    # Its processes outlive it, and run on after their tasks are replaced elsewhere, until its
+    # next agent kills them: they are not counted twice meanwhile.
+    watchdog.excused.add(victim)
+    faults.kill(f"agent-{victim}")
+    wait_for(
+        lambda: machines_by_id(client)[victim]["state"] == "down",
+        timeout_s=15,
+        what=f"machine {victim} to be down",
+    )
+    for handle, pids in faults.steady.items():
+
+        def moved(h: str = handle, count: int = len(pids)) -> list[dict[str, Any]] | None:
+            tasks = all_running(client, h, count)
+            return tasks if tasks and all(t["machine"] != victim for t in tasks) else None
+
+        tasks = wait_for(moved, timeout_s=30, what=f"the tasks of {handle} to leave {victim}")
+        now = {t["index"]: t["pid"] for t in tasks}
+        kept = {i: pid for i, pid in pids.items() if pid not in orphans}
+        assert {i: now[i] for i in kept} == kept
+        faults.steady[handle] = now
+    assert all(process_alive(pid) for pid in orphans)
+
+    faults.restart(f"agent-{victim}")
+    restarted_at = time.monotonic()
+    wait_for(
+        lambda: not any(process_alive(pid) for pid in orphans),
+        timeout_s=15,
+        what="the restarted agent to kill its stale tasks",
+    )
+    assert time.monotonic() - restarted_at < FENCING_WINDOW_S + 2
+    watchdog.excused.discard(victim)
+    wait_for(
+        lambda: machines_by_id(client)[victim]["state"] == "up",
+        timeout_s=15,
+        what=f"machine {victim} to be up again",
+    )
+    faults.settle(machine_died=victim)

@@ -1,0 +1,164 @@
+"""Simulated machines against a real store: the real agent with an executor that runs no process,
+and a fleet of such agents in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.agent.helpers import (
+    ENT,
+    JOB,
+    assign,
+    unassign,
+    wait_status,
+)
+from tests.integration.agent.helpers import (
+    machine as machine,
+)
+from tests.support.machines import eventually
+from tether.agent.procfs import start_ticks
+from tether.agent.service import Agent
+from tether.agent.settings import AgentSettings
+from tether.agent.simulated import (
+    LIMITS,
+    SIMULATED_PID_BASE,
+    AgentFleet,
+    SimulatedExecutor,
+    simulated_machines,
+)
+from tether.agent.workdir import TaskRef
+from tether.model import AgentHeartbeat, DesiredState, Machine, Resources, TaskState, from_json
+from tether.store import Store, keys, open_store
+
+# A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
+SETTINGS = {"lease_ttl_s": 2, "poll_interval_s": 10.0}
+
+
+@pytest.fixture
+async def simulated(
+    store_url: str, machine: Machine, tmp_path: Path
+) -> AsyncIterator[tuple[Agent, SimulatedExecutor]]:
+    executor = SimulatedExecutor()
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "agent"})
+    agent = Agent(machine, settings, open_store(store_url), executor=executor)
+    await agent.start()
+    try:
+        yield agent, executor
+    finally:
+        with contextlib.suppress(Exception):
+            await agent.stop()
+
+
+async def test_a_simulated_task_runs_without_a_process_and_stops(
+    store: Store, simulated: tuple[Agent, SimulatedExecutor], machine: Machine, tmp_path: Path
+) -> None:
+    _, executor = simulated
+    heartbeat = await store.get(keys.heartbeat(machine.id))
+    assert heartbeat is not None
+    assert from_json(AgentHeartbeat, heartbeat.value, stored=True).address.startswith("nologs://")
+
+    await assign(store, machine, 0, attempt=1)
+    running = await wait_status(store, 0, 1, TaskState.RUNNING)
+    assert running.pid is not None
+    assert running.pid >= SIMULATED_PID_BASE
+    assert start_ticks(running.pid) is None  # no such process
+    assert running.limits == LIMITS
+    assert running.machine == machine.id
+    assert not (tmp_path / "agent" / "tasks").exists()  # nothing on disk
+
+    await unassign(store, machine, 0)
+    killed = await wait_status(store, 0, 1, TaskState.KILLED)
+    assert killed.pid == running.pid
+    assert executor.running == []
+
+
+async def test_a_simulated_exit_is_reported_and_a_new_attempt_runs(
+    store: Store, simulated: tuple[Agent, SimulatedExecutor], machine: Machine
+) -> None:
+    _, executor = simulated
+    await assign(store, machine, 0, attempt=1)
+    first = await wait_status(store, 0, 1, TaskState.RUNNING)
+
+    assert executor.finish(TaskRef(ENT, JOB, 0), 3)
+    failed = await wait_status(store, 0, 1, TaskState.FAILED)
+    assert failed.exit_code == 3
+    assert not executor.finish(TaskRef(ENT, JOB, 0), 0)  # nothing runs any more
+
+    await assign(store, machine, 0, attempt=2)
+    second = await wait_status(store, 0, 2, TaskState.RUNNING)
+    assert second.pid != first.pid
+
+    # A stopped assignment that never ran is reported killed, as with real processes.
+    await assign(store, machine, 1, attempt=1, desired=DesiredState.STOPPED)
+    never = await wait_status(store, 1, 1, TaskState.KILLED)
+    assert never.pid is None
+
+
+def test_simulated_machines_spread_over_fault_domains_with_fixed_width_ids() -> None:
+    machines = simulated_machines(
+        200,
+        region="r",
+        datacenters=["dc1", "dc2"],
+        msbs_per_dc=2,
+        rack_size=10,
+        hardware_type="sim",
+        capacity=Resources(cpu=1000, memory_mib=1024),
+    )
+    ids = [m.id for m in machines]
+    assert (ids[0], ids[-1]) == ("sim-001", "sim-200")
+    assert not any(a != b and b.startswith(a) for a in ids for b in ids)
+    per_msb = Counter((m.topology.dc, m.topology.msb) for m in machines)
+    racks = Counter((m.topology.dc, m.topology.msb, m.topology.rack) for m in machines)
+    assert per_msb == {(dc, msb): 50 for dc in ("dc1", "dc2") for msb in ("msb1", "msb2")}
+    assert set(racks.values()) == {10}
+
+
+async def test_a_fleet_runs_many_agents_on_shared_stores(
+    store: Store, store_url: str, tmp_path: Path
+) -> None:
+    machines = simulated_machines(
+        12,
+        region="r",
+        datacenters=["dc1"],
+        msbs_per_dc=3,
+        rack_size=2,
+        hardware_type="sim",
+        capacity=Resources(cpu=1000, memory_mib=1024),
+        prefix="fleet",
+    )
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "fleet"})
+    progress: list[str] = []
+    fleet = AgentFleet(
+        machines,
+        settings,
+        [open_store(store_url), open_store(store_url)],
+        starting_at_once=4,
+        progress=progress.append,
+    )
+    await fleet.start()
+    try:
+        await asyncio.wait_for(fleet.started.wait(), 60)
+        assert len(fleet.agents) == 12
+        assert progress[-1].startswith("12 of 12 agents started")
+        assert await store.count(keys.HEARTBEATS) == 12
+        for index, target in enumerate(machines[::4]):
+            await assign(store, target, index, attempt=1)
+        for index, target in enumerate(machines[::4]):
+            running = await wait_status(store, index, 1, TaskState.RUNNING)
+            assert running.machine == target.id
+        assert len(fleet.executors[machines[0].id].running) == 1
+    finally:
+        await fleet.stop()
+    # Stopping revokes every heartbeat's lease at once.
+    await eventually(
+        lambda: store.count(keys.HEARTBEATS),
+        lambda count: count == 0,
+        timeout_s=10,
+        what="the fleet's heartbeats to go",
+    )
