@@ -1,7 +1,8 @@
-"""End-to-end timings of a real local region (`tether up`): start, run, restart, fail over.
+#!/usr/bin/env python3
+"""A whole region on this machine: end-to-end timings (default), or tasks started at scale.
 
-Prints one JSON line. Every number is wall-clock seconds measured from outside, through the
-REST API, with real task processes:
+Timings (default): starts a real region with `tether up` (short leases: agent 2 s, health grace
+2 s, scheduler 3 s) and times it from outside, through the REST API, with real task processes:
 
 - `ready_s`: `tether up` until it reports the region ready;
 - `job_running_s`: submitting a job of `--tasks` tasks until every task runs;
@@ -10,50 +11,105 @@ REST API, with real task processes:
 - `machine_down_s`: `kill -9` of an agent until its machine is marked down;
 - `tasks_moved_s`: the same kill until all the job's tasks run again off that machine.
 
-Usage: .venv/bin/python scripts/bench_region.py [--etcd] [--tasks 40] [--agents 4]
+Scale (`--machines N`): the same services (`tether up --agents 0 --shards 4 --frontends 2`),
+and N simulated machines in one more process (`tether agent-sim`: the real agent's code with
+an executor that starts no process). Once every machine is up, it creates 2 entitlements per
+shard and submits jobs of `--job-tasks` tasks totalling `--tasks` through REST (16 requests in
+flight, over both frontends), and follows the task statuses in the store until every task runs:
+
+- `machines_up_s`: from starting the simulated machines until all are up;
+- `submit_s`: submitting every job;
+- `submit_to_all_running_s`: from the first submission until every task runs;
+- `tasks_running_per_s`: `--tasks` over that time;
+- `store_revisions_per_s`: store transactions committed per second meanwhile;
+- `peak_rss_mib` and `cpu_s` (CPU seconds during the submission and start) per process.
+
+Prints one JSON line on stdout; progress goes to stderr.
+
+Usage: .venv/bin/python scripts/bench_region.py [--store etcd] [--tasks 40] [--agents 4]
+       .venv/bin/python scripts/bench_region.py --machines 10000 --tasks 100000 --store etcd
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tether.model import ShardLeader, from_json, shard_for
+import httpx
+import orjson
+from allocbench import log
+
+from tether.model import shard_for
 from tether.region.harness import (
     FAST_TIMINGS,
     LocalRegion,
     all_running,
     get_json,
+    peak_rss_mib,
     sleeper_job,
     tasks_of,
     wait_for,
 )
 from tether.region.plan import SHARDS
-from tether.store import keys, open_store
+from tether.store import EventType, Store, keys, open_store
+
+SCALE_SHARDS = 4
+SCALE_FRONTENDS = 2
+ENTITLEMENTS_PER_SHARD = 2
+SUBMITTING_AT_ONCE = 16
+# A quarter of a simulated machine's CPU and an eighth of its memory each way: 100,000 tasks
+# fill 6,250 of 10,000 machines when packed.
+TASK_RESOURCES = {"cpu": 2000, "memory_mib": 4096}
+QUOTA_HEADROOM = 1.2
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def leader_pid(store_url: str, shard: str) -> int | None:
-    async def read() -> int | None:
-        async with open_store(store_url) as store:
-            kv = await store.get(keys.shard_leader(shard))
-            return None if kv is None else from_json(ShardLeader, kv.value, stored=True).pid
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--store", choices=("sqlite", "etcd"), default="sqlite", help="the region's store"
+    )
+    parser.add_argument("--etcd", action="store_true", help="the same as --store etcd")
+    parser.add_argument("--tasks", type=int, default=40, help="tasks of the job(s) submitted")
+    parser.add_argument("--agents", type=int, default=4, help="timings: real local agents")
+    parser.add_argument(
+        "--machines", type=int, default=0, help="scale: this many simulated machines"
+    )
+    parser.add_argument("--job-tasks", type=int, default=100, help="scale: tasks per job")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=900,
+        help="scale: give up waiting for every task to run after this (the JSON says how far "
+        "it got)",
+    )
+    args = parser.parse_args()
+    if args.etcd:
+        args.store = "etcd"
+    return args
 
-    return asyncio.run(read())
+
+# --- timings ----------------------------------------------------------------------------------
 
 
-def measure(region: LocalRegion, tasks: int) -> dict[str, Any]:
+def measure_timings(region: LocalRegion, tasks: int) -> dict[str, Any]:
     results: dict[str, Any] = {}
     started = time.monotonic()
     region.start()
     results["ready_s"] = round(time.monotonic() - started, 2)
-    store_url = str(json.loads((region.state_dir / "region.json").read_text())["store"])
     handle = "default/bench"
     with region.client() as client:
         started = time.monotonic()
@@ -79,12 +135,12 @@ def measure(region: LocalRegion, tasks: int) -> dict[str, Any]:
         results["task_restart_s"] = round(time.monotonic() - started, 2)
 
         shard = shard_for("default", list(SHARDS))
-        old = leader_pid(store_url, shard)
+        old = region.shard_leader(shard)
         assert old is not None
         started = time.monotonic()
-        os.kill(old, signal.SIGKILL)
+        os.kill(old.pid, signal.SIGKILL)
         wait_for(
-            lambda: (pid := leader_pid(store_url, shard)) is not None and pid != old,
+            lambda: (leader := region.shard_leader(shard)) is not None and leader.pid != old.pid,
             timeout_s=60,
             what="a new leader",
             interval_s=0.05,
@@ -113,37 +169,240 @@ def measure(region: LocalRegion, tasks: int) -> dict[str, Any]:
             what="the tasks to move",
         )
         results["tasks_moved_s"] = round(time.monotonic() - started, 2)
-    return results
+    return {"agents": region.agents, "timings": FAST_TIMINGS, **results}
+
+
+# --- scale ------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+async def machines_up(store: Store) -> int:
+    """How many machines are up, read page by page."""
+    up, start_after = 0, None
+    while True:
+        page = await store.range(keys.MACHINES, start_after=start_after, limit=5000)
+        up += sum(1 for kv in page.kvs if orjson.loads(kv.value)["state"] == "up")
+        if not page.more or not page.kvs:
+            return up
+        start_after = page.kvs[-1].key
+
+
+async def wait_for_machines(
+    store_url: str, machines: int, simulator: subprocess.Popen[bytes]
+) -> None:
+    async with open_store(store_url) as store:
+        reported = -1
+        while (up := await machines_up(store)) < machines:
+            if simulator.poll() is not None:
+                raise SystemExit(f"tether agent-sim exited with code {simulator.returncode}")
+            if up // 1000 != reported // 1000:
+                log(f"{up:,} of {machines:,} machines up")
+                reported = up
+            await asyncio.sleep(2)
+
+
+class Running:
+    """Tasks whose status says running, followed through a watch on `task-status/`."""
+
+    def __init__(self) -> None:
+        self.tasks: set[str] = set()
+        self._changed = asyncio.Event()
+
+    async def follow(self, store: Store, start_revision: int) -> None:
+        async with store.watch(keys.TASK_STATUS, start_revision=start_revision) as watch:
+            async for events in watch:
+                for event in events:
+                    put = event.type is EventType.PUT
+                    if put and orjson.loads(event.kv.value)["state"] == "running":
+                        self.tasks.add(event.kv.key)
+                    else:
+                        self.tasks.discard(event.kv.key)
+                self._changed.set()
+
+    async def wait_for(self, count: int, started: float, deadline: float) -> None:
+        """Returns once `count` tasks run or at `deadline`; logs the rate every 10 s."""
+        next_report = time.monotonic() + 10
+        while len(self.tasks) < count and time.monotonic() < deadline:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 1)
+            if time.monotonic() >= next_report:
+                elapsed, running = time.monotonic() - started, len(self.tasks)
+                log(f"{running:,} tasks run after {elapsed:.0f} s ({running / elapsed:,.0f}/s)")
+                next_report += 10
+
+
+async def create_entitlements(http: httpx.AsyncClient, names: list[str], tasks_each: int) -> None:
+    quota = {
+        resource: int(amount * tasks_each * QUOTA_HEADROOM)
+        for resource, amount in TASK_RESOURCES.items()
+    }
+    for name in names:
+        created = await http.post(
+            "/v1/entitlements",
+            json={"name": name, "quota": {"resources": quota}, "members": ["admin"]},
+        )
+        created.raise_for_status()
+
+
+async def submit(frontends: list[httpx.AsyncClient], jobs: list[dict[str, Any]]) -> None:
+    """Submits every job, SUBMITTING_AT_ONCE in flight, each to the next frontend."""
+    slots = asyncio.Semaphore(SUBMITTING_AT_ONCE)
+    targets = itertools.cycle(frontends)
+
+    async def one(job: dict[str, Any]) -> None:
+        async with slots:
+            response = await next(targets).post("/v1/jobs", json=job)
+            if response.status_code != 201:
+                raise SystemExit(
+                    f"submitting {job['name']}: {response.status_code} {response.text}"
+                )
+
+    await asyncio.gather(*(one(job) for job in jobs))
+
+
+async def run_scale(
+    region: LocalRegion, args: argparse.Namespace, pids: dict[str, int]
+) -> dict[str, Any]:
+    """Submits the jobs and waits until every task runs; returns the measurements."""
+    headers = {"Authorization": f"Bearer {region.token}"}
+    frontends = [
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=120) for url in region.urls
+    ]
+    entitlements = [f"team-{n:02d}" for n in range(SCALE_SHARDS * ENTITLEMENTS_PER_SHARD)]
+    counts = [args.job_tasks] * (args.tasks // args.job_tasks)
+    if args.tasks % args.job_tasks:
+        counts.append(args.tasks % args.job_tasks)
+    jobs = []
+    for number, count in enumerate(counts):
+        job = sleeper_job(
+            f"job-{number:05d}", count, entitlement=entitlements[number % len(entitlements)]
+        )
+        job["task"]["resources"] = TASK_RESOURCES
+        jobs.append(job)
+    try:
+        per_entitlement = -(-args.tasks // len(entitlements))
+        await create_entitlements(frontends[0], entitlements, per_entitlement)
+        shards = (await frontends[0].get("/admin/shards")).json()["shards"]
+        spread = {
+            shard["shard"]: len(set(shard["entitlements"]) & set(entitlements)) for shard in shards
+        }
+        log(f"entitlements per shard: {spread}")
+        async with open_store(region.store_url()) as store:
+            running = Running()
+            first_revision = await store.revision()
+            follower = asyncio.create_task(running.follow(store, first_revision + 1))
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            started = time.monotonic()
+            log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks ({args.tasks:,} tasks)")
+            await submit(frontends, jobs)
+            submit_s = time.monotonic() - started
+            log(f"submitted in {submit_s:.1f} s; {len(running.tasks):,} tasks run")
+            await running.wait_for(args.tasks, started, started + args.timeout_s)
+            elapsed = time.monotonic() - started
+            revisions = await store.revision() - first_revision
+            cpu = {
+                name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()
+            }
+            follower.cancel()
+    finally:
+        for http in frontends:
+            await http.aclose()
+    completed = len(running.tasks) >= args.tasks
+    log(
+        f"{len(running.tasks):,} tasks run after {elapsed:.1f} s"
+        + ("" if completed else " (gave up)")
+    )
+    return {
+        "jobs": len(jobs),
+        "completed": completed,
+        "tasks_running": len(running.tasks),
+        "submit_s": round(submit_s, 1),
+        "submit_to_all_running_s": round(elapsed, 1) if completed else None,
+        "tasks_running_per_s": round(len(running.tasks) / elapsed),
+        "store_revisions_per_s": round(revisions / elapsed),
+        "entitlements_per_shard": spread,
+        "cpu_s": cpu,
+    }
+
+
+def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
+    region.start(timeout_s=300)
+    store_url = region.store_url()
+    state = json.loads((region.state_dir / "region.json").read_text())
+    log_path = region.state_dir / "logs" / "agent-sim.log"
+    with log_path.open("ab") as sim_log:
+        simulator = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tether.cli.main", "agent-sim"),
+                *("--machines", str(args.machines), "--store", store_url),
+                *("--work-dir", str(region.state_dir / "agent-sim")),
+            ],
+            stdout=sim_log,
+            stderr=subprocess.STDOUT,
+            env=region.env(),
+            start_new_session=True,
+        )
+    try:
+        started = time.monotonic()
+        log(f"starting {args.machines:,} simulated machines (log: {log_path})")
+        asyncio.run(wait_for_machines(store_url, args.machines, simulator))
+        up_s = time.monotonic() - started
+        log(f"{args.machines:,} machines up after {up_s:.1f} s")
+        pids = {**region.service_pids(), "agent-sim": simulator.pid}
+        if state.get("etcd_pid"):
+            pids["etcd"] = int(state["etcd_pid"])
+        results = asyncio.run(run_scale(region, args, pids))
+        rss = {
+            name: round(mib) for name, pid in pids.items() if (mib := peak_rss_mib(pid)) is not None
+        }
+    finally:
+        simulator.kill()
+        simulator.wait()
+    return {
+        "machines": args.machines,
+        "shards": SCALE_SHARDS,
+        "frontends": SCALE_FRONTENDS,
+        "machines_up_s": round(up_s, 1),
+        **results,
+        "peak_rss_mib": rss,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--etcd", action="store_true", help="run the region on a local etcd")
-    parser.add_argument("--tasks", type=int, default=40, help="tasks of the measured job")
-    parser.add_argument("--agents", type=int, default=4, help="local agents (machines)")
-    args = parser.parse_args()
+    args = parse_args()
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as directory:
-        region = LocalRegion(
-            Path(directory) / "tether",
-            store_args=["--etcd"] if args.etcd else [],
-            agents=args.agents,
-        )
+        store_args = ["--etcd"] if args.store == "etcd" else []
+        if args.machines:
+            region = LocalRegion(
+                Path(directory) / "tether",
+                store_args=store_args,
+                agents=0,
+                frontends=SCALE_FRONTENDS,
+                shards=SCALE_SHARDS,
+            )
+        else:
+            region = LocalRegion(
+                Path(directory) / "tether", store_args=store_args, agents=args.agents
+            )
         try:
-            results = measure(region, args.tasks)
+            results = (
+                measure_scale(region, args)
+                if args.machines
+                else measure_timings(region, args.tasks)
+            )
         finally:
             region.cleanup()
-    print(
-        json.dumps(
-            {
-                "benchmark": "region",
-                "store": "etcd" if args.etcd else "sqlite",
-                "agents": args.agents,
-                "tasks": args.tasks,
-                "timings": FAST_TIMINGS,
-                **results,
-            }
-        )
-    )
+    benchmark = "region-scale" if args.machines else "region"
+    print(json.dumps({"benchmark": benchmark, "store": args.store, "tasks": args.tasks, **results}))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ it, starts it again with the command `tether up` recorded (`tether up` does not 
 services: an operator does), and then checks the invariants that every test shares:
 
 - every job the API accepted (a 2xx answer) exists with the count last accepted, all its tasks
-  running, and every job whose deletion was accepted is gone;
+  running, and every job whose deletion was accepted is gone, its processes too;
 - no task index ever ran as two processes for longer than the fencing window, except on a
   machine whose agent died, whose processes its next agent kills;
 - the long-running tasks kept their pids, except those whose own agent's machine died.
@@ -36,7 +36,9 @@ from tests.support.faults import (
 )
 from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, wait_for
 from tether.region.supervisor import process_alive
+from tether.scheduler.allocator_client import replica_order
 from tether.store import keys
+from tether.store.etcd_server import EtcdServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -90,7 +92,6 @@ class Churn(threading.Thread):
         self._running = threading.Event()
         self._running.set()
         self._idle = threading.Event()
-        self._lock = threading.Lock()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -100,8 +101,9 @@ class Churn(threading.Thread):
     @contextmanager
     def paused(self) -> Iterator[None]:
         """No call is in flight or sent inside the block (an unanswered one waits for after)."""
+        assert self.is_alive(), "the churn thread died"
         self._running.clear()
-        self._idle.wait(timeout=30)
+        assert self._idle.wait(timeout=30), "the churn did not pause"
         try:
             yield
         finally:
@@ -156,22 +158,21 @@ class Churn(threading.Thread):
             return operation
         self.answered += 1
         status = response.status_code
-        with self._lock:
-            if operation.method == "POST" and operation.path == "/v1/jobs" and status in (200, 201):
-                assert operation.body is not None
-                self.accepted[operation.handle] = Accepted(operation.body["count"])
-            elif operation.path.endswith("/scale") and status == 200:
-                assert operation.body is not None
-                self.accepted[operation.handle].count = operation.body["count"]
-            elif operation.method == "DELETE" and (
-                status == 202 or (status == 404 and operation.sent > 1)
-            ):
-                # A 404 after an unanswered attempt: that attempt deleted it.
-                self.accepted[operation.handle].deleted = True
-            else:
-                self.unexpected.append(
-                    f"{operation.method} {operation.path}: {status} {response.text[:300]}"
-                )
+        if operation.method == "POST" and operation.path == "/v1/jobs" and status in (200, 201):
+            assert operation.body is not None
+            self.accepted[operation.handle] = Accepted(operation.body["count"])
+        elif operation.path.endswith("/scale") and status == 200:
+            assert operation.body is not None
+            self.accepted[operation.handle].count = operation.body["count"]
+        elif operation.method == "DELETE" and (
+            status == 202 or (status == 404 and operation.sent > 1)
+        ):
+            # A 404 after an unanswered attempt: that attempt deleted it.
+            self.accepted[operation.handle].deleted = True
+        else:
+            self.unexpected.append(
+                f"{operation.method} {operation.path}: {status} {response.text[:300]}"
+            )
         return None
 
     def check(self, client: httpx.Client, timeout_s: float = 30) -> None:
@@ -201,6 +202,8 @@ class Churn(threading.Thread):
 
 @dataclass(frozen=True)
 class TaskProcess:
+    """A task's process, as its environment names it."""
+
     pid: int
     task_id: str
     attempt: int
@@ -247,6 +250,7 @@ class Watchdog(threading.Thread):
         self.twice: list[str] = []
         self.processes: list[TaskProcess] = []
         self._since: dict[str, float] = {}
+        self._reported: set[str] = set()
         self._stopping = threading.Event()
 
     def stop(self) -> None:
@@ -270,7 +274,8 @@ class Watchdog(threading.Thread):
         for task_id, processes in by_task.items():
             if len(processes) > 1:
                 since = self._since.setdefault(task_id, now)
-                if now - since > FENCING_WINDOW_S:
+                if now - since > FENCING_WINDOW_S and task_id not in self._reported:
+                    self._reported.add(task_id)
                     self.twice.append(f"{task_id} runs as {processes} for {now - since:.1f} s")
 
 
@@ -290,14 +295,13 @@ class Faults:
     def kill(self, name: str) -> None:
         """SIGKILLs service `name`; returns when it is dead."""
         self.machines = machine_versions(self.region.store_url())
-        print("T kill", name, time.monotonic(), flush=True)
         pid = self.region.service_pids()[name]
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not process_alive(pid), timeout_s=10, what=f"{name} to die")
 
     def restart(self, name: str) -> None:
         """Starts service `name` again as an operator would; returns once it has started."""
-        log = Path(self.region.state_dir / "logs" / f"{name}.log")
+        log = self.region.state_dir / "logs" / f"{name}.log"
         before = log.stat().st_size
         self.region.restart(name)
 
@@ -306,21 +310,24 @@ class Faults:
                 opened.seek(before)
                 return b": started" in opened.read()
 
-        print("T restart", name, time.monotonic(), flush=True)
         wait_for(started, timeout_s=60, what=f"{name} to start again")
-        print("T started", name, time.monotonic(), flush=True)
 
     def settle(self, *, machine_died: str | None = None) -> None:
         """The shared invariants, checked with the churn paused; no machine but `machine_died`
         changed state since the kill."""
-        print("T settle", time.monotonic(), flush=True)
         with self.churn.paused():
-            print("T paused", time.monotonic(), flush=True)
             self.churn.check(self.client)
-            print("T checked", time.monotonic(), flush=True)
             for handle, pids in self.steady.items():
                 now = pids_by_index(self.client, handle)
                 assert now == pids, f"the tasks of {handle} changed pids: {pids} -> {now}"
+            deleted = {handle for handle, job in self.churn.accepted.items() if job.deleted}
+            lingering = [
+                process
+                for process in task_processes(self.region.state_dir)
+                if process.task_id.rsplit("/", 1)[0] in deleted
+            ]
+            assert lingering == [], "tasks of deleted jobs still run"
+        assert self.watchdog.is_alive(), "the watchdog thread died"
         assert self.watchdog.twice == []
         versions = machine_versions(self.region.store_url())
         changed = {m for m, version in versions.items() if version != self.machines.get(m)}
@@ -334,11 +341,25 @@ def shard_of(region: LocalRegion, entitlement: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
+def etcd() -> Iterator[EtcdServer]:
+    # Not `tether up --etcd`: the store must outlive `tether up`, so that the services the tests
+    # started again (outside it) can stop cleanly after it.
+    server = EtcdServer(on_tmpfs=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def faults(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
     # Six machines: `default` spreads its tasks over the four MSBs and takes a machine in each,
     # which leaves two in the free pool for the second entitlement.
     region = LocalRegion(
-        tmp_path_factory.mktemp("process-faults") / "tether", store_args=["--etcd"], agents=6
+        tmp_path_factory.mktemp("process-faults") / "tether",
+        store_args=["--store", etcd.url],
+        agents=6,
     )
     churn: Churn | None = None
     watchdog: Watchdog | None = None
@@ -373,20 +394,22 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faults]:
 
 
 def test_frontend(faults: Faults) -> None:
+    churn = faults.churn
+    retried = churn.retried
     faults.kill("frontend")
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{faults.region.url}/readyz")
+    wait_for(lambda: churn.retried > retried, timeout_s=10, what="a churn call to go unanswered")
     faults.restart("frontend")
     wait_for(
         lambda: faults.client.get("/readyz").status_code == 200,
         timeout_s=30,
         what="the frontend to be ready",
     )
-    # The churn's calls sent while it was dead went again, and were answered.
-    answered = faults.churn.answered
-    wait_for(lambda: faults.churn.answered > answered + 2, timeout_s=30, what="churn answers")
+    # The calls that went unanswered are sent again, and answered (settle() checks how).
+    answered = churn.answered
+    wait_for(lambda: churn.answered > answered + 2, timeout_s=30, what="churn answers")
     faults.settle()
-    assert faults.churn.retried > 0
 
 
 @pytest.mark.parametrize("entitlement", ["default", SECOND])
@@ -412,14 +435,19 @@ def test_scheduler_leader(faults: Faults, entitlement: str) -> None:
 
 
 def test_allocator(faults: Faults) -> None:
-    faults.kill("allocator-0")
-    # Placements go to the other replica.
-    handle = submit(faults.client, sleeper_job("without-allocator-0", 3))
+    # The replica `default`'s placements go to first: they must go to the other one.
+    home = replica_order("default", ["allocator-0", "allocator-1"])[0]
+    faults.kill(home)
+    handle = submit(faults.client, sleeper_job("without-home-allocator", 3))
     wait_for(lambda: all_running(faults.client, handle, 3), timeout_s=30, what=handle)
     assert faults.client.delete(f"/v1/jobs/{handle}").status_code == 202
-    faults.restart("allocator-0")
-    registered = {a["id"] for a in get_json(faults.client, "/v1/region")["allocators"]}
-    assert "allocator-0" in registered
+    faults.restart(home)
+
+    def registered() -> bool:
+        replicas = get_json(faults.client, "/v1/region")["allocators"]
+        return any(a["pid"] == faults.region.service_pids()[home] for a in replicas)
+
+    wait_for(registered, timeout_s=15, what=f"the restarted {home} to register")
     faults.settle()
 
 
@@ -447,7 +475,7 @@ def test_health_checker(faults: Faults) -> None:
 def test_agent(faults: Faults) -> None:
     client, watchdog = faults.client, faults.watchdog
     victim = next(t for t in get_json(client, "/v1/jobs/default/steady/tasks")["tasks"])["machine"]
-    orphans = {p.pid for p in watchdog.processes if p.machine == victim}
+    orphans = {p.pid for p in task_processes(faults.region.state_dir) if p.machine == victim}
     assert orphans, f"no task process runs on {victim}"
     # Its processes outlive it, and run on after their tasks are replaced elsewhere, until its
     # next agent kills them: they are not counted twice meanwhile.

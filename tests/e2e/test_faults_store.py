@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -113,11 +114,12 @@ def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
     finally:
         cluster.start()
 
-    after = wait_for(
-        lambda: client.get("/v1/jobs").status_code == 200 and all_running(client, steady, 4),
-        timeout_s=30,
-        what="the API to answer and the 4 tasks to be running",
-    )
+    def answering() -> list[dict[str, Any]] | None:
+        if client.get("/v1/jobs").status_code != 200:
+            return None
+        return all_running(client, steady, 4)
+
+    after = wait_for(answering, timeout_s=30, what="the API to answer, and 4 tasks to run")
     assert {t["index"]: t["pid"] for t in after} == pids
     assert client.get("/v1/jobs/default/during-outage").status_code == 404
     handle = submit(client, sleeper_job("after-outage", 2))

@@ -52,6 +52,8 @@ class Executor(abc.ABC):
 
     logs: WorkDir | None = None
     """Where the attempts' logs are, for the agent's log server; None: there are no logs."""
+    poll_interval_s: float | None = None
+    """How often the agent looks at the attempts; None: as its settings say."""
 
     _wake: Callable[[], None] | None = None
 

@@ -101,6 +101,7 @@ class Agent(Service):
         self._owns_store = owns_store
         self.work_dir = WorkDir(settings.work_dir or Path(".tether/agents") / machine.id)
         self._executor = executor or ProcessExecutor(self.work_dir, settings, machine.id)
+        self._poll_interval_s = self._executor.poll_interval_s or settings.poll_interval_s
         logs = self._executor.logs
         self._http = (
             None if logs is None else log_server(logs, settings.http_host, settings.http_port)
@@ -259,7 +260,7 @@ class Agent(Service):
     async def _reconcile_forever(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._settings.poll_interval_s)
+                await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
             self._wake.clear()
             try:
                 await self._reconcile()

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Final
 
 from tether.agent.executor import Executor, Leftover
+from tether.agent.fanout import SharedWatches
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
 from tether.model import Assignment, Machine, Resources, Topology
 from tether.service import Service
-from tether.store import Store, StoreError
+from tether.store import Store, StoreError, keys
 
 _log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ LIMITS: Final = "simulated"
 """What a simulated attempt reports as its limit mode."""
 STARTING_AT_ONCE: Final = 64
 """Agents of a fleet that register at the same time: enough to keep the store busy."""
+POLL_INTERVAL_S: Final = 60.0
+"""The executor wakes its agent on every change: a poll only retries what failed, and
+thousands of agents polling often would take the fleet's CPU."""
 RETRY_S: Final = 1.0
 """Pause before an agent the store refused tries to start again."""
 
@@ -37,8 +41,9 @@ _pids = itertools.count(SIMULATED_PID_BASE)
 
 class SimulatedExecutor(Executor):
     """Runs no process and keeps nothing on disk: a launched attempt runs at once, with a
-    made-up pid, until the agent stops it or `finish()` ends it. The agent is woken on every
-    change, so it need not poll often."""
+    made-up pid, until the agent stops it or `finish()` ends it."""
+
+    poll_interval_s = POLL_INTERVAL_S
 
     def __init__(self) -> None:
         self._states: dict[AttemptFiles, ShimState] = {}
@@ -146,7 +151,9 @@ def simulated_machines(
 
 class AgentFleet(Service):
     """One real `Agent` per machine, each with a `SimulatedExecutor`, all in this process and
-    sharing `stores` (round-robin): thousands of machines without thousands of processes.
+    sharing `stores` (round-robin): thousands of machines without thousands of processes. The
+    agents' watches on their assignments and allocation records share one watch per store
+    (`SharedWatches`).
 
     `start()` returns at once and the agents start in the background, `starting_at_once` at a
     time (an agent the store refuses is tried again), so that a signal can stop a fleet that is
@@ -171,6 +178,9 @@ class AgentFleet(Service):
         self._machines = list(machines)
         self._settings = settings
         self._stores = list(stores)
+        self._shared = [
+            SharedWatches(store, [keys.ASSIGNMENTS, keys.ALLOCATIONS]) for store in stores
+        ]
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self.agents: list[Agent] = []
@@ -191,7 +201,7 @@ class AgentFleet(Service):
         async def start_one(number: int, machine: Machine) -> None:
             executor = SimulatedExecutor()
             settings = self._settings.model_copy(update={"work_dir": root / machine.id})
-            store = self._stores[number % len(self._stores)]
+            store = self._shared[number % len(self._shared)]
             async with slots:
                 while True:
                     agent = Agent(machine, settings, store, executor=executor, owns_store=False)
@@ -235,6 +245,8 @@ class AgentFleet(Service):
 
         agents, self.agents = self.agents, []
         await asyncio.gather(*(stop_one(agent) for agent in agents))
+        for shared in self._shared:
+            await shared.close()
         stores, self._stores = self._stores, []
         for store in stores:
             await store.close()

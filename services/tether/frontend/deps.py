@@ -14,6 +14,7 @@ from tether.store import Store
 # Coroutines, though they never wait: FastAPI runs a plain function dependency in a worker
 # thread, and handing every request to threads twice cost the frontend a third of its CPU.
 
+
 async def _store(request: Request) -> Store:
     store: Store = request.app.state.store
     return store

@@ -22,6 +22,7 @@ from tests.integration.agent.helpers import (
     machine as machine,
 )
 from tests.support.machines import eventually
+from tether.agent.fanout import SharedWatches
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
@@ -34,7 +35,7 @@ from tether.agent.simulated import (
 )
 from tether.agent.workdir import TaskRef
 from tether.model import AgentHeartbeat, DesiredState, Machine, Resources, TaskState, from_json
-from tether.store import Store, keys, open_store
+from tether.store import Store, Watch, keys, open_store
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
 SETTINGS = {"lease_ttl_s": 2, "poll_interval_s": 10.0}
@@ -162,3 +163,33 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
         timeout_s=10,
         what="the fleet's heartbeats to go",
     )
+
+
+async def test_shared_watches_give_each_watch_its_prefix_from_its_revision(store: Store) -> None:
+    shared = SharedWatches(store, ["/t/"])
+    start = await store.revision() + 1
+    record = shared.watch("/t/a", start_revision=start)  # as an agent's allocation record
+    under = shared.watch("/t/b/", start_revision=start)
+    for key in ("/t/a", "/t/a/1", "/t/ab", "/t/b/1"):
+        await store.put(key, b"x")
+
+    async def keys_of(watch: Watch, count: int) -> list[str]:
+        seen: list[str] = []
+        while len(seen) < count:
+            events = await asyncio.wait_for(anext(watch), 10)
+            seen += [event.kv.key for event in events]
+        return seen
+
+    try:
+        assert await keys_of(record, 2) == ["/t/a", "/t/a/1"]  # not /t/ab
+        assert await keys_of(under, 1) == ["/t/b/1"]
+        # A watch that starts behind the shared one gets the changes since its start.
+        late = shared.watch("/t/b/", start_revision=start)
+        assert await keys_of(late, 1) == ["/t/b/1"]
+        await store.put("/t/b/2", b"x")
+        assert await keys_of(late, 1) == ["/t/b/2"]
+        assert await keys_of(under, 1) == ["/t/b/2"]
+        # Outside the shared parents, a watch is the store's own.
+        assert not isinstance(shared.watch("/u/", start_revision=start), type(under))
+    finally:
+        await shared.close()

@@ -1,0 +1,221 @@
+"""Many watches under one prefix served by a single store watch: the simulated fleet's plumbing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Final
+
+from tether.store import (
+    CompactedError,
+    Compare,
+    KeyValue,
+    Op,
+    RangeResult,
+    Store,
+    StoreError,
+    TxnResult,
+    Watch,
+    WatchEvent,
+)
+
+_log = logging.getLogger(__name__)
+
+HISTORY: Final = 10_000
+"""Revisions a shared watch keeps, for a watch that starts behind it (an agent lists its prefix,
+then watches from the listing's revision); one that starts further back is told the history is
+gone, and lists again."""
+RETRY_S: Final = 0.5
+
+
+class SharedWatches(Store):
+    """`inner`, except that a watch on a prefix under one of `parents` is served by one watch
+    per parent shared by every such watch in this process.
+
+    A process of thousands of agents would otherwise hold two watch streams per agent: tens of
+    thousands of gRPC streams cost the process a core while idle, and make every request slower.
+    A real agent has its own connection, and etcd matches each change to its watchers; here
+    the process does the matching. Shared prefixes must end at a key segment (with or without
+    its slash), which every agent prefix does: a change goes to the watches on the prefixes of
+    its key that end at a slash or just before one. Closing this store closes nothing: its
+    owner closes `inner`.
+    """
+
+    def __init__(self, inner: Store, parents: Sequence[str]) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self._hubs = {parent: _Hub(inner, parent) for parent in parents}
+
+    def watch(self, prefix: str, *, start_revision: int) -> Watch:
+        for parent, hub in self._hubs.items():
+            if prefix.startswith(parent) and prefix != parent:
+                return _SharedWatch(hub, prefix, start_revision)
+        return self.inner.watch(prefix, start_revision=start_revision)
+
+    async def close(self) -> None:
+        for hub in self._hubs.values():
+            await hub.stop()
+
+    # --- everything else goes to `inner` -----------------------------------------------------
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self.inner.get(key)
+
+    async def range(
+        self,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        limit: int = 0,
+        revision: int = 0,
+    ) -> RangeResult:
+        return await self.inner.range(
+            prefix, start_after=start_after, limit=limit, revision=revision
+        )
+
+    async def count(self, prefix: str) -> int:
+        return await self.inner.count(prefix)
+
+    async def txn(
+        self,
+        compares: Sequence[Compare],
+        success: Sequence[Op],
+        failure: Sequence[Op] = (),
+    ) -> TxnResult:
+        return await self.inner.txn(compares, success, failure)
+
+    async def lease_grant(self, ttl_s: int) -> int:
+        return await self.inner.lease_grant(ttl_s)
+
+    async def lease_keepalive(self, lease: int) -> int:
+        return await self.inner.lease_keepalive(lease)
+
+    async def lease_revoke(self, lease: int) -> None:
+        await self.inner.lease_revoke(lease)
+
+    async def lease_time_to_live(self, lease: int) -> int | None:
+        return await self.inner.lease_time_to_live(lease)
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    async def compact(self, revision: int) -> None:
+        await self.inner.compact(revision)
+
+
+class _Hub:
+    """The one watch on `parent`, its recent history, and the watches it feeds."""
+
+    def __init__(self, store: Store, parent: str) -> None:
+        self._store = store
+        self.parent = parent
+        self.position = 0
+        """Every revision before it has been handed out; 0 before the first watch."""
+        self._history: deque[list[WatchEvent]] = deque(maxlen=HISTORY)
+        self._watches: dict[str, set[_SharedWatch]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def subscribe(self, watch: _SharedWatch) -> None:
+        """Starts feeding `watch`, first from the history when it starts behind."""
+        if self._task is None:
+            self.position = watch.next_revision
+            self._task = asyncio.create_task(self._follow(), name=f"shared watch {self.parent}")
+        elif watch.next_revision < self.position:
+            oldest = self._history[0][0].revision if self._history else self.position
+            if watch.next_revision < oldest:
+                watch.fail(CompactedError(watch.next_revision, oldest))
+                return
+            for events in self._history:
+                mine = [e for e in events if watch.prefix in _segment_prefixes(e.kv.key, 0)]
+                if mine:
+                    watch.offer(mine)
+        self._watches.setdefault(watch.prefix, set()).add(watch)
+
+    def unsubscribe(self, watch: _SharedWatch) -> None:
+        watches = self._watches.get(watch.prefix)
+        if watches is not None:
+            watches.discard(watch)
+            if not watches:
+                del self._watches[watch.prefix]
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async with self._store.watch(self.parent, start_revision=self.position) as watch:
+                    async for events in watch:
+                        self._history.append(events)
+                        self.position = events[-1].revision + 1
+                        self._hand_out(events)
+            except CompactedError as error:
+                # Every watch lists again and comes back; the next one starts the hub anew.
+                _log.warning("shared watch on %s compacted: %s", self.parent, error)
+                for watches in self._watches.values():
+                    for watch in watches:
+                        watch.fail(error)
+                self._watches.clear()
+                self._history.clear()
+                self._task = None
+                return
+            except StoreError as error:
+                _log.warning("shared watch on %s failed, retrying: %s", self.parent, error)
+                await asyncio.sleep(RETRY_S)
+
+    def _hand_out(self, events: list[WatchEvent]) -> None:
+        by_watch: dict[_SharedWatch, list[WatchEvent]] = {}
+        for event in events:
+            for prefix in _segment_prefixes(event.kv.key, len(self.parent)):
+                for watch in self._watches.get(prefix, ()):
+                    by_watch.setdefault(watch, []).append(event)
+        for watch, mine in by_watch.items():
+            watch.offer(mine)
+
+
+def _segment_prefixes(key: str, start: int) -> list[str]:
+    """The prefixes of `key` that end at a slash or just before one (from the slash at `start`
+    or after it), and `key` itself."""
+    prefixes: list[str] = []
+    slash = key.find("/", start)
+    while slash != -1:
+        prefixes += (key[:slash], key[: slash + 1])
+        slash = key.find("/", slash + 1)
+    prefixes.append(key)
+    return prefixes
+
+
+class _SharedWatch(Watch):
+    """One watch fed by a hub: its revisions wait in a queue until the watch's owner reads."""
+
+    def __init__(self, hub: _Hub, prefix: str, start_revision: int) -> None:
+        super().__init__(prefix, start_revision)
+        self._hub = hub
+        self._queue: asyncio.Queue[list[WatchEvent] | StoreError] = asyncio.Queue()
+        hub.subscribe(self)
+
+    def offer(self, events: list[WatchEvent]) -> None:
+        """Queues the changes of one revision, unless they are older than the watch."""
+        if events[0].revision >= self.next_revision:
+            self._queue.put_nowait(events)
+
+    def fail(self, error: StoreError) -> None:
+        self._queue.put_nowait(error)
+
+    async def _revisions(self) -> AsyncIterator[list[WatchEvent]]:
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, StoreError):
+                raise item
+            self.next_revision = item[0].revision + 1
+            yield item
+
+    async def close(self) -> None:
+        self._hub.unsubscribe(self)
