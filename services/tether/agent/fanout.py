@@ -1,4 +1,4 @@
-"""Many watches under one prefix served by a single store watch: the simulated fleet's plumbing."""
+"""A store shared by thousands of agents in one process: shared watches, bounded requests."""
 
 from __future__ import annotations
 
@@ -29,25 +29,31 @@ HISTORY: Final = 10_000
 then watches from the listing's revision); one that starts further back is told the history is
 gone, and lists again."""
 RETRY_S: Final = 0.5
+IN_FLIGHT: Final = 256
+"""Requests a `FleetStore` has in flight at once; more wait their turn in Python, where waiting
+is cheap (gRPC's cost per call grows with the calls it has open)."""
 
 
-class SharedWatches(Store):
-    """`inner`, except that a watch on a prefix under one of `parents` is served by one watch
-    per parent shared by every such watch in this process.
+class FleetStore(Store):
+    """`inner` for thousands of agents of one process: a watch on a prefix under one of
+    `parents` is served by one watch per parent, and at most `in_flight` requests are sent at
+    once.
 
-    A process of thousands of agents would otherwise hold two watch streams per agent: tens of
-    thousands of gRPC streams cost the process a core while idle, and make every request slower.
-    A real agent has its own connection, and etcd matches each change to its watchers; here
-    the process does the matching. Shared prefixes must end at a key segment (with or without
-    its slash), which every agent prefix does: a change goes to the watches on the prefixes of
-    its key that end at a slash or just before one. Closing this store closes nothing: its
-    owner closes `inner`.
+    A real agent has its own connection, and etcd matches each change to its watchers. Here
+    thousands of agents share a process: two watch streams each would cost the process a core
+    while idle (gRPC with 20,000 streams open), and thousands of requests at once make each
+    request slower, until leases are renewed too late. So the process matches changes to
+    watches itself. Shared prefixes must end at a key segment (with or without its slash),
+    which every agent prefix does: a change goes to the watches on the prefixes of its key that
+    end at a slash or just before one. Closing this store closes nothing: its owner closes
+    `inner`.
     """
 
-    def __init__(self, inner: Store, parents: Sequence[str]) -> None:
+    def __init__(self, inner: Store, parents: Sequence[str], in_flight: int = IN_FLIGHT) -> None:
         self.inner = inner
         self.url = inner.url
         self._hubs = {parent: _Hub(inner, parent) for parent in parents}
+        self._slots = asyncio.Semaphore(in_flight)
 
     def watch(self, prefix: str, *, start_revision: int) -> Watch:
         for parent, hub in self._hubs.items():
@@ -59,10 +65,11 @@ class SharedWatches(Store):
         for hub in self._hubs.values():
             await hub.stop()
 
-    # --- everything else goes to `inner` -----------------------------------------------------
+    # --- everything else goes to `inner`, a bounded number at a time --------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        return await self.inner.get(key)
+        async with self._slots:
+            return await self.inner.get(key)
 
     async def range(
         self,
@@ -72,12 +79,14 @@ class SharedWatches(Store):
         limit: int = 0,
         revision: int = 0,
     ) -> RangeResult:
-        return await self.inner.range(
-            prefix, start_after=start_after, limit=limit, revision=revision
-        )
+        async with self._slots:
+            return await self.inner.range(
+                prefix, start_after=start_after, limit=limit, revision=revision
+            )
 
     async def count(self, prefix: str) -> int:
-        return await self.inner.count(prefix)
+        async with self._slots:
+            return await self.inner.count(prefix)
 
     async def txn(
         self,
@@ -85,22 +94,28 @@ class SharedWatches(Store):
         success: Sequence[Op],
         failure: Sequence[Op] = (),
     ) -> TxnResult:
-        return await self.inner.txn(compares, success, failure)
+        async with self._slots:
+            return await self.inner.txn(compares, success, failure)
 
     async def lease_grant(self, ttl_s: int) -> int:
-        return await self.inner.lease_grant(ttl_s)
+        async with self._slots:
+            return await self.inner.lease_grant(ttl_s)
 
     async def lease_keepalive(self, lease: int) -> int:
-        return await self.inner.lease_keepalive(lease)
+        async with self._slots:
+            return await self.inner.lease_keepalive(lease)
 
     async def lease_revoke(self, lease: int) -> None:
-        await self.inner.lease_revoke(lease)
+        async with self._slots:
+            await self.inner.lease_revoke(lease)
 
     async def lease_time_to_live(self, lease: int) -> int | None:
-        return await self.inner.lease_time_to_live(lease)
+        async with self._slots:
+            return await self.inner.lease_time_to_live(lease)
 
     async def revision(self) -> int:
-        return await self.inner.revision()
+        async with self._slots:
+            return await self.inner.revision()
 
     async def compact(self, revision: int) -> None:
         await self.inner.compact(revision)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from tether.agent.executor import Executor, Leftover
-from tether.agent.fanout import SharedWatches
+from tether.agent.fanout import FleetStore
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
@@ -151,9 +151,9 @@ def simulated_machines(
 
 class AgentFleet(Service):
     """One real `Agent` per machine, each with a `SimulatedExecutor`, all in this process and
-    sharing `stores` (round-robin): thousands of machines without thousands of processes. The
-    agents' watches on their assignments and allocation records share one watch per store
-    (`SharedWatches`).
+    sharing `stores` (round-robin), each through a `FleetStore`: the agents' watches on their
+    assignments and allocation records share one watch per store, and their requests queue for
+    a bounded number in flight. Thousands of machines, without thousands of processes.
 
     `start()` returns at once and the agents start in the background, `starting_at_once` at a
     time (an agent the store refuses is tried again), so that a signal can stop a fleet that is
@@ -178,9 +178,7 @@ class AgentFleet(Service):
         self._machines = list(machines)
         self._settings = settings
         self._stores = list(stores)
-        self._shared = [
-            SharedWatches(store, [keys.ASSIGNMENTS, keys.ALLOCATIONS]) for store in stores
-        ]
+        self._shared = [FleetStore(store, [keys.ASSIGNMENTS, keys.ALLOCATIONS]) for store in stores]
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self.agents: list[Agent] = []

@@ -70,8 +70,11 @@ class LocalRegion:
     port: int = 0
     """The first frontend's port; 0: free ports are chosen for every frontend."""
     registry_port: int = field(default_factory=free_port)
+    timings: dict[str, str] = field(default_factory=lambda: dict(FAST_TIMINGS))
+    """Leases and grace periods (environment variables): the tests' short ones by default, {}
+    for the services' own defaults."""
     extra_env: dict[str, str] = field(default_factory=dict)
-    """Environment for every service on top of FAST_TIMINGS, e.g. TETHER_AGENT_PROFILE_HOOK."""
+    """Environment for every service on top of `timings`, e.g. TETHER_AGENT_PROFILE_HOOK."""
     process: subprocess.Popen[bytes] | None = None
     service_pids_at_stop: list[int] = field(default_factory=list)
     """The service processes that ran when `stop()` was last called."""
@@ -105,7 +108,7 @@ class LocalRegion:
         return self.state_dir.parent / f"{self.state_dir.name}-up.log"
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, **FAST_TIMINGS, **self.extra_env}
+        env = {**os.environ, **self.timings, **self.extra_env}
         env.pop("TETHER_STORE", None)
         return env
 
@@ -155,21 +158,21 @@ class LocalRegion:
         return self.output_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        """SIGTERM to `tether up`, as `tether down` does, and to the services `restart()`
-        started; task processes keep running."""
-        try:
-            if self.process is not None and self.process.poll() is None:
-                if (self.state_dir / "region.json").exists():
-                    self.service_pids_at_stop = list(self.service_pids().values())
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-                    raise AssertionError(f"tether up did not stop:\n{self.output()}") from None
-        finally:
-            self._stop_restarted()
+        """SIGTERM to the services `restart()` started, then to `tether up`, as `tether down`
+        does; task processes keep running. The restarted ones go first: `tether up` stops
+        the store it started (`--etcd`) and the agents, which they would outlive."""
+        running = self.process is not None and self.process.poll() is None
+        if running and (self.state_dir / "region.json").exists():
+            self.service_pids_at_stop = list(self.service_pids().values())
+        self._stop_restarted()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise AssertionError(f"tether up did not stop:\n{self.output()}") from None
 
     def _stop_restarted(self) -> None:
         for process in self.restarted.values():

@@ -22,7 +22,7 @@ from tests.integration.agent.helpers import (
     machine as machine,
 )
 from tests.support.machines import eventually
-from tether.agent.fanout import SharedWatches
+from tether.agent.fanout import FleetStore
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
@@ -165,8 +165,8 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
     )
 
 
-async def test_shared_watches_give_each_watch_its_prefix_from_its_revision(store: Store) -> None:
-    shared = SharedWatches(store, ["/t/"])
+async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store: Store) -> None:
+    shared = FleetStore(store, ["/t/"])
     start = await store.revision() + 1
     record = shared.watch("/t/a", start_revision=start)  # as an agent's allocation record
     under = shared.watch("/t/b/", start_revision=start)
