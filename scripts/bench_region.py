@@ -68,11 +68,19 @@ SCALE_SHARDS = 4
 SCALE_FRONTENDS = 2
 ENTITLEMENTS_PER_SHARD = 2
 SUBMITTING_AT_ONCE = 16
+SUBMIT_ATTEMPTS = 10
 # A quarter of a simulated machine's CPU and an eighth of its memory each way: 100,000 tasks
 # fill 6,250 of 10,000 machines when packed.
 TASK_RESOURCES = {"cpu": 2000, "memory_mib": 4096}
 QUOTA_HEADROOM = 1.2
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Leases long enough to outlast a process starved of CPU for seconds (some 20 processes share
+# two cores at full load): a lapsed lease costs a leader election and a full re-listing.
+SCALE_TIMINGS = {
+    "TETHER_SCHEDULER_LEASE_TTL_S": "30",
+    "TETHER_ALLOCATOR_LEASE_TTL_S": "30",
+    "TETHER_HEALTH_GRACE_S": "60",
+}
 
 
 def parse_args() -> argparse.Namespace:
@@ -253,20 +261,37 @@ async def create_entitlements(http: httpx.AsyncClient, names: list[str], tasks_e
         created.raise_for_status()
 
 
-async def submit(frontends: list[httpx.AsyncClient], jobs: list[dict[str, Any]]) -> None:
-    """Submits every job, SUBMITTING_AT_ONCE in flight, each to the next frontend."""
+async def submit(frontends: list[httpx.AsyncClient], jobs: list[dict[str, Any]]) -> int:
+    """Submits every job, SUBMITTING_AT_ONCE in flight, each to the next frontend. A job the
+    region could not take (503: its store did not answer in time) or whose answer was lost
+    (the connection broke) is sent again with the same Idempotency-Key, which makes that
+    safe. Returns how many were sent again."""
     slots = asyncio.Semaphore(SUBMITTING_AT_ONCE)
     targets = itertools.cycle(frontends)
+    retried = 0
 
     async def one(job: dict[str, Any]) -> None:
+        nonlocal retried
+        headers = {"Idempotency-Key": job["name"]}
+        problem = ""
         async with slots:
-            response = await next(targets).post("/v1/jobs", json=job)
-            if response.status_code != 201:
-                raise SystemExit(
-                    f"submitting {job['name']}: {response.status_code} {response.text}"
-                )
+            for _ in range(SUBMIT_ATTEMPTS):
+                try:
+                    response = await next(targets).post("/v1/jobs", json=job, headers=headers)
+                except httpx.TransportError as error:
+                    problem = repr(error)
+                else:
+                    if response.status_code in (200, 201):
+                        return
+                    problem = f"{response.status_code} {response.text}"
+                    if response.status_code != 503:
+                        break
+                retried += 1
+                await asyncio.sleep(1)
+        raise SystemExit(f"submitting {job['name']}: {problem}")
 
     await asyncio.gather(*(one(job) for job in jobs))
+    return retried
 
 
 async def run_scale(
@@ -303,7 +328,7 @@ async def run_scale(
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             started = time.monotonic()
             log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks ({args.tasks:,} tasks)")
-            await submit(frontends, jobs)
+            resubmitted = await submit(frontends, jobs)
             submit_s = time.monotonic() - started
             log(f"submitted in {submit_s:.1f} s; {len(running.tasks):,} tasks run")
             await running.wait_for(args.tasks, started, started + args.timeout_s)
@@ -326,6 +351,7 @@ async def run_scale(
         "completed": completed,
         "tasks_running": len(running.tasks),
         "submit_s": round(submit_s, 1),
+        "submissions_retried": resubmitted,
         "submit_to_all_running_s": round(elapsed, 1) if completed else None,
         "tasks_running_per_s": round(len(running.tasks) / elapsed),
         "store_revisions_per_s": round(revisions / elapsed),
@@ -371,6 +397,7 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
         "machines": args.machines,
         "shards": SCALE_SHARDS,
         "frontends": SCALE_FRONTENDS,
+        "timings": SCALE_TIMINGS,
         "machines_up_s": round(up_s, 1),
         **results,
         "peak_rss_mib": rss,
@@ -382,14 +409,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as directory:
         store_args = ["--etcd"] if args.store == "etcd" else []
         if args.machines:
-            # The services' own leases: the tests' short ones lapse on two loaded cores.
             region = LocalRegion(
                 Path(directory) / "tether",
                 store_args=store_args,
                 agents=0,
                 frontends=SCALE_FRONTENDS,
                 shards=SCALE_SHARDS,
-                timings={},
+                timings=SCALE_TIMINGS,
             )
         else:
             region = LocalRegion(

@@ -1,4 +1,4 @@
-"""A store shared by thousands of agents in one process: shared watches, bounded requests."""
+"""A store shared by thousands of agents in one process: shared watches and lease, bounded load."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tether.store import (
     CompactedError,
     Compare,
     KeyValue,
+    LeaseNotFound,
     Op,
     RangeResult,
     Store,
@@ -21,6 +22,7 @@ from tether.store import (
     Watch,
     WatchEvent,
 )
+from tether.store.lease import LeaseKeeper
 
 _log = logging.getLogger(__name__)
 
@@ -36,17 +38,21 @@ is cheap (gRPC's cost per call grows with the calls it has open)."""
 
 class FleetStore(Store):
     """`inner` for thousands of agents of one process: a watch on a prefix under one of
-    `parents` is served by one watch per parent, and at most `in_flight` requests are sent at
-    once.
+    `parents` is served by one watch per parent, every lease granted is one shared lease, and
+    at most `in_flight` requests are sent at once.
 
-    A real agent has its own connection, and etcd matches each change to its watchers. Here
-    thousands of agents share a process: two watch streams each would cost the process a core
-    while idle (gRPC with 20,000 streams open), and thousands of requests at once make each
-    request slower, until leases are renewed too late. So the process matches changes to
-    watches itself. Shared prefixes must end at a key segment (with or without its slash),
-    which every agent prefix does: a change goes to the watches on the prefixes of its key that
-    end at a slash or just before one. Closing this store closes nothing: its owner closes
-    `inner`.
+    A real agent has its own connection and lease, and etcd matches each change to its
+    watchers. Here thousands of agents share a process: two watch streams each would cost the
+    process a core while idle (gRPC with 20,000 streams open); a lease each, renewed with a
+    stream per renewal, took the process's whole CPU at 10,000 agents until leases lapsed by
+    the thousand; and thousands of requests at once make each request slower. So the process
+    matches changes to watches itself, and its agents' heartbeats live on one lease that this
+    store keeps, as they live and die with the process. An agent renewing it is told its TTL
+    (or that it is gone, once it lapsed: the agent registers again, on a new one); revoking it
+    does nothing until the store closes. Shared prefixes must end at a key segment (with or
+    without its slash), which every agent prefix does: a change goes to the watches on the
+    prefixes of its key that end at a slash or just before one. Closing this store revokes the
+    shared lease and closes nothing else: its owner closes `inner`.
     """
 
     def __init__(self, inner: Store, parents: Sequence[str], in_flight: int = IN_FLIGHT) -> None:
@@ -54,6 +60,8 @@ class FleetStore(Store):
         self.url = inner.url
         self._hubs = {parent: _Hub(inner, parent) for parent in parents}
         self._slots = asyncio.Semaphore(in_flight)
+        self._lease: LeaseKeeper | None = None
+        self._granting = asyncio.Lock()
 
     def watch(self, prefix: str, *, start_revision: int) -> Watch:
         for parent, hub in self._hubs.items():
@@ -64,6 +72,36 @@ class FleetStore(Store):
     async def close(self) -> None:
         for hub in self._hubs.values():
             await hub.stop()
+        if self._lease is not None:
+            await self._lease.stop(revoke=True)
+
+    # --- the shared lease ----------------------------------------------------------------------
+
+    async def lease_grant(self, ttl_s: int) -> int:
+        """The shared lease, granted with the first TTL asked for (and again once it lapsed)."""
+        async with self._granting:
+            if self._lease is None or self._lease.lost.is_set():
+                if self._lease is not None:
+                    await self._lease.stop(revoke=False)
+                keeper = LeaseKeeper(self.inner, ttl_s)
+                await keeper.start()
+                self._lease = keeper
+            return self._lease.lease
+
+    async def lease_keepalive(self, lease: int) -> int:
+        keeper = self._lease
+        if keeper is not None and keeper.lease == lease and not keeper.lost.is_set():
+            return keeper.ttl_s
+        if keeper is not None and keeper.lease == lease:
+            raise LeaseNotFound(lease)
+        async with self._slots:
+            return await self.inner.lease_keepalive(lease)
+
+    async def lease_revoke(self, lease: int) -> None:
+        if self._lease is not None and self._lease.lease == lease:
+            return
+        async with self._slots:
+            await self.inner.lease_revoke(lease)
 
     # --- everything else goes to `inner`, a bounded number at a time --------------------------
 
@@ -95,19 +133,14 @@ class FleetStore(Store):
         failure: Sequence[Op] = (),
     ) -> TxnResult:
         async with self._slots:
-            return await self.inner.txn(compares, success, failure)
-
-    async def lease_grant(self, ttl_s: int) -> int:
-        async with self._slots:
-            return await self.inner.lease_grant(ttl_s)
-
-    async def lease_keepalive(self, lease: int) -> int:
-        async with self._slots:
-            return await self.inner.lease_keepalive(lease)
-
-    async def lease_revoke(self, lease: int) -> None:
-        async with self._slots:
-            await self.inner.lease_revoke(lease)
+            try:
+                return await self.inner.txn(compares, success, failure)
+            except LeaseNotFound as error:
+                # A heartbeat put on the shared lease after it lapsed, before its keeper noticed:
+                # the next agent to register gets a new one.
+                if self._lease is not None and self._lease.lease == error.lease:
+                    self._lease.lost.set()
+                raise
 
     async def lease_time_to_live(self, lease: int) -> int | None:
         async with self._slots:

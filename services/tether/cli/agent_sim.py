@@ -44,9 +44,10 @@ def agent_sim(
         int,
         typer.Option(
             min=1,
-            help="Each agent's heartbeat lease (TETHER_AGENT_LEASE_TTL_S does not apply). Each "
-            "renews it every third of it, a store stream per renewal: 10,000 agents renewing "
-            "every 10 s already take this process's whole CPU.",
+            help="TTL of the heartbeats' lease (TETHER_AGENT_LEASE_TTL_S does not apply): the "
+            "agents of a store connection share one, which this process keeps (their heartbeats "
+            "vanish together when it dies); long, as a lapse costs every agent a new "
+            "registration at once.",
         ),
     ] = 120,
     connections: Annotated[

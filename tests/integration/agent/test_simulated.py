@@ -35,7 +35,7 @@ from tether.agent.simulated import (
 )
 from tether.agent.workdir import TaskRef
 from tether.model import AgentHeartbeat, DesiredState, Machine, Resources, TaskState, from_json
-from tether.store import Store, Watch, keys, open_store
+from tether.store import LeaseNotFound, Store, Watch, keys, open_store
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
 SETTINGS = {"lease_ttl_s": 2, "poll_interval_s": 10.0}
@@ -147,7 +147,10 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
         await asyncio.wait_for(fleet.started.wait(), 60)
         assert len(fleet.agents) == 12
         assert progress[-1].startswith("12 of 12 agents started")
-        assert await store.count(keys.HEARTBEATS) == 12
+        heartbeats = (await store.range(keys.HEARTBEATS)).kvs
+        assert len(heartbeats) == 12
+        # One lease per shared store, kept by the store, not one per agent.
+        assert len({kv.lease for kv in heartbeats}) == 2
         for index, target in enumerate(machines[::4]):
             await assign(store, target, index, attempt=1)
         for index, target in enumerate(machines[::4]):
@@ -193,3 +196,31 @@ async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store
         assert not isinstance(shared.watch("/u/", start_revision=start), type(under))
     finally:
         await shared.close()
+
+
+async def test_a_fleet_store_shares_one_lease_and_grants_another_once_it_lapsed(
+    store: Store,
+) -> None:
+    fleet = FleetStore(store, [])
+    try:
+        first = await fleet.lease_grant(3)
+        assert await fleet.lease_grant(3) == first
+        assert await fleet.lease_keepalive(first) == 3
+        await fleet.lease_revoke(first)  # an agent that stops: the others keep the lease
+        assert await store.lease_time_to_live(first)
+
+        await store.lease_revoke(first)  # it lapses; its keeper notices at the next renewal
+
+        async def renewed() -> BaseException | None:
+            try:
+                await fleet.lease_keepalive(first)
+            except LeaseNotFound as error:
+                return error
+            return None
+
+        await eventually(renewed, lambda error: error is not None, timeout_s=10, what="lapse")
+        second = await fleet.lease_grant(3)
+        assert second != first
+    finally:
+        await fleet.close()
+    assert not await store.lease_time_to_live(second)  # closing revokes it
