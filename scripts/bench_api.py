@@ -13,8 +13,10 @@ told: every job a client was last told exists (through the REST API and directly
 with the count it last set, and every job it deleted is gone or being deleted.
 
 Prints one JSON line on stdout (progress goes to stderr): requests, requests_per_s, p50_ms,
-p99_ms, errors_5xx (must be 0), errors_4xx, transport_errors, per operation its count, p50_ms and
-p99_ms, jobs_checked, state_matches_store and the first mismatches if any.
+p99_ms, errors_5xx (must be 0), errors_4xx, transport_errors (requests that failed even when sent
+again), retried (sent again after the server closed a kept-alive connection), per operation its
+count, p50_ms and p99_ms, jobs_checked, state_matches_store and the first mismatches if any, and
+cpu_s: the CPU seconds each process used during the load (the clients are this process).
 
 Usage: .venv/bin/python scripts/bench_api.py [--seconds 60] [--clients 50]
 """
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import random
 import tempfile
 import time
@@ -38,7 +41,7 @@ import numpy as np
 from allocbench import log
 
 from tether.model import Job, from_json
-from tether.region.harness import LocalRegion, sleeper_job
+from tether.region.harness import LocalRegion, cpu_seconds, sleeper_job
 from tether.store import keys, open_store
 
 ENTITLEMENT = "bench"
@@ -112,7 +115,7 @@ class Client:
         try:
             try:
                 response = await http.request(method, path, json=body, headers=headers)
-            except httpx.RemoteProtocolError:
+            except (httpx.RemoteProtocolError, httpx.ReadError):
                 # The server closed a kept-alive connection as it was reused (uvicorn's
                 # keep-alive timeout): every request here is safe to send again.
                 self._tally.retries += 1
@@ -165,14 +168,22 @@ async def load(
     job, and how long it took."""
     tally, told = Tally(), dict[str, Told]()
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
-    frontends = [
-        httpx.AsyncClient(base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S, limits=limits)
-        for url in urls
+    # A connection of its own to each frontend per client, as separate clients would have (one
+    # shared pool of 50 connections cost httpx three times the CPU per request).
+    limits = httpx.Limits(max_connections=1)
+    connections = [
+        [
+            httpx.AsyncClient(
+                base_url=url, headers=headers, timeout=REQUEST_TIMEOUT_S, limits=limits
+            )
+            for url in urls
+        ]
+        for _ in range(args.clients)
     ]
     rng = random.Random(args.seed)
     clients = [
-        Client(n, frontends, tally, told, random.Random(rng.random())) for n in range(args.clients)
+        Client(n, mine, tally, told, random.Random(rng.random()))
+        for n, mine in enumerate(connections)
     ]
     started = time.monotonic()
     deadline = started + args.seconds
@@ -188,7 +199,7 @@ async def load(
         await asyncio.gather(*(client.run(deadline) for client in clients))
     finally:
         reporter.cancel()
-        for http in frontends:
+        for http in itertools.chain.from_iterable(connections):
             await http.aclose()
     return tally, told, time.monotonic() - started
 
@@ -245,7 +256,13 @@ def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
         )
         created.raise_for_status()
     log(f"{args.clients} clients on {len(region.urls)} frontends for {args.seconds:.0f} s")
+    pids = {**region.service_pids(), "clients": os.getpid()}
+    state = json.loads((region.state_dir / "region.json").read_text())
+    if state.get("etcd_pid"):
+        pids["etcd"] = int(state["etcd_pid"])
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     tally, told, elapsed = asyncio.run(load(region.urls, region.token, args))
+    cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
     log(f"checking {len(told):,} jobs against the store")
     mismatches = asyncio.run(check(region, told))
     everything = [ms for values in tally.latencies_ms.values() for ms in values]
@@ -265,6 +282,7 @@ def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
         "state_matches_store": not mismatches,
         "mismatches": mismatches[:5],
         "unexpected_answers": tally.unexpected[:5],
+        "cpu_s": {name: seconds for name, seconds in cpu.items() if seconds >= 0.5},
     }
 
 

@@ -111,13 +111,6 @@ async def kill_leader(store: Store, shard: str) -> Failover:
             await asyncio.sleep(0.2)
 
 
-async def shard_of(store_url: str, entitlement: str) -> str:
-    async with open_store(store_url) as store:
-        kv = await store.get(keys.shard_assignment(entitlement))
-        assert kv is not None, f"entitlement {entitlement} is on no shard"
-        return kv.value.decode()
-
-
 async def kill_leader_of(store_url: str, shard: str) -> Failover:
     async with open_store(store_url) as store:
         return await kill_leader(store, shard)
@@ -137,7 +130,7 @@ def stands_by(store_url: str, shard: str, pid: int) -> bool:
 def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
     region.start()
     store_url = region.store_url()
-    shard = asyncio.run(shard_of(store_url, "default"))
+    shard = region.shard_of("default")
     with region.client() as client:
         created = client.post("/v1/jobs", json=sleeper_job("failover", args.tasks))
         created.raise_for_status()

@@ -11,11 +11,13 @@ Timings (default): starts a real region with `tether up` (short leases: agent 2 
 - `machine_down_s`: `kill -9` of an agent until its machine is marked down;
 - `tasks_moved_s`: the same kill until all the job's tasks run again off that machine.
 
-Scale (`--machines N`): the same services (`tether up --agents 0 --shards 4 --frontends 2`),
-and N simulated machines in one more process (`tether agent-sim`: the real agent's code with
-an executor that starts no process). Once every machine is up, it creates 2 entitlements per
-shard and submits jobs of `--job-tasks` tasks totalling `--tasks` through REST (16 requests in
-flight, over both frontends), and follows the task statuses in the store until every task runs:
+Scale (`--machines N`): the same services (`tether up --agents 0 --shards 4 --frontends 2`,
+with the services' default timings but 30 s leases for schedulers and allocators and a 60 s
+health grace, which survive seconds without CPU), and N simulated machines in one more process
+(`tether agent-sim`: the real agent's code with an executor that starts no process). Once every
+machine is up, it creates 2 entitlements per shard and submits jobs of `--job-tasks` tasks
+totalling `--tasks` through REST (16 requests in flight, over both frontends), and follows the
+task statuses in the store until every task runs:
 
 - `machines_up_s`: from starting the simulated machines until all are up;
 - `submit_s`: submitting every job;
@@ -50,18 +52,17 @@ import httpx
 import orjson
 from allocbench import log
 
-from tether.model import shard_for
 from tether.region.harness import (
     FAST_TIMINGS,
     LocalRegion,
     all_running,
+    cpu_seconds,
     get_json,
     peak_rss_mib,
     sleeper_job,
     tasks_of,
     wait_for,
 )
-from tether.region.plan import SHARDS
 from tether.store import EventType, Store, keys, open_store
 
 SCALE_SHARDS = 4
@@ -73,7 +74,6 @@ SUBMIT_ATTEMPTS = 10
 # fill 6,250 of 10,000 machines when packed.
 TASK_RESOURCES = {"cpu": 2000, "memory_mib": 4096}
 QUOTA_HEADROOM = 1.2
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Leases long enough to outlast a process starved of CPU for seconds (some 20 processes share
 # two cores at full load): a lapsed lease costs a leader election and a full re-listing.
 SCALE_TIMINGS = {
@@ -142,7 +142,7 @@ def measure_timings(region: LocalRegion, tasks: int) -> dict[str, Any]:
         )
         results["task_restart_s"] = round(time.monotonic() - started, 2)
 
-        shard = shard_for("default", list(SHARDS))
+        shard = region.shard_of("default")
         old = region.shard_leader(shard)
         assert old is not None
         started = time.monotonic()
@@ -181,15 +181,6 @@ def measure_timings(region: LocalRegion, tasks: int) -> dict[str, Any]:
 
 
 # --- scale ------------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU the process has used so far (0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 async def machines_up(store: Store) -> int:

@@ -175,10 +175,10 @@ class AgentFleet(Service):
     ) -> None:
         if not stores:
             raise ValueError("a fleet needs at least one store")
-        self._machines = list(machines)
+        self.machines = list(machines)
         self._settings = settings
         self._stores = list(stores)
-        self._shared = [FleetStore(store, [keys.ASSIGNMENTS, keys.ALLOCATIONS]) for store in stores]
+        self._shared: list[FleetStore] = []
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self.agents: list[Agent] = []
@@ -188,13 +188,15 @@ class AgentFleet(Service):
         self._starter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        shared = [keys.ASSIGNMENTS, keys.ALLOCATIONS]
+        self._shared = [FleetStore(store, shared) for store in self._stores]
         self._starter = asyncio.create_task(self._start_all(), name="starting agents")
 
     async def _start_all(self) -> None:
         root = self._settings.work_dir or Path(".tether/agent-sim")
         slots = asyncio.Semaphore(self._starting_at_once)
         started_at = time.monotonic()
-        step = max(1, len(self._machines) // 10)
+        step = max(1, len(self.machines) // 10)
 
         async def start_one(number: int, machine: Machine) -> None:
             executor = SimulatedExecutor()
@@ -215,13 +217,13 @@ class AgentFleet(Service):
                         raise
             self.agents.append(agent)
             self.executors[machine.id] = executor
-            if len(self.agents) % step == 0 or len(self.agents) == len(self._machines):
+            if len(self.agents) % step == 0 or len(self.agents) == len(self.machines):
                 self._progress(
-                    f"{len(self.agents):,} of {len(self._machines):,} agents started "
+                    f"{len(self.agents):,} of {len(self.machines):,} agents started "
                     f"({time.monotonic() - started_at:.1f} s)"
                 )
 
-        await asyncio.gather(*(start_one(n, m) for n, m in enumerate(self._machines)))
+        await asyncio.gather(*(start_one(n, m) for n, m in enumerate(self.machines)))
         self.started.set()
 
     async def stop(self) -> None:
@@ -243,8 +245,9 @@ class AgentFleet(Service):
 
         agents, self.agents = self.agents, []
         await asyncio.gather(*(stop_one(agent) for agent in agents))
-        for shared in self._shared:
-            await shared.close()
+        fleet_stores, self._shared = self._shared, []
+        for fleet_store in fleet_stores:
+            await fleet_store.close()
         stores, self._stores = self._stores, []
         for store in stores:
             await store.close()

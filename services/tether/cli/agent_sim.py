@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import pydantic
 import typer
@@ -17,6 +17,15 @@ from tether.model import Resources
 from tether.region.plan import DATACENTERS, HARDWARE_TYPE, MSBS_PER_DC
 from tether.service import connect_store
 from tether.store import Store
+
+# The option behind each Machine field that an option can make invalid, for error messages.
+_OPTIONS: Final = {
+    "id": "--id-prefix",
+    "hostname": "--id-prefix",
+    "region": "--region",
+    "dc": "--dc",
+    "hardware_type": "--hardware-type",
+}
 
 
 def agent_sim(
@@ -87,7 +96,8 @@ def agent_sim(
     except pydantic.ValidationError as error:
         # Only names can be wrong here: the prefix, a datacenter, the region or hardware type.
         problem = error.errors(include_url=False)[0]
-        typer.echo(f"error: {'.'.join(map(str, problem['loc']))}: {problem['msg']}", err=True)
+        field = str(problem["loc"][-1])
+        typer.echo(f"error: {_OPTIONS.get(field, field)}: {problem['msg']}", err=True)
         raise typer.Exit(2) from None
 
     def make_fleet(store: Store) -> AgentFleet:

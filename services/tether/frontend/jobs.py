@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -54,9 +55,13 @@ class Submitted:
 async def job_view(store: Store, job: Job) -> JobView:
     """The job with its task counts, open operations and how its controller answers."""
     entitlement, name = job.spec.entitlement, job.spec.name
-    view = JobView.of(job, await records.job_tasks(store, entitlement, name))
-    operations = await job_operations(store, entitlement, name)
-    control = await records.get(store, keys.control_status(entitlement, name), ControlStatus)
+    # At once: every request that answers with a job waits for these three reads.
+    tasks, operations, control = await asyncio.gather(
+        records.job_tasks(store, entitlement, name),
+        job_operations(store, entitlement, name),
+        records.get(store, keys.control_status(entitlement, name), ControlStatus),
+    )
+    view = JobView.of(job, tasks)
     open_by_state = Counter(
         operation.state.value for operation in operations if operation.state in OPEN_STATES
     )

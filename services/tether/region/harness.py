@@ -229,6 +229,17 @@ class LocalRegion:
 
         return asyncio.run(read())
 
+    def shard_of(self, entitlement: str) -> str:
+        """The shard that schedules the entitlement's jobs, from the store's shard map."""
+
+        async def read() -> str:
+            async with open_store(self.store_url()) as store:
+                kv = await store.get(keys.shard_assignment(entitlement))
+                assert kv is not None, f"entitlement {entitlement} is on no shard"
+                return kv.value.decode()
+
+        return asyncio.run(read())
+
     def cli(self, *args: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
         """Runs the real `tether` CLI with the region's URL and admin token."""
         return subprocess.run(
@@ -279,6 +290,15 @@ def kill_processes_under(directory: Path) -> int:
             except ProcessLookupError:
                 pass
     return killed
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float | None:
