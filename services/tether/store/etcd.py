@@ -336,20 +336,27 @@ class EtcdStore(Store):
 
     async def lease_keepalive(self, lease: int) -> int:
         stubs = await self._connect()
+        # The request is written on the stream rather than given as an iterator: gRPC would
+        # consume an iterator in a task of its own, which a cancelled renewal (a keeper's
+        # timeout) could leave behind, formatting a traceback each time.
         call = stubs.lease.LeaseKeepAlive(
-            iter([rpc.LeaseKeepAliveRequest(ID=lease)]),
             timeout=request_timeout_s(self._settings.timeout_s),
             metadata=self._metadata,
             wait_for_ready=True,
         )
         try:
-            async for response in call:
-                if response.TTL <= 0:
-                    raise LeaseNotFound(lease)
-                return int(response.TTL)
+            await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
+            await call.done_writing()
+            response = await call.read()
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, "lease keepalive") from exc
-        raise StoreUnavailable("etcd closed the lease keepalive stream without an answer")
+        finally:
+            call.cancel()
+        if response is grpc.aio.EOF:  # type: ignore[attr-defined]
+            raise StoreUnavailable("etcd closed the lease keepalive stream without an answer")
+        if response.TTL <= 0:
+            raise LeaseNotFound(lease)
+        return int(response.TTL)
 
     async def lease_revoke(self, lease: int) -> None:
         with contextlib.suppress(LeaseNotFound):
