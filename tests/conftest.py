@@ -16,12 +16,8 @@ STORE_BACKENDS = ("sql", "etcd")
 @pytest.fixture
 def etcd_server() -> Iterator[EtcdServer]:
     """A fresh single-member etcd server, stopped and removed after the test."""
-    server = EtcdServer(on_tmpfs=True)
-    try:
-        server.start()
+    with EtcdServer(on_tmpfs=True) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -31,12 +27,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'region.db'}"
         return
     # Data on tmpfs: the tests exercise Tether, not the disk's fsync.
-    server = EtcdServer(on_tmpfs=True)
-    try:
-        server.start()
+    with EtcdServer(on_tmpfs=True) as server:
         yield server.url
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture

@@ -12,12 +12,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.allocations import Stored, read_allocations
 from tether.model import Allocation, HostProfile, Machine, from_json, to_json
-from tether.region.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
+from tether.region.harness import (
+    LocalRegion,
+    all_running,
+    sleeper_job,
+    submit,
+    tasks_of,
+    wait_for,
+)
 from tether.store import keys, open_store
 
 pytestmark = pytest.mark.timeout(120)
@@ -95,13 +101,6 @@ def put_host_profile(region: LocalRegion) -> None:
             await store.put(keys.host_profile(PROFILE.name), to_json(PROFILE))
 
     asyncio.run(write())
-
-
-def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
-    response = client.post("/v1/jobs", json=spec)
-    assert response.status_code == 201, response.text
-    handle: str = response.json()["handle"]
-    return handle
 
 
 def web_job() -> dict[str, Any]:

@@ -19,9 +19,17 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.faults import dead_services, machines_by_id, submit
-from tether.region.harness import LocalRegion, all_running, sleeper_job, wait_for
-from tether.region.plan import agent_placements
+from tests.support.faults import dead_services
+from tether.model import Resources
+from tether.region.harness import (
+    LocalRegion,
+    all_running,
+    machines_by_id,
+    sleeper_job,
+    submit,
+    wait_for,
+)
+from tether.region.plan import agent_args, agent_placements
 from tether.region.supervisor import process_alive
 from tether.store.etcd_server import EtcdServer
 
@@ -90,12 +98,8 @@ def namespace() -> Iterator[Namespace]:
 
 @pytest.fixture(scope="module")
 def etcd(namespace: Namespace) -> Iterator[EtcdServer]:
-    server = EtcdServer(on_tmpfs=True, extra_client_hosts=[namespace.host_ip])
-    try:
-        server.start()
+    with EtcdServer(on_tmpfs=True, extra_client_hosts=[namespace.host_ip]) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @dataclass
@@ -128,30 +132,14 @@ def partitioned(
         with log.open("ab") as output:
             agent = subprocess.Popen(
                 [
-                    "ip",
-                    "netns",
-                    "exec",
-                    namespace.name,
-                    sys.executable,
-                    "-m",
-                    "tether.cli.main",
-                    "agent",
-                    "--machine-id",
-                    machine,
-                    "--dc",
-                    placement.dc,
-                    "--msb",
-                    placement.msb,
-                    "--rack",
-                    placement.rack,
-                    "--cpu",
-                    "4000",
-                    "--memory-mib",
-                    "4096",
-                    "--disk-gib",
-                    "20",
-                    "--work-dir",
-                    str(work_dir),
+                    *("ip", "netns", "exec", namespace.name),
+                    *(sys.executable, "-m", "tether.cli.main"),
+                    *agent_args(
+                        placement,
+                        region_name="local",
+                        capacity=Resources(cpu=4000, memory_mib=4096, disk_gib=20),
+                        work_dir=work_dir,
+                    ),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=output,

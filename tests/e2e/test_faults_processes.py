@@ -27,14 +27,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.faults import (
-    machine_versions,
+from tests.support.faults import machine_versions, pids_by_index, read_key
+from tether.region.harness import (
+    LocalRegion,
+    all_running,
+    get_json,
     machines_by_id,
-    pids_by_index,
-    read_key,
+    sleeper_job,
     submit,
+    wait_for,
 )
-from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, wait_for
 from tether.region.supervisor import process_alive
 from tether.scheduler.allocator_client import replica_order
 from tether.store import keys
@@ -344,12 +346,8 @@ def shard_of(region: LocalRegion, entitlement: str) -> str:
 def etcd() -> Iterator[EtcdServer]:
     # Not `tether up --etcd`: the store must outlive `tether up`, so that the services the tests
     # started again (outside it) can stop cleanly after it.
-    server = EtcdServer(on_tmpfs=True)
-    try:
-        server.start()
+    with EtcdServer(on_tmpfs=True) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture(scope="module")

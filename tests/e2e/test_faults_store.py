@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.faults import dead_services, pids_by_index, read_key, submit
-from tether.region.harness import LocalRegion, all_running, sleeper_job, wait_for
+from tests.support.faults import dead_services, pids_by_index, read_key
+from tether.region.harness import LocalRegion, all_running, sleeper_job, submit, wait_for
 from tether.region.supervisor import process_alive
 from tether.store import keys
 from tether.store.etcd_server import EtcdCluster
@@ -28,12 +28,8 @@ CLI give up after 10 s)."""
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[EtcdCluster]:
-    started = EtcdCluster(3, on_tmpfs=True)
-    try:
-        started.start()
+    with EtcdCluster(3, on_tmpfs=True) as started:
         yield started
-    finally:
-        started.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ the start of the window, and the machines come back after it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,17 @@ def machine_states(client: httpx.Client) -> dict[str, str]:
 
 def by_index(client: httpx.Client, handle: str) -> dict[int, dict[str, Any]]:
     return {task["index"]: task for task in tasks_of(client, handle)}
+
+
+def moved_off(
+    client: httpx.Client, handle: str, machine: str, indexes: Iterable[int]
+) -> dict[int, dict[str, Any]] | None:
+    """The job's tasks by index once each of `indexes` runs on a machine other than `machine`."""
+    now = by_index(client, handle)
+    away = all(
+        now[i]["machine"] not in (None, machine) and now[i]["state"] == "running" for i in indexes
+    )
+    return now if away else None
 
 
 def test_maintenance_moves_tasks_at_its_start_whatever_a_silent_controller_says(
@@ -70,16 +82,11 @@ def test_maintenance_moves_tasks_at_its_start_whatever_a_silent_controller_says(
             now = by_index(client, handle)
             assert datetime.now(UTC) < start
             assert {i: now[i]["pid"] for i in on_target} == on_target
-
-            def moved_off() -> dict[int, dict[str, Any]] | None:
-                now = by_index(client, handle)
-                away = all(
-                    now[i]["machine"] not in (None, target) and now[i]["state"] == "running"
-                    for i in on_target
-                )
-                return now if away else None
-
-            moved = wait_for(moved_off, timeout_s=40, what=f"tasks moved off {target}")
+            moved = wait_for(
+                lambda: moved_off(client, handle, target, on_target),
+                timeout_s=40,
+                what=f"tasks moved off {target}",
+            )
             assert datetime.now(UTC) >= start
             for index, pid in on_target.items():
                 assert moved[index]["pid"] != pid
@@ -182,16 +189,11 @@ def test_a_drain_with_deadline_0_moves_the_tasks_at_once_and_undrain_returns_the
             timeout_s=10,
             what=f"{target} draining",
         )
-
-        def moved_off() -> dict[int, dict[str, Any]] | None:
-            now = by_index(client, handle)
-            away = all(
-                now[i]["machine"] not in (None, target) and now[i]["state"] == "running"
-                for i in on_target
-            )
-            return now if away else None
-
-        moved = wait_for(moved_off, timeout_s=20, what=f"tasks moved off {target}")
+        moved = wait_for(
+            lambda: moved_off(client, handle, target, on_target),
+            timeout_s=20,
+            what=f"tasks moved off {target}",
+        )
         for index, pid in on_target.items():
             assert moved[index]["pid"] != pid
         # Still draining after the moves: nothing comes back to it.

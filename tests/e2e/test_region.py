@@ -25,7 +25,9 @@ from tether.region.harness import (
     LocalRegion,
     all_running,
     get_json,
+    machines_by_id,
     sleeper_job,
+    submit,
     tasks_of,
     wait_for,
 )
@@ -40,17 +42,6 @@ pytestmark = pytest.mark.timeout(300)
 def client(region: LocalRegion) -> Iterator[httpx.Client]:
     with region.client() as opened:
         yield opened
-
-
-def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
-    response = client.post("/v1/jobs", json=spec)
-    assert response.status_code == 201, response.text
-    handle: str = response.json()["handle"]
-    return handle
-
-
-def machines_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
-    return {m["id"]: m for m in get_json(client, "/v1/machines")["machines"]}
 
 
 def test_three_task_job_runs_as_real_processes_on_three_msbs(client: httpx.Client) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.faults import pids_by_index
 from tether.model import shard_for
 from tether.region.harness import (
     FAST_TIMINGS,
@@ -24,7 +25,6 @@ from tether.region.harness import (
     all_running,
     get_json,
     sleeper_job,
-    tasks_of,
     wait_for,
 )
 from tether.region.plan import SHARDS
@@ -70,10 +70,6 @@ def shard(client: httpx.Client, shard_id: str) -> dict[str, Any]:
     return next(s for s in shards if s["shard"] == shard_id)
 
 
-def pids(client: httpx.Client, handle: str) -> dict[int, int]:
-    return {t["index"]: t["pid"] for t in tasks_of(client, handle)}
-
-
 def scale(client: httpx.Client, handle: str, count: int) -> None:
     response = client.post(f"/v1/jobs/{handle}/scale", json={"count": count})
     assert response.status_code == 200, response.text
@@ -86,7 +82,7 @@ def test_an_added_shard_takes_an_entitlement_without_restarting_its_tasks(
     assert submitted.status_code == 201, submitted.text
     handle = "default/moving"
     wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 running tasks")
-    before = pids(client, handle)
+    before = pids_by_index(client, handle)
 
     # The replicas wait for the shard to be added, then elect a leader.
     assert shard_ids(client) == list(SHARDS)
@@ -108,7 +104,7 @@ def test_an_added_shard_takes_an_entitlement_without_restarting_its_tasks(
             os.kill(pid, signal.SIGKILL)
     scale(client, handle, 3)
     wait_for(lambda: all_running(client, handle, 3), timeout_s=30, what="the third task")
-    after = pids(client, handle)
+    after = pids_by_index(client, handle)
     assert {index: after[index] for index in before} == before
 
 
@@ -120,7 +116,7 @@ def test_failover_hands_the_shard_to_its_standby_and_tasks_keep_running(
     region: LocalRegion, client: httpx.Client, new_replicas: list[subprocess.Popen[bytes]]
 ) -> None:
     handle = "default/moving"
-    before = pids(client, handle)
+    before = pids_by_index(client, handle)
     view = wait_for(
         lambda: (s := shard(client, NEW_SHARD))["standbys"] and s,
         timeout_s=20,
@@ -136,7 +132,7 @@ def test_failover_hands_the_shard_to_its_standby_and_tasks_keep_running(
     # The new leader decides for the job: it places a fourth task; the others run on.
     scale(client, handle, 4)
     wait_for(lambda: all_running(client, handle, 4), timeout_s=30, what="the fourth task")
-    now = pids(client, handle)
+    now = pids_by_index(client, handle)
     assert {index: now[index] for index in before} == before
 
 
@@ -144,7 +140,7 @@ def test_draining_a_shard_moves_its_entitlements_away(
     region: LocalRegion, client: httpx.Client, new_replicas: list[subprocess.Popen[bytes]]
 ) -> None:
     handle = "default/moving"
-    before = pids(client, handle)
+    before = pids_by_index(client, handle)
     other = next(s for s in SHARDS if s != HOME)
     drained = region.cli("shard", "drain", NEW_SHARD)
     assert drained.returncode == 0, drained.stderr
@@ -157,5 +153,5 @@ def test_draining_a_shard_moves_its_entitlements_away(
     # The home shard has no replicas left (no leader), so the drain chose the other one.
     scale(client, handle, 2)
     wait_for(lambda: all_running(client, handle, 2), timeout_s=30, what="the job scaled down")
-    now = pids(client, handle)
+    now = pids_by_index(client, handle)
     assert now == {index: before[index] for index in (0, 1)}

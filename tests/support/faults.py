@@ -4,25 +4,12 @@ store as the region sees it."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 
-from tether.region.harness import LocalRegion, get_json, tasks_of
+from tether.region.harness import LocalRegion, tasks_of
 from tether.region.supervisor import process_alive
 from tether.store import KeyValue, keys, open_store
-
-
-def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
-    """Submits `spec` and returns the new job's handle; fails unless the answer is 201."""
-    response = client.post("/v1/jobs", json=spec)
-    assert response.status_code == 201, response.text
-    handle: str = response.json()["handle"]
-    return handle
-
-
-def machines_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
-    return {m["id"]: m for m in get_json(client, "/v1/machines")["machines"]}
 
 
 def pids_by_index(client: httpx.Client, handle: str) -> dict[int, int | None]:

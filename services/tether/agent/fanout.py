@@ -3,28 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from typing import Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Final, TypeVar
 
+from tether.aio import cancel_and_wait
 from tether.store import (
     CompactedError,
-    Compare,
-    KeyValue,
     LeaseNotFound,
-    Op,
-    RangeResult,
     Store,
     StoreError,
-    TxnResult,
     Watch,
     WatchEvent,
 )
 from tether.store.lease import LeaseKeeper
+from tether.store.wrapped import WrappedStore
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 HISTORY: Final = 10_000
 """Revisions a shared watch keeps, for a watch that starts behind it (an agent lists its prefix,
@@ -36,7 +34,7 @@ IN_FLIGHT: Final = 256
 is cheap (gRPC's cost per call grows with the calls it has open)."""
 
 
-class FleetStore(Store):
+class FleetStore(WrappedStore):
     """`inner` for thousands of agents of one process: a watch on a prefix under one of
     `parents` is served by one watch per parent, every lease granted is one shared lease, and
     at most `in_flight` requests are sent at once.
@@ -56,8 +54,7 @@ class FleetStore(Store):
     """
 
     def __init__(self, inner: Store, parents: Sequence[str], in_flight: int = IN_FLIGHT) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self._hubs = {parent: _Hub(inner, parent) for parent in parents}
         self._slots = asyncio.Semaphore(in_flight)
         self._lease: LeaseKeeper | None = None
@@ -94,64 +91,25 @@ class FleetStore(Store):
             return keeper.ttl_s
         if keeper is not None and keeper.lease == lease:
             raise LeaseNotFound(lease)
-        async with self._slots:
-            return await self.inner.lease_keepalive(lease)
+        return await self._around("lease_keepalive", lambda: self.inner.lease_keepalive(lease))
 
     async def lease_revoke(self, lease: int) -> None:
         if self._lease is not None and self._lease.lease == lease:
             return
-        async with self._slots:
-            await self.inner.lease_revoke(lease)
+        await self._around("lease_revoke", lambda: self.inner.lease_revoke(lease))
 
     # --- everything else goes to `inner`, a bounded number at a time --------------------------
 
-    async def get(self, key: str) -> KeyValue | None:
-        async with self._slots:
-            return await self.inner.get(key)
-
-    async def range(
-        self,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        limit: int = 0,
-        revision: int = 0,
-    ) -> RangeResult:
-        async with self._slots:
-            return await self.inner.range(
-                prefix, start_after=start_after, limit=limit, revision=revision
-            )
-
-    async def count(self, prefix: str) -> int:
-        async with self._slots:
-            return await self.inner.count(prefix)
-
-    async def txn(
-        self,
-        compares: Sequence[Compare],
-        success: Sequence[Op],
-        failure: Sequence[Op] = (),
-    ) -> TxnResult:
+    async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         async with self._slots:
             try:
-                return await self.inner.txn(compares, success, failure)
+                return await call()
             except LeaseNotFound as error:
                 # A heartbeat put on the shared lease after it lapsed, before its keeper noticed:
                 # the next agent to register gets a new one.
                 if self._lease is not None and self._lease.lease == error.lease:
                     self._lease.lost.set()
                 raise
-
-    async def lease_time_to_live(self, lease: int) -> int | None:
-        async with self._slots:
-            return await self.inner.lease_time_to_live(lease)
-
-    async def revision(self) -> int:
-        async with self._slots:
-            return await self.inner.revision()
-
-    async def compact(self, revision: int) -> None:
-        await self.inner.compact(revision)
 
 
 class _Hub:
@@ -190,11 +148,8 @@ class _Hub:
                 del self._watches[watch.prefix]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _follow(self) -> None:
         while True:

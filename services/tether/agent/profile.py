@@ -18,6 +18,7 @@ import pydantic
 
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import read_record, write_record
+from tether.aio import cancel_and_wait
 from tether.model import Allocation, HostProfile, Name, TetherModel, Timestamp, from_json
 from tether.store import KeyValue, Store, StoreError, keys
 from tether.store.mirror import PrefixMirror
@@ -151,11 +152,8 @@ class HostProfiles:
         )
 
     async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
+        await cancel_and_wait(self._worker)
+        self._worker = None
         await self._mirror.stop()
 
     @property

@@ -21,6 +21,7 @@ from tether.agent.logserver import log_server
 from tether.agent.profile import HostProfiles
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef, WorkDir
+from tether.aio import cancel_and_wait
 from tether.model import (
     TERMINAL_STATES,
     AgentHeartbeat,
@@ -158,9 +159,7 @@ class Agent(Service):
     async def stop(self) -> None:
         """Stops watching, serving and heartbeating; the tasks keep running."""
         for worker in self._workers:
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+            await cancel_and_wait(worker)
         self._workers = []
         await self._assignments.stop()
         await self._profiles.stop()

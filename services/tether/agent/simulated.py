@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import signal
@@ -18,6 +17,7 @@ from tether.agent.fanout import FleetStore
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
+from tether.aio import cancel_and_wait
 from tether.model import Assignment, Machine, Resources, Topology
 from tether.service import Service
 from tether.store import Store, StoreError, keys
@@ -229,11 +229,8 @@ class AgentFleet(Service):
     async def stop(self) -> None:
         """Stops starting agents, stops every agent (their heartbeats go at once), then
         closes the stores."""
-        if self._starter is not None:
-            self._starter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._starter
-            self._starter = None
+        await cancel_and_wait(self._starter)
+        self._starter = None
         slots = asyncio.Semaphore(self._starting_at_once)
 
         async def stop_one(agent: Agent) -> None:

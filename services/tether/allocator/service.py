@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -11,6 +10,7 @@ from datetime import UTC, datetime
 
 import grpc
 
+from tether.aio import cancel_and_wait
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex, sinks
 from tether.allocator.servicer import AllocatorServicer
@@ -92,10 +92,7 @@ class Allocator(Service):
 
     async def stop(self) -> None:
         for task in (self._registration, self._idle_returns):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         self._registration = self._idle_returns = None
         await self._replicas.stop()
         await self._lease.stop(revoke=True)

@@ -4,7 +4,6 @@ and machines' states in step with scheduled maintenance."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -13,6 +12,7 @@ from typing import Final
 import pydantic
 
 from tether import metrics
+from tether.aio import cancel_and_wait
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.maintenance import (
     MAINTAINED_STATES,
@@ -94,11 +94,8 @@ class Broker(Service):
         self._worker = asyncio.create_task(self._work(), name=self.name)
 
     async def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
+        await cancel_and_wait(self._worker)
+        self._worker = None
         if self._maintenance_timer is not None:
             self._maintenance_timer.cancel()
         await self._heartbeats.stop()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 import pydantic
 
 from tether import metrics
+from tether.aio import cancel_and_wait
 from tether.health.checker import Absences, next_state
 from tether.health.settings import HealthSettings
 from tether.model import Machine, MachineState, from_json, to_json
@@ -64,11 +64,8 @@ class HealthChecker(Service):
         self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self._machines.stop()
         await self._heartbeats.stop()
         await self._store.close()

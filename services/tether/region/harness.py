@@ -319,6 +319,18 @@ def get_json(client: httpx.Client, path: str) -> Any:
     return response.json()
 
 
+def submit(client: httpx.Client, spec: dict[str, Any]) -> str:
+    """Submits `spec` and returns the new job's handle; fails unless the answer is 201."""
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    handle: str = response.json()["handle"]
+    return handle
+
+
+def machines_by_id(client: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {m["id"]: m for m in get_json(client, "/v1/machines")["machines"]}
+
+
 def tasks_of(client: httpx.Client, handle: str) -> list[dict[str, Any]]:
     tasks: list[dict[str, Any]] = get_json(client, f"/v1/jobs/{handle}/tasks")["tasks"]
     return tasks

@@ -119,6 +119,35 @@ def agent_placements(count: int) -> list[AgentPlacement]:
     return placements
 
 
+def agent_args(
+    placement: AgentPlacement, *, region_name: str, capacity: Resources, work_dir: Path
+) -> list[str]:
+    """`tether agent` arguments for the machine at `placement`."""
+    return [
+        "agent",
+        "--machine-id",
+        placement.machine_id,
+        "--region",
+        region_name,
+        "--dc",
+        placement.dc,
+        "--msb",
+        placement.msb,
+        "--rack",
+        placement.rack,
+        "--hardware-type",
+        HARDWARE_TYPE,
+        "--cpu",
+        str(capacity.cpu),
+        "--memory-mib",
+        str(capacity.memory_mib),
+        "--disk-gib",
+        str(capacity.disk_gib),
+        "--work-dir",
+        str(work_dir),
+    ]
+
+
 def default_entitlement(options: RegionOptions) -> Entitlement:
     """The entitlement the README's tour uses: the admin's, as big as the local agents."""
     return Entitlement(
@@ -147,34 +176,18 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
         for shard in options.shards
         for replica in "ab"[:REPLICAS_PER_SHARD]
     ]
-    capacity = options.agent_capacity
     for placement in agent_placements(options.agents):
         specs.append(
             ProcessSpec(
                 f"agent-{placement.machine_id}",
                 "agent",
                 [
-                    "agent",
-                    "--machine-id",
-                    placement.machine_id,
-                    "--region",
-                    options.region_name,
-                    "--dc",
-                    placement.dc,
-                    "--msb",
-                    placement.msb,
-                    "--rack",
-                    placement.rack,
-                    "--hardware-type",
-                    HARDWARE_TYPE,
-                    "--cpu",
-                    str(capacity.cpu),
-                    "--memory-mib",
-                    str(capacity.memory_mib),
-                    "--disk-gib",
-                    str(capacity.disk_gib),
-                    "--work-dir",
-                    str(options.state_dir / "agents" / placement.machine_id),
+                    *agent_args(
+                        placement,
+                        region_name=options.region_name,
+                        capacity=options.agent_capacity,
+                        work_dir=options.state_dir / "agents" / placement.machine_id,
+                    ),
                     *common,
                 ],
             )

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tether.aio import cancel_and_wait
 from tether.model import ShardLeader, ShardReplica, from_json, to_json
 from tether.store import (
     CompactedError,
@@ -118,11 +119,8 @@ class Election:
 
     async def resign(self) -> None:
         """Ends the current term, if any; revoking the lease lets a standby take over at once."""
-        if self._guard is not None:
-            self._guard.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._guard
-            self._guard = None
+        await cancel_and_wait(self._guard)
+        self._guard = None
         if self._keeper is not None:
             await self._keeper.stop()
             self._keeper = None

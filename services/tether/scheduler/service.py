@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import UTC, datetime
@@ -11,6 +10,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from tether import metrics
+from tether.aio import cancel_and_wait
 from tether.model import OperationState, RegionConfig, ShardStatus, from_json, to_json
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
@@ -60,11 +60,8 @@ class Scheduler(Service):
         self._main = asyncio.create_task(self._serve(), name=self.name)
 
     async def stop(self) -> None:
-        if self._main is not None:
-            self._main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._main
-            self._main = None
+        await cancel_and_wait(self._main)
+        self._main = None
         await self._store.close()
 
     async def _serve(self) -> None:

@@ -16,7 +16,8 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, Final, Self
 
 ETCD_MAX_TXN_OPS: Final = 100_000
 """Operations one transaction may hold (compares, puts and reads each count)."""
@@ -86,6 +87,24 @@ class EtcdServer:
     def url_on(self, host: str) -> str:
         """The Tether store URL of this server at `host` (127.0.0.1 or an extra client host)."""
         return f"etcd://{host}:{self.client_port}"
+
+    def __enter__(self) -> Self:
+        """Started on entering the block, cleaned up (stopped, data removed) on leaving it,
+        and also when it fails to start."""
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.cleanup()
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts the member and returns once it is healthy (it has a leader)."""
@@ -233,6 +252,24 @@ class EtcdCluster:
                 with contextlib.suppress(OSError):
                     current.call("/v3/maintenance/transfer-leadership", {"targetID": target})
             time.sleep(0.1)
+
+    def __enter__(self) -> Self:
+        """Started on entering the block, cleaned up (stopped, data removed) on leaving it,
+        and also when it fails to start."""
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.cleanup()
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts every member that is not running and returns once all are healthy."""

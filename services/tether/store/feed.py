@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from tether.aio import cancel_and_wait
 from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
 
 _log = logging.getLogger(__name__)
@@ -67,11 +67,8 @@ class PrefixFeed:
         self._task = asyncio.create_task(self._follow(), name=f"feed {self.prefix}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def wait_for(self, revision: int) -> None:
         """Returns once the sink has every change up to `revision`."""

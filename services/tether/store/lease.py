@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 
+from tether.aio import cancel_and_wait
 from tether.store.base import LeaseNotFound, Store, StoreError
 
 _log = logging.getLogger(__name__)
@@ -38,11 +39,8 @@ class LeaseKeeper:
 
     async def stop(self, *, revoke: bool = True) -> None:
         """Stops renewing; with `revoke`, ends the lease now so its keys vanish at once."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if revoke and self.lease and not self.lost.is_set():
             with contextlib.suppress(StoreError):
                 await self._store.lease_revoke(self.lease)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from tether.aio import cancel_and_wait
 from tether.config import StoreSettings
 from tether.store.base import (
     CompactedError,
@@ -607,10 +608,7 @@ class SqlStore(Store):
             return
         self._closed = True
         await self._wake_watches()
-        if self._background is not None:
-            self._background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._background
+        await cancel_and_wait(self._background)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
         self._executor.shutdown(wait=True)
 

@@ -25,6 +25,7 @@ from typing import Final
 
 import grpc
 
+from tether.aio import cancel_and_wait
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
 
@@ -115,11 +116,8 @@ class Controller(taskcontrol_pb2_grpc.TaskControllerServicer):
 
     async def stop(self) -> None:
         """Unregisters (best effort) and stops serving."""
-        if self._renewing is not None:
-            self._renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
-            self._renewing = None
+        await cancel_and_wait(self._renewing)
+        self._renewing = None
         if self._channel is not None and self.registration_id:
             registry = taskcontrol_pb2_grpc.TaskControllerRegistryStub(self._channel)
             with contextlib.suppress(grpc.aio.AioRpcError):

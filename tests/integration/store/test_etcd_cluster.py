@@ -17,12 +17,8 @@ from tether.store.lease import LeaseKeeper
 
 @pytest.fixture
 def cluster() -> Iterator[EtcdCluster]:
-    started = EtcdCluster(3, on_tmpfs=True)
-    try:
-        started.start()
+    with EtcdCluster(3, on_tmpfs=True) as started:
         yield started
-    finally:
-        started.cleanup()
 
 
 def leader(cluster: EtcdCluster) -> EtcdServer:
