@@ -17,7 +17,8 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from tether.config import StoreSettings
-from tether.store import Store, open_store
+from tether.model import RegionConfig, from_json
+from tether.store import Store, StoreError, keys, open_store
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -37,6 +38,23 @@ class Service(abc.ABC):
 
     @abc.abstractmethod
     async def stop(self) -> None: ...
+
+
+class RegionError(StoreError):
+    """The store holds no region, or one this service cannot work with: it must not start."""
+
+
+async def read_region(store: Store) -> RegionConfig:
+    """The region's config; RegionError when the store holds none (a service started on the
+    wrong store must refuse to run rather than work on an empty one)."""
+    kv = await store.get(keys.region_config())
+    if kv is None:
+        raise RegionError(
+            f"the store at {store.url} holds no region ({keys.region_config()} is missing): "
+            "set TETHER_STORE (or --store) to the region's store, as region.json records it, "
+            "or create a region with `tether up`"
+        )
+    return from_json(RegionConfig, kv.value, stored=True)
 
 
 def grpc_status_of(

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -18,6 +18,7 @@ from tether.agent.procfs import is_alive, signal_process
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import (
     AttemptFiles,
+    Fence,
     ShimExit,
     ShimSpec,
     ShimState,
@@ -76,7 +77,13 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, files: AttemptFiles, assignment: Assignment, env: dict[str, str]) -> None:
-        """Starts the attempt with `env` as its whole environment; OSError when it cannot."""
+        """Starts the attempt with `env` as its whole environment; OSError when it cannot. An
+        at-most-once attempt runs only while the last `fence` holds it."""
+
+    @abc.abstractmethod
+    def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
+        """From now on, the at-most-once attempts in `held` may run until `valid_until`
+        (monotonic clock), and no other may run at all."""
 
     @abc.abstractmethod
     def state(self, files: AttemptFiles) -> ShimState | None:
@@ -164,6 +171,8 @@ class ProcessExecutor(Executor):
             cgroup_procs=[str(path) for path in placement.procs_files],
             cgroups=[str(path) for path in placement.cgroups],
             kill_grace_s=self._settings.kill_grace_s,
+            fence_path=str(self._work_dir.fence) if assignment.at_most_once else None,
+            fence_key=files.fence_key if assignment.at_most_once else "",
         )
         write_record(files.spec, spec)
         with files.log("stderr").open("ab") as stderr:
@@ -177,6 +186,10 @@ class ProcessExecutor(Executor):
                 stderr=stderr,
                 start_new_session=True,
             )
+
+    def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
+        fence = Fence(attempts=sorted(files.fence_key for files in held), valid_until=valid_until)
+        write_record(self._work_dir.fence, fence)
 
     def state(self, files: AttemptFiles) -> ShimState | None:
         return read_record(ShimState, files.state)

@@ -33,7 +33,7 @@ from tether.model import (
     from_json,
     to_json,
 )
-from tether.service import Service
+from tether.service import RegionError, Service, read_region
 from tether.store import (
     Get,
     KeyValue,
@@ -114,6 +114,14 @@ class Agent(Service):
             store, machine.id, settings, self.work_dir.host_profile, self._profile_switched
         )
         self._keeper: LeaseKeeper | None = None
+        self._fencing_s = 0.0
+        """The region's fencing period, read at the start."""
+        self._held: set[AttemptFiles] = set()
+        """The at-most-once attempts the fence lets run."""
+        self._fence_lease = 0
+        """The lease whose renewals extend the fence: the current one, once the attempts it
+        holds were checked against the store after its heartbeat was put."""
+        self._fence_until = 0.0
         self._desired: dict[TaskRef, Assignment] = {}
         """The valid assignments of this machine, by task, as of the mirror."""
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
@@ -145,12 +153,21 @@ class Agent(Service):
             self.address = f"http://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
         self.machine = _with_profile(self.machine, self._profiles.load())
+        self._fencing_s = (await read_region(self._store)).fencing_s
+        if self._fencing_s < self._settings.lease_ttl_s:
+            raise RegionError(
+                f"the region's fencing period ({self._fencing_s}s) is shorter than this "
+                f"agent's lease TTL (TETHER_AGENT_LEASE_TTL_S={self._settings.lease_ttl_s}s): "
+                "at-most-once tasks would be killed between renewals"
+            )
         await self._register()
         self._adopt()
         # Before the assignments: the first pass already knows whether tasks must wait.
         await self._profiles.start()
+        # Listed after the heartbeat was put: the fence may hold what it still assigns.
         await self._assignments.start()
         self._update_desired(self._assignments.items)
+        self._hold_assigned(self._desired)
         self._workers = [
             asyncio.create_task(self._stay_registered(), name=f"{self.name} heartbeat"),
             asyncio.create_task(self._reconcile_forever(), name=f"{self.name} reconcile"),
@@ -174,7 +191,7 @@ class Agent(Service):
 
     async def _register(self) -> None:
         """Grants a lease and puts the heartbeat on it."""
-        keeper = LeaseKeeper(self._store, self._settings.lease_ttl_s)
+        keeper = LeaseKeeper(self._store, self._settings.lease_ttl_s, self._lease_renewed)
         lease = await keeper.start()
         try:
             await self._put_heartbeat(lease)
@@ -202,6 +219,57 @@ class Agent(Service):
                 except StoreError as error:
                     _log.warning("cannot register: %s; retrying", error)
                     await asyncio.sleep(RETRY_S)
+            while True:
+                try:
+                    listing = await self._store.range(keys.assignments_of(self.machine.id))
+                    break
+                except StoreError as error:
+                    _log.warning("cannot read the assignments: %s; retrying", error)
+                    await asyncio.sleep(RETRY_S)
+            assigned = (self._assignment_of(kv.key, kv) for kv in listing.kvs)
+            self._hold_assigned(dict(pair for pair in assigned if pair is not None))
+
+    # --- the fence of at-most-once attempts --------------------------------------------------
+
+    def _hold_assigned(self, assigned: dict[TaskRef, Assignment]) -> None:
+        """Under the lease just registered, holds the at-most-once attempts that `assigned`
+        (read after the heartbeat was put) still names, and lets go of the others.
+
+        From the moment a machine's heartbeat is gone, the scheduler may take its at-most-once
+        tasks elsewhere once the fencing period is over, and only while the heartbeat stays
+        gone. An attempt still assigned after the new heartbeat was put is therefore still
+        this machine's; one that is not may already run elsewhere, and its shim kills it.
+        """
+        keeper = self._keeper
+        assert keeper is not None
+        self._held = {
+            attempt.files
+            for task, attempts in self._attempts.items()
+            for attempt in attempts.values()
+            if (assignment := assigned.get(task)) is not None
+            and assignment.at_most_once
+            and assignment.attempt == attempt.number
+        }
+        self._fence_lease = keeper.lease
+        self._fence_until = keeper.renewed_at + self._fencing_s
+        self._write_fence()
+
+    def _lease_renewed(self, lease: int, renewed_at: float) -> None:
+        if lease == self._fence_lease:
+            self._fence_until = renewed_at + self._fencing_s
+            self._write_fence()
+
+    def _fence_is_current(self) -> bool:
+        """Whether new at-most-once attempts may start: the fence follows a live lease."""
+        keeper = self._keeper
+        return keeper is not None and not keeper.lost.is_set() and keeper.lease == self._fence_lease
+
+    def _write_fence(self) -> None:
+        try:
+            self._executor.fence(self._held, self._fence_until)
+        except OSError as error:
+            # The fence then expires on its own: at-most-once tasks stop, nothing runs twice.
+            _log.error("cannot write the fence of at-most-once tasks: %s", error)
 
     async def _profile_switched(self, profile: str) -> None:
         """Starts the tasks that waited, and announces the new profile in the heartbeat."""
@@ -232,17 +300,25 @@ class Agent(Service):
         per change) and left out."""
         for key in changed:
             kv = self._assignments.items.get(key)
-            task = self._task_of(key)
-            if task is None:
-                if kv is not None:
-                    _log.warning("ignoring assignment with a malformed key %r", key)
+            found = self._assignment_of(key, kv)
+            if found is not None:
+                self._desired[found[0]] = found[1]
                 continue
-            assignment = None if kv is None else _parse_assignment(kv, task)
-            if assignment is None:
+            task = self._task_of(key)
+            if task is not None:
                 self._desired.pop(task, None)
                 self._forget_status(task)
-            else:
-                self._desired[task] = assignment
+
+    def _assignment_of(self, key: str, kv: KeyValue | None) -> tuple[TaskRef, Assignment] | None:
+        """The task and assignment stored at `key`; None when there is none, or when the key
+        or the value is malformed (logged)."""
+        task = self._task_of(key)
+        if task is None:
+            if kv is not None:
+                _log.warning("ignoring assignment with a malformed key %r", key)
+            return None
+        assignment = None if kv is None else _parse_assignment(kv, task)
+        return None if assignment is None else (task, assignment)
 
     def _task_of(self, key: str) -> TaskRef | None:
         """The task an assignment key of this machine names; None when the key is not one that
@@ -288,7 +364,11 @@ class Agent(Service):
                 await self._report_never_started(task, assignment)
             elif waiting is not None:
                 await self._report_waiting(task, assignment, waiting)
-            else:
+            elif not assignment.at_most_once:
+                await self._launch(task, assignment)
+            elif task not in self._attempts and self._fence_is_current():
+                # Only once the task's older attempt here has ended, and only under a fence
+                # that a live lease extends.
                 await self._launch(task, assignment)
 
     def _adopt(self) -> None:
@@ -373,6 +453,7 @@ class Agent(Service):
             message=end.message,
         )
         metrics.AGENT_TASKS_EXITED.labels(state.value).inc()
+        self._held.discard(attempt.files)
         task_attempts = self._attempts[attempt.task]
         del task_attempts[attempt.number]
         if not task_attempts:
@@ -390,6 +471,9 @@ class Agent(Service):
         self._known.add((task, assignment.attempt))
         self._attempts.setdefault(task, {})[assignment.attempt] = attempt
         _log.info("starting attempt %d of task %s", assignment.attempt, task.task_id)
+        if assignment.at_most_once:
+            self._held.add(attempt.files)
+            self._write_fence()
         try:
             self._executor.launch(attempt.files, assignment, self._environment(task, assignment))
         except OSError as error:

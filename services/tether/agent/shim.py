@@ -4,6 +4,10 @@ It runs in a session of its own, so it outlives the agent that started it: it ap
 limits, runs the command, writes state.json once the process runs and exit.json once it ended.
 SIGTERM stops the task: SIGTERM to its process group, SIGKILL after the spec's grace period.
 
+An at-most-once attempt (the spec names a fence file) runs only while the agent's fence file
+names it and its deadline has not passed: the agent extends the deadline on every renewal of its
+lease, so the task dies on time whether its agent is cut off from the store, hung or dead.
+
 It imports only the standard library: it starts with every task, and importing pydantic and the
 model would cost each start 0.4 s of CPU. It reads the spec the agent wrote with `ShimSpec` as
 plain JSON, and writes the fields of `ShimState` and `ShimExit` (tests check them against the
@@ -19,7 +23,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -32,6 +38,8 @@ from tether.agent.procfs import start_ticks
 # The shell's conventions for a command that cannot be run.
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
+FENCE_POLL_S = 0.2
+"""How often an at-most-once attempt's shim reads the fence file."""
 
 
 class Spec:
@@ -50,6 +58,9 @@ class Spec:
         self.cgroup_procs: list[str] = fields.get("cgroup_procs", [])
         self.cgroups: list[str] = fields.get("cgroups", [])
         self.kill_grace_s: float = fields["kill_grace_s"]
+        fence_path = fields.get("fence_path")
+        self.fence_path = None if fence_path is None else Path(fence_path)
+        self.fence_key: str = fields.get("fence_key", "")
 
 
 class Shim:
@@ -59,6 +70,11 @@ class Shim:
         self._spec = spec
         self._process: subprocess.Popen[bytes] | None = None
         self._stopped = False
+        self._fenced = ""
+        """Why the fence killed the task; empty while it has not."""
+        self._reaping = threading.Lock()
+        """Held by whoever signals the task's group, and while it is reaped: a reaped group's
+        id may be reused."""
         # A ShimState's fields.
         self._state: dict[str, Any] = {
             "shim_pid": os.getpid(),
@@ -86,14 +102,32 @@ class Shim:
             self._terminate()
         self._state |= {"pid": pid, "pid_start": start_ticks(pid), "started_at": _now()}
         _write(self._spec.state_path, self._state)
+        if self._spec.fence_path is not None:
+            threading.Thread(target=self._keep_fence, name="fence", daemon=True).start()
         # Wait without reaping, so that the group id cannot be reused before its stragglers
         # (children the task left behind in its group) are killed.
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        _kill_group(pid, signal.SIGKILL)
-        code = self._process.wait()
+        with self._reaping:
+            _kill_group(pid, signal.SIGKILL)
+            code = self._process.wait()
         signal.setitimer(signal.ITIMER_REAL, 0)
         message = f"killed by {signal.Signals(-code).name}" if code < 0 else ""
-        return self._finish(code, message)
+        return self._finish(code, self._fenced or message)
+
+    def _keep_fence(self) -> None:
+        """Kills the task's group once the fence no longer holds this attempt."""
+        fence_path, process = self._spec.fence_path, self._process
+        assert fence_path is not None
+        assert process is not None
+        while True:
+            reason = fence_broken(fence_path, self._spec.fence_key, time.monotonic())
+            if reason:
+                with self._reaping:
+                    if process.returncode is None:
+                        self._fenced = f"fenced: {reason}"
+                        _kill_group(process.pid, signal.SIGKILL)
+                return
+            time.sleep(FENCE_POLL_S)
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         spec = self._spec
@@ -146,12 +180,37 @@ class Shim:
         # A ShimExit's fields.
         record = {
             "exit_code": exit_code,
-            "stopped": self._stopped,
+            "stopped": self._stopped or bool(self._fenced),
             "finished_at": _now(),
             "message": message,
         }
         _write(self._spec.exit_path, record)
         return 0
+
+
+def fence_broken(path: Path, key: str, now: float) -> str:
+    """Why the fence file at `path` does not let attempt `key` run at monotonic time `now`;
+    empty when it does. A missing or unreadable file holds nothing."""
+    try:
+        fence = json.loads(path.read_bytes())
+        attempts = list(fence["attempts"])
+        valid_until = float(fence["valid_until"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"the agent's fence file {path} cannot be read: {error!r}"
+    return fence_verdict(attempts, valid_until, key, now)
+
+
+def fence_verdict(attempts: Collection[str], valid_until: float, key: str, now: float) -> str:
+    """Why a fence holding `attempts` until `valid_until` does not let attempt `key` run at
+    `now` (monotonic); empty when it does."""
+    if key not in attempts:
+        return "the agent no longer holds this attempt (its assignment was gone when it checked)"
+    if now > valid_until:
+        return (
+            "the agent's lease went unrenewed for the fencing period "
+            f"(the fence expired {now - valid_until:.1f}s ago)"
+        )
+    return ""
 
 
 def _kill_group(pgid: int, signum: signal.Signals) -> None:

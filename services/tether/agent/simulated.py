@@ -7,7 +7,7 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -16,6 +16,7 @@ from tether.agent.executor import Executor, Leftover
 from tether.agent.fanout import FleetStore
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
+from tether.agent.shim import fence_verdict
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
 from tether.aio import cancel_and_wait
 from tether.model import Assignment, Machine, Resources, Topology
@@ -41,13 +42,17 @@ _pids = itertools.count(SIMULATED_PID_BASE)
 
 class SimulatedExecutor(Executor):
     """Runs no process and keeps nothing on disk: a launched attempt runs at once, with a
-    made-up pid, until the agent stops it or `finish()` ends it."""
+    made-up pid, until the agent stops it or `finish()` ends it. An at-most-once attempt the
+    fence no longer holds ends when the agent next looks at it."""
 
     poll_interval_s = POLL_INTERVAL_S
 
     def __init__(self) -> None:
         self._states: dict[AttemptFiles, ShimState] = {}
         self._ends: dict[AttemptFiles, ShimExit] = {}
+        self._at_most_once: set[AttemptFiles] = set()
+        self._held: frozenset[str] = frozenset()
+        self._valid_until = 0.0
 
     def prepare(self) -> None:
         """Nothing to prepare: no files, no limits."""
@@ -66,7 +71,13 @@ class SimulatedExecutor(Executor):
             started_at=datetime.now(UTC),
             limits=LIMITS,
         )
+        if assignment.at_most_once:
+            self._at_most_once.add(files)
         self.wake()
+
+    def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
+        self._held = frozenset(files.fence_key for files in held)
+        self._valid_until = valid_until
 
     @property
     def running(self) -> list[AttemptFiles]:
@@ -86,6 +97,16 @@ class SimulatedExecutor(Executor):
         return self._states.get(files)
 
     def end(self, files: AttemptFiles) -> ShimExit | None:
+        if files in self._at_most_once and files not in self._ends:
+            now = time.monotonic()
+            verdict = fence_verdict(self._held, self._valid_until, files.fence_key, now)
+            if verdict:
+                self._ends[files] = ShimExit(
+                    exit_code=-signal.SIGKILL,
+                    stopped=True,
+                    finished_at=datetime.now(UTC),
+                    message=f"fenced: {verdict}",
+                )
         return self._ends.get(files)
 
     def supervised(self, files: AttemptFiles, state: ShimState | None, since: float) -> bool:
@@ -105,6 +126,7 @@ class SimulatedExecutor(Executor):
     def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
         self._states.pop(files, None)
         self._ends.pop(files, None)
+        self._at_most_once.discard(files)
 
     def _end(self, files: AttemptFiles, end: ShimExit) -> None:
         self._ends.setdefault(files, end)

@@ -43,6 +43,20 @@ class ShimSpec(TetherModel):
     cgroups: list[str] = Field(default_factory=list)
     """The task's cgroup directories, removed after it exits."""
     kill_grace_s: float = Field(gt=0)
+    fence_path: str | None = None
+    """At-most-once attempts only: the machine's fence file (`Fence`), which must name
+    `fence_key` and a deadline not yet passed, or the shim kills the task."""
+    fence_key: str = ""
+
+
+class Fence(TetherModel):
+    """The machine's fence file (fence.json): the at-most-once attempts its agent holds, and
+    until when (monotonic clock) they may run unless the agent renews its lease again. The shim
+    reads these fields without the model."""
+
+    attempts: list[str]
+    """`AttemptFiles.fence_key` of each attempt."""
+    valid_until: float
 
 
 class ShimState(TetherModel):
@@ -140,16 +154,24 @@ class AttemptFiles:
         """`stdout.log` or `stderr.log`."""
         return self.dir / f"{stream}.log"
 
+    @property
+    def fence_key(self) -> str:
+        """How the fence file names the attempt."""
+        return f"{self.task.task_id}@{self.attempt}"
+
 
 class WorkDir:
     """`<root>/tasks/<ent>/<job>/<index>/<attempt>/` per attempt, `.../<index>/sandbox/` as
-    the working directory every attempt of the task shares, and `<root>/host-profile.json`."""
+    the working directory every attempt of the task shares, `<root>/host-profile.json` and
+    `<root>/fence.json`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.tasks = self.root / "tasks"
         self.host_profile = self.root / "host-profile.json"
         """The host profile the machine last finished switching to (`CurrentProfile`)."""
+        self.fence = self.root / "fence.json"
+        """The at-most-once attempts the agent holds (`Fence`)."""
 
     def task_dir(self, task: TaskRef) -> Path:
         return self.tasks / task.entitlement / task.job / str(task.index)

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from tether.agent.cleanup import stop_tasks
 from tether.metrics import MetricsSettings
-from tether.model import Resources
+from tether.model import DEFAULT_FENCING_S, Resources
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
 from tether.region.plan import (
     FRONTEND_PORT_STEP,
@@ -105,6 +105,15 @@ def up(
             min=1, max=65535, help="Port of the TaskController registry (gRPC), on --host."
         ),
     ] = 8081,
+    fencing_s: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Fencing period of a new region's at-most-once tasks: an agent cut off from the "
+            "store this long kills them, and they run elsewhere only after it (a resumed region "
+            "keeps its own).",
+        ),
+    ] = DEFAULT_FENCING_S,
     ready_timeout_s: Annotated[
         float, typer.Option(min=1, help="Give up if the region is not ready in this time.")
     ] = 120.0,
@@ -146,6 +155,7 @@ def up(
         registry_port=registry_port,
         frontends=frontends,
         shards=shard_ids(shards),
+        fencing_s=fencing_s,
         log_level=log_level,
     )
     supervisor = Supervisor(options, env={**os.environ, "TETHER_STORE": store_url})
@@ -223,6 +233,7 @@ async def _bootstrap(options: RegionOptions) -> BootstrapResult:
             store,
             name=options.region_name,
             shards=list(options.shards),
+            fencing_s=options.fencing_s,
             admin_token_file=options.admin_token_file,
             default_entitlement=default_entitlement(options),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime
 
 import pydantic
 
@@ -158,7 +159,10 @@ class HealthChecker(Service):
         """Writes `state` over the record `kv` (which holds `machine`) if neither the record nor
         the heartbeat's presence changed."""
         heartbeat_key = keys.heartbeat(machine_id)
-        updated = Machine.model_validate({**dict(machine), "state": state})
+        down_since = datetime.now(UTC) if state is MachineState.DOWN else None
+        updated = Machine.model_validate(
+            {**dict(machine), "state": state, "down_since": down_since}
+        )
         heartbeat_is_as_seen = (
             key_missing(heartbeat_key) if state is MachineState.DOWN else key_exists(heartbeat_key)
         )

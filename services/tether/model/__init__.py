@@ -56,6 +56,7 @@ from tether.model.maintenance import (
 from tether.model.operation import OPEN_STATES, OperationKind, OperationState, TaskOperation
 from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
 from tether.model.region import (
+    DEFAULT_FENCING_S,
     AgentHeartbeat,
     AllocatorEndpoint,
     RegionConfig,
@@ -83,6 +84,7 @@ from tether.model.topology import FaultDomain, Topology
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "DEFAULT_FENCING_S",
     "DRAIN_KINDS",
     "JOB_HANDLE_RULE",
     "MAX_MAINTENANCE_S",

@@ -229,6 +229,11 @@ class JobSpec(TetherModel):
     update: UpdatePolicy = Field(default_factory=UpdatePolicy)
     deadline: Timestamp | None = None
     """Only for batch jobs."""
+    at_most_once: bool = False
+    """Never run two processes of one task at once, even across a partition: a task whose
+    machine went silent is replaced only after the region's fencing period, by which time its
+    agent (or, without one, its supervisor) has killed it; it also stops when its agent cannot
+    reach the store for that long. Fixed when the job is submitted."""
 
     @field_validator("count")
     @classmethod

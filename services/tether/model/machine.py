@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from tether.model.base import AttributeKey, AttributeValue, Name, TetherModel
+from tether.model.base import AttributeKey, AttributeValue, Name, TetherModel, Timestamp
 from tether.model.resources import Resources
 from tether.model.topology import Topology
 
@@ -35,3 +35,6 @@ class Machine(TetherModel):
     host_profile_current: Name | None = None
     """The host profile the agent last finished switching to (None: never switched)."""
     state: MachineState = MachineState.UP
+    down_since: Timestamp | None = None
+    """When the health checker marked the machine down (None while it is not down, or when
+    someone else did): the start of the wait before its at-most-once tasks run elsewhere."""

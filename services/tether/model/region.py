@@ -4,12 +4,22 @@ agents)."""
 from __future__ import annotations
 
 import zlib
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import AfterValidator, Field
 
-from tether.model.base import Name, NonEmptyStr, TetherModel, Timestamp, no_duplicates
+from tether.model.base import (
+    Name,
+    NonEmptyStr,
+    PositiveSeconds,
+    TetherModel,
+    Timestamp,
+    no_duplicates,
+)
 from tether.model.machine import Machine
+
+DEFAULT_FENCING_S: Final = 10.0
+"""How long an agent that cannot renew its lease keeps its at-most-once tasks running."""
 
 
 class RegionConfig(TetherModel):
@@ -21,6 +31,10 @@ class RegionConfig(TetherModel):
     `POST /admin/shards`, never removed: a drained shard simply holds nothing."""
     draining: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(default_factory=list)
     """Shards being emptied (`POST /admin/shards/{id}/drain`): new entitlements never join them."""
+    fencing_s: PositiveSeconds = DEFAULT_FENCING_S
+    """The fencing period of at-most-once tasks: an agent whose lease has not been renewed for
+    this long kills them, and the scheduler replaces them only once this long (and a margin)
+    has passed since their machine went down. Set when the region is created."""
     created_at: Timestamp
 
 

@@ -180,6 +180,8 @@ class Assignment(TetherModel):
     generation: Quantity
     desired: DesiredState = DesiredState.RUNNING
     template: TaskTemplate
+    at_most_once: bool = False
+    """The job's `at_most_once`: the agent fences this attempt to its lease."""
 
     @property
     def task_id(self) -> str:

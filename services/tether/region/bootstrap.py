@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tether.model import (
+    DEFAULT_FENCING_S,
     Entitlement,
     PrincipalRecord,
     RegionConfig,
@@ -39,6 +40,7 @@ async def bootstrap_region(
     shards: list[str],
     admin_token_file: Path,
     default_entitlement: Entitlement,
+    fencing_s: float = DEFAULT_FENCING_S,
 ) -> BootstrapResult:
     """Makes sure the region's config, admin principal and default entitlement exist.
 
@@ -46,7 +48,9 @@ async def bootstrap_region(
     only what is missing is created. The admin token is read from `admin_token_file`, or
     created there (mode 0600) when the file does not exist.
     """
-    config = RegionConfig(name=name, shards=shards, created_at=datetime.now(UTC))
+    config = RegionConfig(
+        name=name, shards=shards, fencing_s=fencing_s, created_at=datetime.now(UTC)
+    )
     created = await store.create(keys.region_config(), to_json(config))
     if not created:
         stored = await store.get(keys.region_config())

@@ -31,6 +31,9 @@ FAST_TIMINGS = {
     "TETHER_SCHEDULER_LEASE_TTL_S": "3",
     "TETHER_ALLOCATOR_LEASE_TTL_S": "3",
 }
+FAST_FENCING_S = 3.0
+"""The tests' fencing period of at-most-once tasks (`tether up --fencing-s`): just above the
+agents' lease TTL."""
 
 
 def wait_for(
@@ -132,6 +135,8 @@ class LocalRegion:
             str(self.frontends),
             "--shards",
             str(self.shards),
+            "--fencing-s",
+            str(FAST_FENCING_S),
             "--ready-timeout-s",
             str(timeout_s),
             *self.store_args,

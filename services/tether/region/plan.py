@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tether.model import Entitlement, Quota, Resources
+from tether.model import DEFAULT_FENCING_S, Entitlement, Quota, Resources
 from tether.region.bootstrap import ADMIN_PRINCIPAL
 from tether.store.etcd_server import free_port
 
@@ -37,6 +37,7 @@ class RegionOptions:
     registry_port: int = 8081
     frontends: int = 1
     shards: tuple[str, ...] = SHARDS
+    fencing_s: float = DEFAULT_FENCING_S
     region_name: str = "local"
     log_level: str = "INFO"
 

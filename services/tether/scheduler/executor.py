@@ -81,10 +81,12 @@ class Executor:
         """Runs the plan; `may_place=False` leaves pending tasks for a later retry.
 
         Raises NotLeader when deposed, AllocatorError when a Release failed (nothing that
-        depends on it has been written then).
+        depends on it has been written then; reclaimed tasks are written before theirs).
         """
         job = view.job.value
         outcome = Outcome()
+        if plan.reclaim:
+            outcome.tasks_revision = await self._reclaim(job.handle, plan.reclaim)
         if plan.release:
             await self._allocator.release(job.handle, [write.index for write in plan.release])
             outcome.tasks_revision = await self.commit(job.handle, plan.release)
@@ -103,6 +105,22 @@ class Executor:
         if plan.delete_job:
             outcome.job_revision = await self._delete_job(view)
         return outcome
+
+    async def _reclaim(self, job_handle: str, writes: Sequence[TaskWrite]) -> int:
+        """Writes each task off its silent machine (one transaction each: a machine whose agent
+        came back holds up only its own tasks), then releases the ones written. Should the
+        release fail, the allocator still holds their machines: a later Place reports them
+        there, and the next reconcile takes them off again."""
+        revision = 0
+        reclaimed = []
+        for write in writes:
+            written = await self._txn(job_handle, *_task_ops(job_handle, [write]))
+            if written:
+                revision = written
+                reclaimed.append(write.index)
+        if reclaimed:
+            await self._allocator.release(job_handle, reclaimed)
+        return revision
 
     async def _place(self, view: JobView, indexes: list[int]) -> tuple[int, bool]:
         job = view.job.value
@@ -261,6 +279,8 @@ def _task_ops(job_handle: str, writes: Sequence[TaskWrite]) -> tuple[list[Compar
     for write in writes:
         task_key = keys.task(entitlement, name, write.index)
         compares.append(mod_revision_is(task_key, write.revision))
+        if write.silent is not None:
+            compares.append(key_missing(keys.heartbeat(write.silent)))
         if write.task is None:
             ops += [Delete(task_key), Delete(keys.task_status(entitlement, name, write.index))]
         else:

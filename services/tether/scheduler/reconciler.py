@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 from tether.model import (
+    DEFAULT_FENCING_S,
     OPEN_STATES,
+    TERMINAL_STATES,
     AdvanceNotice,
     Assignment,
     DesiredState,
@@ -32,6 +34,9 @@ T = TypeVar("T")
 
 FINISHED: Final = frozenset({TaskState.EXITED, TaskState.FAILED, TaskState.KILLED})
 """Statuses after which the agent runs nothing for that attempt any more."""
+FENCE_MARGIN_S: Final = 2.0
+"""Added to the fencing period before an at-most-once task of a down machine runs elsewhere:
+for the clocks of the health checker's and the scheduler's hosts, and the agent's poll."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,8 @@ class JobView:
     maintenance: Mapping[str, Sequence[AdvanceNotice]] = field(default_factory=dict)
     """Machine id -> its scheduled maintenance, soonest first (region-wide: shared by every
     view, not copied)."""
+    fencing_s: float = DEFAULT_FENCING_S
+    """The region's fencing period (`RegionConfig.fencing_s`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +95,18 @@ class TaskWrite:
     """The machine whose assignment of this task is deleted."""
     operation: OperationWrite | None = None
     """The operation this write executes, marked done in the same transaction."""
+    silent: str | None = None
+    """A machine whose heartbeat must still be missing for the write to apply: an agent that
+    came back may already have taken up the task again."""
 
 
 @dataclass(slots=True)
 class Plan:
     """The actions for one job, executed in this order."""
 
+    reclaim: list[TaskWrite] = field(default_factory=list)
+    """At-most-once tasks taken off a silent machine: written first (each only while the
+    machine's heartbeat is still missing), then released with `Allocator.Release`."""
     release: list[TaskWrite] = field(default_factory=list)
     """Written after `Allocator.Release` has freed these tasks' machines."""
     writes: list[TaskWrite] = field(default_factory=list)
@@ -146,7 +159,7 @@ def _plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
     A task this plan already writes is left alone: its next reconcile decides on its new record.
     At most one operation per task executes in a plan, since each makes a new attempt.
     """
-    touched = {write.index for write in (*plan.release, *plan.writes)}
+    touched = {write.index for write in (*plan.reclaim, *plan.release, *plan.writes)}
     open_by_task: dict[int, list[Stored[TaskOperation]]] = {}
     for stored in sorted(view.operations.values(), key=lambda s: (s.value.created_at, s.value.id)):
         if stored.value.state in OPEN_STATES:
@@ -368,6 +381,9 @@ def _plan_task(
     machine_down = task.machine is not None and _is_down(
         view.machines.get(task.machine), known=view.machines_revision >= stored.revision
     )
+    if machine_down and job.spec.at_most_once and not (status and status.state in FINISHED):
+        _plan_reclaim(view, stored, now, plan)
+        return
     if job.deleting or task.index >= job.spec.count:
         if task.machine is None or machine_down or (status and status.state in FINISHED):
             plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
@@ -378,22 +394,77 @@ def _plan_task(
             )
         return
     if machine_down:
-        lost = _changed(
-            task,
-            state=TaskState.LOST,
-            machine=None,
-            message=f"machine {task.machine} is down",
-            updated_at=now,
+        plan.release.append(
+            TaskWrite(task.index, stored.revision, _lost(task, now), unassign=task.machine)
         )
-        plan.release.append(TaskWrite(task.index, stored.revision, lost, unassign=task.machine))
     elif task.machine is None:
-        plan.place.append(task.index)
+        if not job.spec.at_most_once or _previous_attempt_ended(view, task.index, now, plan):
+            plan.place.append(task.index)
     elif task.desired is DesiredState.STOPPED:
         # Scaled down and back up before it was removed: run it again, as a new attempt so that
         # the agent never confuses it with the stopping one.
         plan.writes.append(_incarnation(job, stored, task.restarts, "resumed", now))
     elif status is not None and status.state in FINISHED:
         _plan_restart(job, stored, status, now, plan)
+
+
+def _lost(task: Task, now: datetime) -> Task:
+    return _changed(
+        task,
+        state=TaskState.LOST,
+        machine=None,
+        message=f"machine {task.machine} is down",
+        updated_at=now,
+    )
+
+
+def fenced_at(view: JobView, machine_id: str) -> datetime | None:
+    """When an at-most-once task on the down machine is surely dead: its agent, or the task's
+    supervisor, kills it once the fencing period has passed without a lease renewal, and the
+    machine went down at least a lease TTL after the last renewal. None: it already is (the
+    machine is gone, or was marked down by someone other than the health checker)."""
+    machine = view.machines.get(machine_id)
+    if machine is None or machine.down_since is None:
+        return None
+    return machine.down_since + timedelta(seconds=view.fencing_s + FENCE_MARGIN_S)
+
+
+def _plan_reclaim(view: JobView, stored: Stored[Task], now: datetime, plan: Plan) -> None:
+    """An at-most-once task whose machine is down, with no word that its process ended, is
+    taken off the machine once the fencing period is over, and only if the machine's agent has
+    not come back meanwhile."""
+    task = stored.value
+    assert task.machine is not None
+    due = fenced_at(view, task.machine)
+    if due is not None and now < due:
+        plan.wake(due)
+        return
+    plan.reclaim.append(
+        TaskWrite(
+            task.index,
+            stored.revision,
+            _lost(task, now),
+            unassign=task.machine,
+            silent=task.machine,
+        )
+    )
+
+
+def _previous_attempt_ended(view: JobView, index: int, now: datetime, plan: Plan) -> bool:
+    """Whether an at-most-once task may be placed: its last status (of whatever attempt) says
+    its process ended, or its machine is gone or down past the fencing period. Otherwise the
+    status change that reports the end (or the end of the fencing period) reconciles again."""
+    status = view.statuses.get(index)
+    if status is None or status.state in TERMINAL_STATES:
+        return True
+    machine = view.machines.get(status.machine)
+    if machine is not None and machine.state is not MachineState.DOWN:
+        return False
+    due = None if machine is None else fenced_at(view, machine.id)
+    if due is not None and now < due:
+        plan.wake(due)
+        return False
+    return True
 
 
 def _plan_restart(
@@ -536,6 +607,7 @@ def _assignment(job: Job, task: Task) -> tuple[str, Assignment]:
         generation=task.generation,
         desired=task.desired,
         template=job.spec.task,
+        at_most_once=job.spec.at_most_once,
     )
 
 

@@ -65,13 +65,15 @@ class Scheduler(Service):
         await self._store.close()
 
     async def _serve(self) -> None:
-        await self._await_membership()
+        region = await self._await_membership()
         defer_s = 0.0
         while True:
             leadership = await self.election.campaign(defer_s=defer_s)
             metrics.SCHEDULER_LEADER_TERMS.labels("started").inc()
             try:
-                await Term(self._store, self.shard, self._settings, leadership, self.leading).run()
+                await Term(
+                    self._store, self.shard, self._settings, leadership, self.leading, region
+                ).run()
             except Exception:
                 _log.exception("shard %s: leading failed; standing by again", self.shard)
                 await asyncio.sleep(_RETRY_S)
@@ -83,9 +85,10 @@ class Scheduler(Service):
             # Handed over (a failover): stand by, rather than race the standby for the key.
             defer_s = self._settings.lease_ttl_s if leadership.deposed else 0.0
 
-    async def _await_membership(self) -> None:
-        """Returns once the region config lists this shard: a replica of a shard an admin has
-        not added yet (POST /admin/shards) waits instead of leading a shard nobody maps to."""
+    async def _await_membership(self) -> RegionConfig:
+        """Returns the region config once it lists this shard: a replica of a shard an admin
+        has not added yet (POST /admin/shards) waits instead of leading a shard nobody maps
+        to."""
         waited = False
         while True:
             try:
@@ -97,7 +100,7 @@ class Scheduler(Service):
             if config is not None and self.shard in config.shards:
                 if waited:
                     _log.info("shard %s: added to the region; campaigning", self.shard)
-                return
+                return config
             if not waited:
                 _log.warning(
                     "shard %s is not in the region config; waiting until an admin adds it "
@@ -119,6 +122,7 @@ class Term:
         settings: SchedulerSettings,
         leadership: Leadership,
         leading: asyncio.Event,
+        region: RegionConfig,
     ) -> None:
         self._settings = settings
         self._leadership = leadership
@@ -127,7 +131,7 @@ class Term:
         self._wake = asyncio.Event()
         self._store = store
         self._shard = shard
-        self._state = ShardState(store, shard, self._mark)
+        self._state = ShardState(store, shard, self._mark, fencing_s=region.fencing_s)
         self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)
         self._reconciles = 0

@@ -119,10 +119,13 @@ class ShardState:
     `taskcontrollers/` and `maintenance/`; calls `mark(job handle)` for every job a change may
     concern."""
 
-    def __init__(self, store: Store, shard: str, mark: Callable[[str], None]) -> None:
+    def __init__(
+        self, store: Store, shard: str, mark: Callable[[str], None], *, fencing_s: float
+    ) -> None:
         self._store = store
         self.shard = shard
         self._mark = mark
+        self._fencing_s = fencing_s
         self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
         self.jobs = Records(store, keys.JOBS, _parser(Job), self._job_changed)
         self.tasks = Records(store, keys.TASKS, _parser(Task), self._task_changed)
@@ -209,6 +212,7 @@ class ShardState:
             operations=dict(self._operations.get(handle, {})),
             controlled=self.controller_for(handle) is not None,
             maintenance=self.maintenance,
+            fencing_s=self._fencing_s,
         )
 
     async def consistent_view(self, handle: str) -> JobView | None:

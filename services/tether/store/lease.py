@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from tether.aio import cancel_and_wait
 from tether.store.base import LeaseNotFound, Store, StoreError
@@ -21,18 +22,30 @@ class LeaseKeeper:
     then stop acting on them: a scheduler leader steps down, an agent re-registers.
     """
 
-    def __init__(self, store: Store, ttl_s: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ttl_s: int,
+        renewed: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """`renewed(lease, renewed_at)` is called after every successful renewal."""
         if ttl_s < 1:
             raise ValueError(f"lease TTL must be at least 1 second, got {ttl_s}")
         self._store = store
         self.ttl_s = ttl_s
         self.lease = 0
+        self.renewed_at = 0.0
+        """When (monotonic) the last successful grant or renewal was sent: the store keeps the
+        lease for at least a TTL from then."""
         self.lost = asyncio.Event()
+        self._renewed = renewed
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         """Grants the lease and starts renewing it; returns the lease id."""
+        sent_at = time.monotonic()
         self.lease = await self._store.lease_grant(self.ttl_s)
+        self.renewed_at = sent_at
         self.lost.clear()
         self._task = asyncio.create_task(self._renew(), name=f"lease-{self.lease}")
         return self.lease
@@ -47,18 +60,20 @@ class LeaseKeeper:
         self.lost.set()
 
     async def _renew(self) -> None:
-        last_renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.ttl_s / 3)
+            sent_at = time.monotonic()
             try:
                 await asyncio.wait_for(self._store.lease_keepalive(self.lease), self.ttl_s / 3)
-                last_renewed = time.monotonic()
+                self.renewed_at = sent_at
+                if self._renewed is not None:
+                    self._renewed(self.lease, sent_at)
             except LeaseNotFound:
                 _log.warning("lease %x expired", self.lease)
                 self.lost.set()
                 return
             except (StoreError, TimeoutError) as error:
-                if time.monotonic() - last_renewed >= self.ttl_s:
+                if time.monotonic() - self.renewed_at >= self.ttl_s:
                     _log.warning("lease %x not renewed for %ss: %s", self.lease, self.ttl_s, error)
                     self.lost.set()
                     return

@@ -8,6 +8,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ from tether.model import (
     Assignment,
     DesiredState,
     Machine,
+    RegionConfig,
     Resources,
     TaskState,
     TaskStatus,
@@ -35,6 +37,8 @@ from tether.model import (
 from tether.store import Delete, Put, Store, keys, open_store
 
 ENT, JOB = "ent", "job"
+FENCING_S = 3.0
+"""The region's fencing period: above the tests' agent lease TTL (2 s), as agents require."""
 HANDLE = f"{ENT}/{JOB}"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PRINT_ENV_AND_SLEEP = (
@@ -77,6 +81,7 @@ def assignment_put(
     script: str = PRINT_ENV_AND_SLEEP,
     desired: DesiredState = DesiredState.RUNNING,
     command: str = sys.executable,
+    at_most_once: bool = False,
 ) -> Put:
     """The write of the task's assignment, as the scheduler makes it."""
     template = TaskTemplate(
@@ -93,6 +98,7 @@ def assignment_put(
         generation=1,
         desired=desired,
         template=template,
+        at_most_once=at_most_once,
     )
     return Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment))
 
@@ -182,8 +188,19 @@ def work_dir(tmp_path: Path, machine: Machine) -> Iterator[Path]:
 
 
 @pytest.fixture
+async def region_config(store_url: str) -> RegionConfig:
+    """The region an agent needs in its store, as `tether up` makes it."""
+    config = RegionConfig(
+        name="test", shards=["shard-0"], fencing_s=FENCING_S, created_at=datetime.now(UTC)
+    )
+    async with open_store(store_url) as store:
+        await store.put(keys.region_config(), to_json(config))
+    return config
+
+
+@pytest.fixture
 async def start_agent(
-    store_url: str, work_dir: Path, machine: Machine
+    store_url: str, work_dir: Path, machine: Machine, region_config: RegionConfig
 ) -> AsyncIterator[StartAgent]:
     """Starts agents of `machine` on `work_dir` (one at a time); stops them at the end."""
     running: list[Agent] = []

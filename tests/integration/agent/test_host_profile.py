@@ -23,6 +23,9 @@ from tests.integration.agent.helpers import (
     machine as machine,
 )
 from tests.integration.agent.helpers import (
+    region_config as region_config,
+)
+from tests.integration.agent.helpers import (
     start_agent as start_agent,
 )
 from tests.integration.agent.helpers import (

@@ -21,6 +21,9 @@ from tests.integration.agent.helpers import (
 from tests.integration.agent.helpers import (
     machine as machine,
 )
+from tests.integration.agent.helpers import (
+    region_config as region_config,
+)
 from tests.support.machines import eventually
 from tether.agent.fanout import FleetStore
 from tether.agent.procfs import start_ticks
@@ -34,7 +37,15 @@ from tether.agent.simulated import (
     simulated_machines,
 )
 from tether.agent.workdir import TaskRef
-from tether.model import AgentHeartbeat, DesiredState, Machine, Resources, TaskState, from_json
+from tether.model import (
+    AgentHeartbeat,
+    DesiredState,
+    Machine,
+    RegionConfig,
+    Resources,
+    TaskState,
+    from_json,
+)
 from tether.store import LeaseNotFound, Store, Watch, keys, open_store
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
@@ -43,7 +54,7 @@ SETTINGS = {"lease_ttl_s": 2, "poll_interval_s": 10.0}
 
 @pytest.fixture
 async def simulated(
-    store_url: str, machine: Machine, tmp_path: Path
+    store_url: str, machine: Machine, tmp_path: Path, region_config: RegionConfig
 ) -> AsyncIterator[tuple[Agent, SimulatedExecutor]]:
     executor = SimulatedExecutor()
     settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "agent"})
@@ -121,7 +132,7 @@ def test_simulated_machines_spread_over_fault_domains_with_fixed_width_ids() -> 
 
 
 async def test_a_fleet_runs_many_agents_on_shared_stores(
-    store: Store, store_url: str, tmp_path: Path
+    store: Store, store_url: str, tmp_path: Path, region_config: RegionConfig
 ) -> None:
     machines = simulated_machines(
         12,

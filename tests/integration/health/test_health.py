@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 
 from tests.support.machines import eventually, heartbeating, make_machine, read_machine
 from tether.health.service import HealthChecker
@@ -48,7 +49,7 @@ async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
         # The lease may be granted longer than asked (etcd has a minimum): ask it.
         ttl_s = await store.lease_keepalive(agent.lease)
         await agent.stop(revoke=False)
-        lapsed_at = time.monotonic()
+        lapsed_at, lapsed_wall = time.monotonic(), datetime.now(UTC)
         down = await eventually(
             lambda: read_machine(store, "m1"),
             in_state(MachineState.DOWN),
@@ -56,7 +57,12 @@ async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
             what="m1 down",
         )
         assert time.monotonic() - lapsed_at >= GRACE_S
-        assert down == machine.model_copy(update={"state": MachineState.DOWN})
+        # When it was marked down: the start of the fencing period of its at-most-once tasks.
+        assert down.down_since is not None
+        assert down.down_since - lapsed_wall >= timedelta(seconds=GRACE_S)
+        assert down == machine.model_copy(
+            update={"state": MachineState.DOWN, "down_since": down.down_since}
+        )
 
         async with heartbeating(store, machine):
             up = await eventually(
@@ -81,7 +87,10 @@ async def test_a_revoked_heartbeat_gets_the_grace_period(store: Store, store_url
             what="m1 down",
         )
         assert time.monotonic() - revoked_at >= GRACE_S
-        assert down == machine.model_copy(update={"state": MachineState.DOWN})
+        assert down.down_since is not None
+        assert down == machine.model_copy(
+            update={"state": MachineState.DOWN, "down_since": down.down_since}
+        )
 
 
 async def test_at_start_missing_heartbeats_get_the_grace_and_present_ones_count(

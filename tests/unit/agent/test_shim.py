@@ -16,7 +16,7 @@ import pytest
 from tether.agent.limits import MIB
 from tether.agent.procfs import is_alive, start_ticks
 from tether.agent.shim import EXIT_NOT_FOUND
-from tether.agent.workdir import ShimExit, ShimSpec, ShimState, read_record, write_record
+from tether.agent.workdir import Fence, ShimExit, ShimSpec, ShimState, read_record, write_record
 
 
 class Run:
@@ -200,3 +200,41 @@ def test_the_shim_starts_without_pydantic_or_the_model() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_an_at_most_once_task_runs_while_the_fence_is_renewed_and_dies_when_it_is_not(
+    start: Start, tmp_path: Path
+) -> None:
+    fence = tmp_path / "fence.json"
+    held = ["e/j/0@1"]
+    write_record(fence, Fence(attempts=held, valid_until=time.monotonic() + 1.0))
+    run = start(["sleep", "30"], fence_path=str(fence), fence_key="e/j/0@1")
+    pid = run.task_pid()
+    # Renewed before the first deadline: the task outlives it, up to the second.
+    renewed_until = time.monotonic() + 2.5
+    write_record(fence, Fence(attempts=held, valid_until=renewed_until))
+    end = run.end()
+    assert time.monotonic() >= renewed_until
+    assert (end.exit_code, end.stopped) == (-signal.SIGKILL, True)
+    assert end.message.startswith("fenced: the agent's lease went unrenewed")
+    assert start_ticks(pid) is None
+
+
+def test_an_at_most_once_task_the_fence_no_longer_holds_dies_at_once(
+    start: Start, tmp_path: Path
+) -> None:
+    fence = tmp_path / "fence.json"
+    write_record(fence, Fence(attempts=["e/j/0@1"], valid_until=time.monotonic() + 60))
+    run = start(["sleep", "30"], fence_path=str(fence), fence_key="e/j/0@1")
+    run.task_pid()
+    write_record(fence, Fence(attempts=["e/j/1@4"], valid_until=time.monotonic() + 60))
+    end = run.end()
+    assert end.stopped
+    assert end.message.startswith("fenced: the agent no longer holds this attempt")
+
+
+def test_an_unreadable_fence_holds_nothing(start: Start, tmp_path: Path) -> None:
+    run = start(["sleep", "30"], fence_path=str(tmp_path / "missing.json"), fence_key="e/j/0@1")
+    end = run.end()
+    assert end.stopped
+    assert "fence file" in end.message
