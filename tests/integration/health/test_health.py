@@ -58,6 +58,7 @@ async def test_a_lapsed_heartbeat_marks_the_machine_down_and_a_new_one_up(
         )
         assert time.monotonic() - lapsed_at >= GRACE_S
         # When it was marked down: the start of the fencing period of its at-most-once tasks.
+        assert down is not None
         assert down.down_since is not None
         assert down.down_since - lapsed_wall >= timedelta(seconds=GRACE_S)
         assert down == machine.model_copy(
@@ -87,6 +88,7 @@ async def test_a_revoked_heartbeat_gets_the_grace_period(store: Store, store_url
             what="m1 down",
         )
         assert time.monotonic() - revoked_at >= GRACE_S
+        assert down is not None
         assert down.down_since is not None
         assert down == machine.model_copy(
             update={"state": MachineState.DOWN, "down_since": down.down_since}
