@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.faults import dead_services
+from tests.support.faults import TwiceSampler, dead_services
 from tether.model import Resources
 from tether.region.harness import (
     LocalRegion,
@@ -221,3 +221,51 @@ def test_rejoined_machine_takes_new_tasks(partitioned: Partitioned) -> None:
     assert on_machine
     environ = Path(f"/proc/{on_machine[0]['pid']}/environ").read_bytes()
     assert f"TETHER_MACHINE={machine}".encode() in environ.split(b"\0")
+
+
+def test_an_at_most_once_task_is_killed_before_it_runs_elsewhere(partitioned: Partitioned) -> None:
+    client, machine = partitioned.client, partitioned.machine
+    region = partitioned.region
+    # The ordinary job of the tests above has a task on the machine too.
+    ordinary = next(
+        t for t in all_running(client, "default/spread", 8) or [] if t["machine"] == machine
+    )
+    handle = submit(client, sleeper_job("once", 4) | {"at_most_once": True})
+    before = wait_for(lambda: all_running(client, handle, 4), timeout_s=60, what="4 running")
+    isolated = next(t for t in before if t["machine"] == machine)
+    sampler = TwiceSampler(region.state_dir)
+    sampler.start()
+    try:
+        partitioned.namespace.cut()
+
+        def replaced() -> list[dict[str, Any]] | None:
+            tasks = all_running(client, handle, 4)
+            return tasks if tasks and all(t["machine"] != machine for t in tasks) else None
+
+        # The machine goes down after the lease TTL and the grace; the task runs elsewhere only
+        # after the fencing period and the margin on top.
+        during = wait_for(replaced, timeout_s=60, what=f"the task on {machine} to run elsewhere")
+        moved = next(t for t in during if t["index"] == isolated["index"])
+        assert moved["attempt"] > isolated["attempt"]
+        # Its agent, still cut off, has killed it; the ordinary task on the machine runs on.
+        assert not process_alive(isolated["pid"])
+        assert process_alive(ordinary["pid"])
+
+        partitioned.namespace.heal()
+        wait_for(
+            lambda: machines_by_id(client)[machine]["state"] == "up",
+            timeout_s=30,
+            what=f"machine {machine} to be up again",
+        )
+        wait_for(
+            lambda: not process_alive(ordinary["pid"]),
+            timeout_s=30,
+            what="the returning agent to kill its stale ordinary task",
+        )
+    finally:
+        sampler.stop()
+    assert sampler.samples > 100
+    once = {task_id: most for task_id, most in sampler.most.items() if task_id.startswith(handle)}
+    assert once == {f"{handle}/{index}": 1 for index in range(4)}
+    # The ordinary task ran twice while the partition lasted, as docs/faults.md says.
+    assert sampler.most[f"default/spread/{ordinary['index']}"] == 2

@@ -21,13 +21,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.faults import machine_versions, pids_by_index, read_key
+from tests.support.faults import (
+    TaskProcess,
+    machine_versions,
+    pids_by_index,
+    read_key,
+    task_processes,
+)
 from tether.region.harness import (
     LocalRegion,
     all_running,
@@ -200,42 +205,6 @@ class Churn(threading.Thread):
                 return
             assert time.monotonic() < deadline, f"jobs not as accepted: {waiting}"
             time.sleep(0.3)
-
-
-@dataclass(frozen=True)
-class TaskProcess:
-    """A task's process, as its environment names it."""
-
-    pid: int
-    task_id: str
-    attempt: int
-    machine: str
-
-
-def task_processes(state_dir: Path) -> list[TaskProcess]:
-    """The region's task processes: those running in a sandbox under its directory."""
-    marker = str(state_dir.resolve())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if not os.readlink(entry / "cwd").startswith(marker):
-                continue
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        variables = dict(item.decode(errors="replace").partition("=")[::2] for item in environ)
-        if "TETHER_TASK_ID" in variables and process_alive(int(entry.name)):
-            found.append(
-                TaskProcess(
-                    int(entry.name),
-                    variables["TETHER_TASK_ID"],
-                    int(variables["TETHER_TASK_ATTEMPT"]),
-                    variables["TETHER_MACHINE"],
-                )
-            )
-    return found
 
 
 class Watchdog(threading.Thread):

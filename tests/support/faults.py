@@ -4,6 +4,10 @@ store as the region sees it."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -47,3 +51,65 @@ def machine_versions(url: str) -> dict[str, int]:
         return {keys.last_segment(kv.key): kv.version for kv in listed.kvs}
 
     return asyncio.run(read())
+
+
+@dataclass(frozen=True)
+class TaskProcess:
+    """A task's process, as its environment names it."""
+
+    pid: int
+    task_id: str
+    attempt: int
+    machine: str
+
+
+def task_processes(state_dir: Path) -> list[TaskProcess]:
+    """The region's task processes: those running in a sandbox under its directory."""
+    marker = str(state_dir.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if not os.readlink(entry / "cwd").startswith(marker):
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        variables = dict(item.decode(errors="replace").partition("=")[::2] for item in environ)
+        if "TETHER_TASK_ID" in variables and process_alive(int(entry.name)):
+            found.append(
+                TaskProcess(
+                    int(entry.name),
+                    variables["TETHER_TASK_ID"],
+                    int(variables["TETHER_TASK_ATTEMPT"]),
+                    variables["TETHER_MACHINE"],
+                )
+            )
+    return found
+
+
+class TwiceSampler(threading.Thread):
+    """Samples the region's task processes every `interval_s` until stopped, and records the
+    most processes each task index ever ran as at one sample."""
+
+    def __init__(self, state_dir: Path, interval_s: float = 0.1) -> None:
+        super().__init__(name="twice-sampler", daemon=True)
+        self._state_dir = state_dir
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self.most: dict[str, int] = {}
+        self.samples = 0
+
+    def run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            counts: dict[str, int] = {}
+            for process in task_processes(self._state_dir):
+                counts[process.task_id] = counts.get(process.task_id, 0) + 1
+            for task_id, count in counts.items():
+                self.most[task_id] = max(count, self.most.get(task_id, 0))
+            self.samples += 1
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=10)
