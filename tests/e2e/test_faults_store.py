@@ -13,7 +13,14 @@ import httpx
 import pytest
 
 from tests.support.faults import dead_services, pids_by_index, read_key
-from tether.region.harness import LocalRegion, all_running, sleeper_job, submit, wait_for
+from tether.region.harness import (
+    FAST_FENCING_S,
+    LocalRegion,
+    all_running,
+    sleeper_job,
+    submit,
+    wait_for,
+)
 from tether.region.supervisor import process_alive
 from tether.store import keys
 from tether.store.etcd_server import EtcdCluster
@@ -86,6 +93,9 @@ def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
     steady = "default/steady"
     tasks = wait_for(lambda: all_running(client, steady, 4), timeout_s=30, what="4 running")
     pids = {t["index"]: t["pid"] for t in tasks}
+    once = submit(client, sleeper_job("once", 2) | {"at_most_once": True})
+    once_tasks = wait_for(lambda: all_running(client, once, 2), timeout_s=30, what="2 running")
+    once_pids = {t["index"]: t["pid"] for t in once_tasks}
     services = region.service_pids()
 
     cluster.kill()
@@ -103,6 +113,15 @@ def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
             assert "store cannot be reached" in response.json()["detail"]
             assert took <= FAST_503_S, f"{method} {path} took {took:.1f} s to answer 503"
 
+        # The price of at-most-once: its tasks stop once their agents' leases have gone
+        # unrenewed for the fencing period, since the agents cannot tell an outage from their
+        # own isolation.
+        wait_for(
+            lambda: not any(process_alive(pid) for pid in once_pids.values()),
+            timeout_s=FAST_FENCING_S + 10,
+            what="the at-most-once tasks to stop",
+        )
+        assert time.monotonic() - killed_at >= FAST_FENCING_S - 1
         while time.monotonic() - killed_at < OUTAGE_S:
             assert [i for i, pid in pids.items() if not process_alive(pid)] == []
             assert dead_services(region, services) == []
@@ -122,3 +141,12 @@ def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
     wait_for(lambda: all_running(client, handle, 2), timeout_s=30, what="a new job to run")
     assert dead_services(region, services) == []
     assert {t["index"]: t["pid"] for t in all_running(client, steady, 4) or []} == pids
+    # The at-most-once tasks run again, as new attempts.
+
+    def restarted() -> list[dict[str, Any]] | None:
+        tasks = all_running(client, once, 2)
+        fresh = tasks and not {t["pid"] for t in tasks} & set(once_pids.values())
+        return tasks if fresh else None
+
+    again = wait_for(restarted, timeout_s=30, what="the at-most-once tasks to run again")
+    assert all(t["attempt"] > o["attempt"] for t, o in zip(again, once_tasks, strict=True))
