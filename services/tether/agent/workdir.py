@@ -13,13 +13,13 @@ import pydantic
 from pydantic import Field
 
 from tether.agent.atomic import write_atomically
-from tether.model import NonEmptyStr, TetherModel, Timestamp, from_json, to_json
+from tether.model import LogStream, NonEmptyStr, TetherModel, Timestamp, from_json, to_json
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=TetherModel)
 
-STREAMS = ("stdout", "stderr")
+STREAMS = tuple(stream.value for stream in LogStream)
 
 
 class ShimSpec(TetherModel):

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from tether.cli.common import TokenOption, UrlOption, argument_parser, client, fail, out
-from tether.model import MaintenanceKind
+from tether.model import PlannedMaintenanceKind
 
 app = typer.Typer(
     help="Plan machine maintenance: drain machines, move their tasks through TaskControl, and "
@@ -62,7 +62,11 @@ def schedule(
         help="How long the machines are away: 90s, 30m, 2h, 1d12h.",
         show_default=False,
     ),
-    kind: MaintenanceKind = typer.Option(..., "--kind", help="What is done to the machines."),
+    kind: PlannedMaintenanceKind = typer.Option(
+        ...,
+        "--kind",
+        help="What is done to the machines (to drain or decommission one: tether machine).",
+    ),
     start: datetime | None = typer.Option(
         None,
         "--start",

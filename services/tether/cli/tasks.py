@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import enum
 import time
 from typing import NamedTuple
 
 import typer
 
 from tether.cli.common import TokenOption, UrlOption, argument_parser, client
-from tether.model import parse_job_handle
+from tether.model import LogStream, parse_job_handle
 from tether.sdk import DEFAULT_TAIL_BYTES
 
 app = typer.Typer(help="Look at tasks.", no_args_is_help=True)
 
 FOLLOW_POLL_S = 1.0
 """How often `--follow` fetches the log again."""
-
-
-class Stream(enum.StrEnum):
-    """Which of the task's output files to read."""
-
-    STDOUT = "stdout"
-    STDERR = "stderr"
 
 
 class TaskRef(NamedTuple):
@@ -52,7 +44,7 @@ def logs(
         help="The task: <entitlement>/<job>/<index>.",
         show_default=False,
     ),
-    stream: Stream = typer.Option(Stream.STDOUT, "--stream", help="Which output to read."),
+    stream: LogStream = typer.Option(LogStream.STDOUT, "--stream", help="Which output to read."),
     tail_bytes: int = typer.Option(
         DEFAULT_TAIL_BYTES, "--tail-bytes", min=1, help="Read at most this many bytes from the end."
     ),

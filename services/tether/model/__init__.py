@@ -51,6 +51,7 @@ from tether.model.maintenance import (
     MAX_MAINTENANCE_S,
     AdvanceNotice,
     MaintenanceKind,
+    PlannedMaintenanceKind,
     drain_id,
 )
 from tether.model.operation import OPEN_STATES, OperationKind, OperationState, TaskOperation
@@ -72,6 +73,7 @@ from tether.model.task import (
     TERMINAL_STATES,
     Assignment,
     DesiredState,
+    LogStream,
     Task,
     TaskState,
     TaskStatus,
@@ -120,6 +122,7 @@ __all__ = [
     "JobHandle",
     "JobKind",
     "JobSpec",
+    "LogStream",
     "Machine",
     "MachineState",
     "MaintenanceKind",
@@ -129,6 +132,7 @@ __all__ = [
     "OperationKind",
     "OperationState",
     "Placement",
+    "PlannedMaintenanceKind",
     "PositiveSeconds",
     "Preference",
     "Principal",

@@ -36,6 +36,16 @@ DRAIN_KINDS: Final = frozenset({MaintenanceKind.DRAIN, MaintenanceKind.DECOMMISS
 """Kinds only an admin asks for, one notice per machine (`drain_id`), not planned maintenance."""
 
 
+class PlannedMaintenanceKind(enum.StrEnum):
+    """The kinds of planned maintenance (`POST /v1/maintenance`, `tether maintenance schedule`):
+    every `MaintenanceKind` but the drains."""
+
+    REBOOT = MaintenanceKind.REBOOT.value
+    HARDWARE = MaintenanceKind.HARDWARE.value
+    NETWORK = MaintenanceKind.NETWORK.value
+    POWER = MaintenanceKind.POWER.value
+
+
 def drain_id(kind: MaintenanceKind, machine_id: str) -> str:
     """The id of the machine's drain or decommission notice, `<kind>-<machine>`: the same for
     every request, so that a repeated one finds the first. A machine id too long for an

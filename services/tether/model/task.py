@@ -78,6 +78,13 @@ def can_transition(current: TaskState, new: TaskState) -> bool:
     return new in ALLOWED_TRANSITIONS[current]
 
 
+class LogStream(enum.StrEnum):
+    """Which of a task's output files to read."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
 class DesiredState(enum.StrEnum):
     """What the scheduler wants the task to be doing."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated
 
 import httpx
 from fastapi import APIRouter, Path, Query
@@ -15,7 +15,7 @@ from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import AgentsDep, StoreDep
 from tether.frontend.problems import BadGateway, NotFound, Unavailable
 from tether.frontend.schemas.tasks import TaskList, TaskView
-from tether.model import AgentHeartbeat, Task
+from tether.model import AgentHeartbeat, LogStream, Task
 from tether.store import keys
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ async def task_logs(
     ent: EntitlementName,
     job: JobName,
     index: Annotated[int, Path(ge=0, description="The task's index in its job.")],
-    stream: Annotated[Literal["stdout", "stderr"], Query()] = "stdout",
+    stream: Annotated[LogStream, Query()] = LogStream.STDOUT,
     tail_bytes: Annotated[int, Query(ge=1, le=MAX_TAIL_BYTES)] = DEFAULT_TAIL_BYTES,
 ) -> Response:
     """The last `tail_bytes` of the task's current attempt's stdout or stderr, as its agent

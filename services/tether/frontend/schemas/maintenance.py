@@ -11,11 +11,11 @@ from pydantic_core import PydanticCustomError
 
 from tether.frontend.schemas import View
 from tether.model import (
-    DRAIN_KINDS,
     MAX_MAINTENANCE_S,
     AdvanceNotice,
     MaintenanceKind,
     Name,
+    PlannedMaintenanceKind,
     TetherModel,
     Timestamp,
 )
@@ -46,7 +46,7 @@ class MaintenanceRequest(TetherModel):
     @field_validator("kind")
     @classmethod
     def _planned(cls, kind: MaintenanceKind) -> MaintenanceKind:
-        if kind in DRAIN_KINDS:
+        if kind.value not in set(PlannedMaintenanceKind):
             raise PydanticCustomError(
                 "drain_kind",
                 "'{kind}' is not planned maintenance: an admin asks for it with "
