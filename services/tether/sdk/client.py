@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Final, Literal, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -37,6 +38,7 @@ JSON = "application/json"
 YAML = "application/yaml"
 PROBLEM = "application/problem+json"
 
+IDEMPOTENCY_KEY: Final = "Idempotency-Key"
 DEFAULT_TAIL_BYTES = 64 * 1024
 """How much of a task's log `task_logs` (and `tether task logs`) reads by default."""
 
@@ -98,15 +100,20 @@ class TetherClient:
         content_type: str = JSON,
         idempotency_key: str | None = None,
     ) -> JobView:
-        """Submit a JobSpec: a mapping (sent as JSON) or its JSON/YAML text in `content_type`."""
+        """Submit a JobSpec: a mapping (sent as JSON) or its JSON/YAML text in `content_type`.
+
+        Without an `idempotency_key` one is made up, so that the request can be sent again
+        when the connection drops before the answer: the job is never submitted twice.
+        """
         body: str | bytes
         if isinstance(spec, Mapping):
             body, content_type = json.dumps(spec), JSON
         else:
             body = spec
-        headers = {"Content-Type": content_type}
-        if idempotency_key is not None:
-            headers["Idempotency-Key"] = idempotency_key
+        headers = {
+            "Content-Type": content_type,
+            IDEMPOTENCY_KEY: idempotency_key or f"sdk-{uuid.uuid4().hex}",
+        }
         return _view(JobView, self._request("POST", "/v1/jobs", content=body, headers=headers))
 
     def list_jobs(self, entitlement: str | None = None) -> list[JobView]:
@@ -271,13 +278,41 @@ class TetherClient:
         return _view(PrincipalToken, response)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Sends the request; once more when the connection dropped before the answer (a
+        server closing a kept-alive connection as it is reused) and sending it again cannot
+        apply it twice."""
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._send(method, path, kwargs)
         except httpx.TransportError as exc:
             raise TetherConnectionError(self.url, str(exc) or type(exc).__name__) from exc
         if response.is_error:
             raise problem_error(response)
         return response
+
+    def _send(self, method: str, path: str, kwargs: dict[str, Any]) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except _DROPPED as exc:
+            if not _resendable(method, kwargs.get("headers") or {}):
+                raise
+            dropped = exc
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise exc from dropped
+
+
+_DROPPED: Final = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""The connection broke after the request may have been sent (a refused connection is a
+ConnectError: nothing was sent, and nothing is sent again either)."""
+
+
+def _resendable(method: str, headers: Mapping[str, str]) -> bool:
+    """Whether sending the request twice has the effect of sending it once: a read, a PATCH
+    (this API's set a version), or a POST carrying an Idempotency-Key."""
+    if method in ("GET", "HEAD", "PUT", "PATCH"):
+        return True
+    return method == "POST" and IDEMPOTENCY_KEY in headers
 
 
 def _job_path(handle: str) -> str:

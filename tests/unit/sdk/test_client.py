@@ -72,13 +72,17 @@ def test_submit_yaml_text_sends_it_verbatim_with_the_idempotency_key() -> None:
     assert job.created_at.year == 2025
 
 
-def test_submit_a_mapping_sends_json_and_no_idempotency_key() -> None:
+def test_submit_a_mapping_sends_json_with_an_idempotency_key_of_its_own() -> None:
     recorder = Recorder(httpx.Response(201, json=JOB))
-    client(recorder).submit_job({"name": "web", "count": 2}, YAML)
-    request = recorder.last
-    assert request.headers["Content-Type"] == JSON
-    assert json.loads(request.content) == {"name": "web", "count": 2}
-    assert "Idempotency-Key" not in request.headers
+    tether = client(recorder)
+    tether.submit_job({"name": "web", "count": 2}, YAML)
+    tether.submit_job({"name": "web", "count": 2}, YAML)
+    first, second = recorder.requests
+    assert first.headers["Content-Type"] == JSON
+    assert json.loads(first.content) == {"name": "web", "count": 2}
+    # A fresh one per call: submitting again on purpose is not a retry.
+    assert first.headers["Idempotency-Key"].startswith("sdk-")
+    assert first.headers["Idempotency-Key"] != second.headers["Idempotency-Key"]
 
 
 def test_list_jobs_filters_by_entitlement_and_ignores_unknown_fields() -> None:
@@ -283,3 +287,46 @@ def test_an_unreachable_frontend_is_not_ready() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     assert client(refuse).ready() is False
+
+
+class DropsFirst:
+    """A MockTransport handler whose first `drops` requests lose their connection before the
+    answer, as when a server closes a kept-alive connection just as it is reused."""
+
+    def __init__(self, response: httpx.Response, drops: int = 1) -> None:
+        self.response = response
+        self.drops = drops
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if len(self.requests) <= self.drops:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return self.response
+
+
+def test_a_read_is_sent_again_once_when_the_connection_drops() -> None:
+    handler = DropsFirst(httpx.Response(200, json={"jobs": []}))
+    assert client(handler).list_jobs() == []
+    assert len(handler.requests) == 2
+
+
+def test_a_submission_is_sent_again_with_the_same_idempotency_key() -> None:
+    handler = DropsFirst(httpx.Response(201, json=JOB))
+    client(handler).submit_job({"name": "web", "count": 2})
+    first, second = handler.requests
+    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
+
+
+def test_a_request_that_is_not_idempotent_is_never_sent_again() -> None:
+    handler = DropsFirst(httpx.Response(200, json=JOB))
+    with pytest.raises(TetherConnectionError, match="Server disconnected"):
+        client(handler).scale_job("team-a/web", 3)
+    assert len(handler.requests) == 1
+
+
+def test_a_second_drop_is_reported() -> None:
+    handler = DropsFirst(httpx.Response(200, json={"jobs": []}), drops=2)
+    with pytest.raises(TetherConnectionError, match="Server disconnected"):
+        client(handler).list_jobs()
+    assert len(handler.requests) == 2
