@@ -57,6 +57,27 @@ async def read_region(store: Store) -> RegionConfig:
     return from_json(RegionConfig, kv.value, stored=True)
 
 
+class InRegion(Service):
+    """`service`, started only once `store` is found to hold a region: a service started on the
+    wrong store (TETHER_STORE unset, a typo) refuses to run instead of serving an empty one."""
+
+    def __init__(self, service: Service, store: Store) -> None:
+        self.name = service.name
+        self.service = service
+        self._store = store
+
+    async def start(self) -> None:
+        try:
+            await read_region(self._store)
+        except BaseException:
+            await self._store.close()
+            raise
+        await self.service.start()
+
+    async def stop(self) -> None:
+        await self.service.stop()
+
+
 def grpc_status_of(
     error: Exception, codes: Mapping[type[Exception], grpc.StatusCode]
 ) -> grpc.StatusCode:

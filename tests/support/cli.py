@@ -7,7 +7,7 @@ from typing import NamedTuple, cast
 import pytest
 
 from tether.cli import serving
-from tether.service import Service
+from tether.service import InRegion, Service
 from tether.store import Store
 
 
@@ -30,7 +30,9 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Served]:
         return cast(Store, object())  # never used: the service is not started
 
     def run(service: Service, log_level: str) -> None:
-        captured.append(Served(service, urls[-1], log_level))
+        # Every command's service refuses a store that holds no region.
+        assert isinstance(service, InRegion), service
+        captured.append(Served(service.service, urls[-1], log_level))
 
     # `serve` itself stays: its store and run calls are what each command reaches.
     monkeypatch.setattr(serving, "connect_store", connect_store)

@@ -9,7 +9,7 @@ import pydantic
 import typer
 
 from tether.metrics import MetricsPortUnavailable, WithMetrics
-from tether.service import Service, connect_store, run
+from tether.service import InRegion, Service, connect_store, run
 from tether.store import Store, StoreError
 
 S = TypeVar("S")
@@ -53,9 +53,11 @@ def serve(
     metrics_port: int = 0,
 ) -> None:
     """Runs the service on the store at `url` until SIGINT/SIGTERM, and the process's metrics
-    on `metrics_port` unless it is 0; store errors and a metrics port in use exit 1."""
+    on `metrics_port` unless it is 0; store errors (a store that holds no region among them)
+    and a metrics port in use exit 1."""
     try:
-        service = make_service(connect_store(url))
+        store = connect_store(url)
+        service: Service = InRegion(make_service(store), store)
         run(WithMetrics(service, metrics_port) if metrics_port else service, log_level)
     except (StoreError, MetricsPortUnavailable) as error:
         typer.echo(f"error: {error}", err=True)

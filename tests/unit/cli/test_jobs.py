@@ -62,7 +62,8 @@ def test_submit_json_sends_json(api: FakeAPI, tmp_path: Path) -> None:
     result = run("job", "submit", str(spec))
     assert result.exit_code == 0, result.output
     assert api.requests[0].headers["Content-Type"] == "application/json"
-    assert "Idempotency-Key" not in api.requests[0].headers
+    # One made up by the SDK, so that a dropped connection can be retried safely.
+    assert api.requests[0].headers["Idempotency-Key"].startswith("sdk-")
 
 
 def test_submit_refuses_missing_files_and_unknown_formats(api: FakeAPI, tmp_path: Path) -> None:
