@@ -57,6 +57,9 @@ def list_shards(url: str | None = UrlOption, token: str | None = TokenOption) ->
             ", ".join(shard.entitlements) or "-",
         )
     out().print(table)
+    for shard in shards:
+        if shard.warning:
+            out().print(f"[red]warning:[/red] {shard.warning}")
 
 
 @app.command("add")

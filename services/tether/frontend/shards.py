@@ -97,19 +97,37 @@ async def lease_expiry(store: Store, load: ShardLoad) -> datetime | None:
     return None if left is None else datetime.now(UTC) + timedelta(seconds=left)
 
 
+def stranded(load: ShardLoad) -> str | None:
+    """Why the shard's entitlements have nobody to schedule their jobs; None when they do."""
+    if not load.entitlements or load.leader is not None:
+        return None
+    return (
+        f"shard '{load.shard}' holds entitlements {', '.join(sorted(load.entitlements))} but "
+        f"has no leader: their jobs are not scheduled until `tether scheduler --shard "
+        f"{load.shard}` runs"
+    )
+
+
 def least_loaded(loads: list[ShardLoad]) -> str:
-    """The shard a new entitlement joins: one with a leader over one without (whose replicas
-    may be gone), then fewest machines, then fewest tasks, then fewest entitlements (new ones
-    own nothing yet), then the first in the region config (so every frontend agrees on a
-    tie). Draining shards take none."""
+    """The shard a new or moved entitlement joins: of those with a leader (a shard without one
+    would leave its jobs unscheduled), fewest machines, then fewest tasks, then fewest
+    entitlements (new ones own nothing yet), then the first in the region config (so every
+    frontend agrees on a tie). Draining shards take none."""
     order = {load.shard: position for position, load in enumerate(loads)}
     open_shards = [load for load in loads if not load.draining]
     if not open_shards:
         raise Conflict("every scheduler shard is draining; add one with POST /admin/shards")
+    led = [load for load in open_shards if load.leader is not None]
+    if not led:
+        names = ", ".join(load.shard for load in open_shards)
+        raise Conflict(
+            f"no scheduler shard that takes entitlements has a leader ({names}): an entitlement "
+            "there would have nobody to schedule its jobs; start their replicas "
+            "(`tether scheduler --shard ID`) first"
+        )
     return min(
-        open_shards,
+        led,
         key=lambda load: (
-            load.leader is None,
             load.machines,
             load.tasks,
             len(load.entitlements),
@@ -177,6 +195,11 @@ async def move_entitlement(
             raise Conflict(f"entitlement '{entitlement}' is already on shard '{source}'")
         if target in config.draining:
             raise Conflict(f"shard '{target}' is draining and takes no entitlements")
+        if await store.get(keys.shard_leader(target)) is None:
+            raise Conflict(
+                f"shard '{target}' has no leader: the jobs of entitlement '{entitlement}' would "
+                f"not be scheduled there; start `tether scheduler --shard {target}` first"
+            )
     key = keys.shard_assignment(entitlement)
     current = await store.get(key)
     if current is None:
@@ -199,7 +222,20 @@ async def move_entitlement(
 
 async def drain(store: Store, source: str) -> list[Move]:
     """Marks the shard draining and moves each of its entitlements to the least-loaded shard
-    that is not draining, one by one (so each move sees the loads the previous one made)."""
+    that is not draining, one by one (so each move sees the loads the previous one made).
+    Refused, changing nothing, when no other shard with a leader could take them."""
+    before = await records.region_config(store)
+    _check_known(before, source)
+    members = await shard_members(store, before)
+    held = next(load for load in members if load.shard == source).entitlements
+    others = [m for m in members if m.shard != source and not m.draining]
+    # With no other open shard at all, marking it draining is refused as the last one.
+    if held and others and not any(m.leader for m in others):
+        raise Conflict(
+            f"no other shard with a leader takes entitlements: draining '{source}' would leave "
+            f"{', '.join(sorted(held))} with nobody to schedule their jobs; add a shard and "
+            "start its replicas first"
+        )
     config = await set_draining(store, source)
     moves = []
     for load in await shard_members(store, config):

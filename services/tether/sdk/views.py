@@ -176,6 +176,8 @@ class ShardDetailView(ShardView):
     tasks: int = 0
     machines: int = 0
     operations: int = 0
+    warning: str | None = None
+    """Why its entitlements' jobs are not scheduled (it has no leader); None when they are."""
 
 
 class ShardMoveView(View):

@@ -21,6 +21,7 @@ from tether.model import (
     RegionConfig,
     Resources,
     Role,
+    ShardLeader,
     to_json,
     token_digest,
 )
@@ -71,6 +72,14 @@ async def seed_region(store: Store) -> None:
         entitlement = Entitlement(name=name, quota=Quota(resources=QUOTA), members=[member])
         await store.put(keys.entitlement(name), to_json(entitlement))
         await store.put(keys.shard_assignment(name), b"shard-0")
+
+
+async def lead(store: Store, *shards: str) -> None:
+    """Gives each shard a leader record, as its elected scheduler replica would write it (these
+    tests run no scheduler: the frontend only reads the record)."""
+    for shard in shards:
+        leader = ShardLeader(shard=shard, identity=f"test:{shard}", pid=1, since=datetime.now(UTC))
+        await store.put(keys.shard_leader(shard), to_json(leader))
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from tests.integration.frontend.conftest import (
     SHARDS,
     Region,
     job_spec,
+    lead,
     serving,
 )
 from tests.integration.frontend.problems import assert_problem
@@ -49,7 +50,23 @@ async def test_readyz_waits_for_the_region_config(store: Store, store_url: str) 
         await store.put(keys.region_config(), to_json(config))
         ready = await api.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json() == {"status": "ready"}
+        assert ready.json() == {"status": "ready", "warnings": []}
+
+
+async def test_readyz_and_the_shard_list_flag_a_shard_with_entitlements_but_no_leader(
+    region: Region,
+) -> None:
+    api = region.api
+    ready = await api.get("/readyz")
+    assert ready.status_code == 200
+    [warning] = ready.json()["warnings"]
+    assert "shard 'shard-0' holds entitlements team-a, team-b but has no leader" in warning
+    shards = (await api.get("/admin/shards", headers=ADMIN)).json()["shards"]
+    assert [s["warning"] for s in shards] == [warning, None]
+    await lead(region.store, "shard-0")
+    assert (await api.get("/readyz")).json()["warnings"] == []
+    shards = (await api.get("/admin/shards", headers=ADMIN)).json()["shards"]
+    assert [s["warning"] for s in shards] == [None, None]
 
 
 async def test_openapi_and_docs_need_no_token(region: Region) -> None:
@@ -73,6 +90,13 @@ async def test_openapi_and_docs_need_no_token(region: Region) -> None:
 async def test_entitlements(region: Region) -> None:
     api, store = region.api, region.store
     body = {"name": "team-c", "members": ["alice"], "quota": {"resources": {"cpu": 2000}}}
+    # No shard has a leader: the entitlement's jobs would never be scheduled.
+    revision = await store.revision()
+    refused = await api.post("/v1/entitlements", headers=ADMIN, json=body)
+    assert_problem(refused, 409, "no scheduler shard that takes entitlements has a leader")
+    assert await store.revision() == revision
+
+    await lead(store, *SHARDS)
     created = await api.post("/v1/entitlements", headers=ADMIN, json=body)
     assert created.status_code == 201, created.text
     assert created.headers["location"] == "/v1/entitlements/team-c"
@@ -157,6 +181,7 @@ async def test_a_new_entitlement_joins_the_least_loaded_shard_and_shards_are_lis
     region: Region,
 ) -> None:
     api, store = region.api, region.store
+    await lead(store, *SHARDS)
     # team-a (shard-0) owns a machine and has a job with two tasks and an operation.
     await store.put(keys.allocation("m1"), to_json(Allocation(machine="m1", entitlement="team-a")))
     submitted = await api.post("/v1/jobs", headers=ALICE, json=job_spec("web", count=2, cpu=100))
@@ -184,4 +209,4 @@ async def test_a_new_entitlement_joins_the_least_loaded_shard_and_shards_are_lis
     assert (first["jobs"], first["tasks"], first["machines"], first["operations"]) == (1, 4, 1, 1)
     assert second["entitlements"] == ["team-c", "team-d"]
     assert (second["jobs"], second["tasks"], second["machines"]) == (0, 0, 0)
-    assert first["leader"] is None  # no scheduler runs in these tests
+    assert first["leader"] == "test:shard-0"

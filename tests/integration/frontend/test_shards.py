@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.integration.frontend.conftest import ADMIN, ALICE, SHARDS, Region, job_spec
+from tests.integration.frontend.conftest import ADMIN, ALICE, SHARDS, Region, job_spec, lead
 from tests.integration.frontend.problems import assert_problem
 from tests.integration.scheduler.helpers import eventually
 from tether.model import RegionConfig, from_json
@@ -135,8 +135,20 @@ async def test_moving_an_entitlement(region: Region) -> None:
     )
     assert_problem(await api.post(move, headers=ADMIN, json={"entitlement": "Bad Name"}), 422)
     assert_problem(await api.post(move, headers=ADMIN, json={"team": "team-a"}), 422)
+    # No other shard has a leader: the entitlement's jobs would not be scheduled there.
+    assert_problem(
+        await api.post(move, headers=ADMIN, json={"entitlement": "team-a", "to": "shard-1"}),
+        409,
+        "shard 'shard-1' has no leader",
+    )
+    assert_problem(
+        await api.post(move, headers=ADMIN, json={"entitlement": "team-a"}),
+        409,
+        "no scheduler shard that takes entitlements has a leader (shard-1)",
+    )
     assert await mapped_to(store, "team-a") == "shard-0"
 
+    await lead(store, "shard-1")
     moved = await api.post(move, headers=ADMIN, json={"entitlement": "team-a"})
     assert moved.status_code == 200, moved.text
     body = moved.json()
@@ -168,7 +180,16 @@ async def test_adding_and_draining_shards(region: Region) -> None:
     assert (added.json()["shard"], added.json()["leader"]) == ("shard-2", None)
     assert await _config_shards(store) == ([*SHARDS, "shard-2"], [])
 
+    # The new shard has no replicas yet, nor has shard-1: nobody could take shard-0's jobs.
+    assert_problem(
+        await api.post("/admin/shards/shard-0/drain", headers=ADMIN),
+        409,
+        "would leave team-a, team-b with nobody to schedule their jobs",
+    )
+    assert await _config_shards(store) == ([*SHARDS, "shard-2"], [])
+
     # Both of shard-0's entitlements go to the least loaded others, one after the other.
+    await lead(store, "shard-1", "shard-2")
     drained = await api.post("/admin/shards/shard-0/drain", headers=ADMIN)
     assert drained.status_code == 200, drained.text
     moves = {m["entitlement"]: m["to_shard"] for m in drained.json()["moves"]}

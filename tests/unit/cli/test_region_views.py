@@ -95,3 +95,16 @@ def test_status_without_allocators(api: FakeAPI) -> None:
     assert result.exit_code == 0, result.output
     assert "no allocator is running" in result.stdout
     assert ["machines", "0", "(-)"] in [line.split() for line in result.stdout.splitlines()]
+
+
+def test_shard_ls_warns_of_a_shard_whose_entitlements_have_no_leader(api: FakeAPI) -> None:
+    warning = "shard 'shard-1' holds entitlements ads but has no leader: ..."
+    shards = [
+        {"shard": "shard-0", "leader": "h:1:a", "leader_pid": 1, "entitlements": ["default"]},
+        {"shard": "shard-1", "leader": None, "entitlements": ["ads"], "warning": warning},
+    ]
+    api.on("GET", "/admin/shards", httpx.Response(200, json={"shards": shards}))
+    result = run("shard", "ls")
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {warning}"]

@@ -29,6 +29,7 @@ from tether.frontend.shards import (
     lease_expiry,
     move_entitlement,
     shard_loads,
+    stranded,
 )
 from tether.model import Name, ShardReplica
 from tether.store import Store
@@ -147,6 +148,7 @@ async def _detail(store: Store, load: ShardLoad) -> ShardDetail:
         tasks=load.tasks,
         machines=load.machines,
         operations=load.operations,
+        warning=stranded(load),
     )
 
 

@@ -57,6 +57,8 @@ class ShardDetail(View):
     """Machines its entitlements own."""
     operations: int
     """Task operations recorded for its jobs."""
+    warning: str | None = None
+    """Why its entitlements' jobs are not scheduled: it holds some but has no leader."""
 
 
 class ShardList(View):
