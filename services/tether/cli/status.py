@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
+import typer
+from rich.console import RenderableType
 from rich.table import Table
 
 from tether.cli.common import TokenOption, UrlOption, client, counts, out
+from tether.region.supervisor import read_state
+from tether.sdk.settings import REGION_FILE
 
 
-def status(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """Summarise the region: shard leaders, allocators, machines, jobs and tasks."""
+def status(
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    state_dir: Path = typer.Option(
+        REGION_FILE.parent,
+        "--dir",
+        help="The directory of a region `tether up` runs here, for its services' restarts.",
+    ),
+) -> None:
+    """Summarise the region: shard leaders, allocators, machines, jobs and tasks; and, for a
+    region `tether up` runs from here (.tether/region.json), the services it restarted or left
+    dead."""
     with client(url, token) as tether:
         region = tether.region()
     machines = dict(region.machines)
@@ -43,6 +58,33 @@ def status(url: str | None = UrlOption, token: str | None = TokenOption) -> None
         console.print(allocators)
     else:
         console.print("[red]no allocator is running[/red]")
+    for part in local_services(state_dir / REGION_FILE.name):
+        console.print(part)
+
+
+def local_services(state_file: Path) -> list[RenderableType]:
+    """What `tether up` recorded of its services in `state_file`: a summary line and, when some
+    were restarted or do not run, a table of those; nothing without the file."""
+    state = read_state(state_file)
+    if state is None:
+        return []
+    pids, restarts = state.get("processes"), state.get("restarts")
+    dead = state.get("dead")
+    if not isinstance(pids, dict) or not isinstance(restarts, dict) or not isinstance(dead, list):
+        return []
+    restarted = sum(1 for count in restarts.values() if count)
+    summary = (
+        f"[bold]services[/bold]  {len(pids)}, {len(pids) - len(dead)} running, "
+        f"{restarted} restarted (tether up, {state_file})"
+    )
+    if not restarted and not dead:
+        return [summary]
+    table = Table("service", "pid", "restarts", "state")
+    for name in sorted(pids):
+        if restarts.get(name) or name in dead:
+            state_text = "[red]dead[/red]" if name in dead else "running"
+            table.add_row(name, str(pids[name]), str(restarts.get(name, 0)), state_text)
+    return [summary, table]
 
 
 def _since(when: datetime | None) -> str:

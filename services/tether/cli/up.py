@@ -25,6 +25,7 @@ from tether.region.plan import (
     region_processes,
     shard_ids,
 )
+from tether.region.restarts import RestartPolicy
 from tether.region.supervisor import (
     RegionError,
     Supervisor,
@@ -114,6 +115,14 @@ def up(
             "keeps its own).",
         ),
     ] = DEFAULT_FENCING_S,
+    restart: Annotated[
+        bool,
+        typer.Option(
+            "--restart/--no-restart",
+            help="Start a service that fails again, after a backoff (0.5 s, doubling up to "
+            "30 s); give up on one that fails 5 times in a row within 10 s of starting.",
+        ),
+    ] = True,
     ready_timeout_s: Annotated[
         float, typer.Option(min=1, help="Give up if the region is not ready in this time.")
     ] = 120.0,
@@ -158,7 +167,11 @@ def up(
         fencing_s=fencing_s,
         log_level=log_level,
     )
-    supervisor = Supervisor(options, env={**os.environ, "TETHER_STORE": store_url})
+    supervisor = Supervisor(
+        options,
+        env={**os.environ, "TETHER_STORE": store_url},
+        policy=RestartPolicy() if restart else None,
+    )
     metrics_host = MetricsSettings().host
     signal.signal(signal.SIGTERM, _raise_stop)
     try:
@@ -169,30 +182,27 @@ def up(
             f"[/] in {state_dir} (store {store_url})"
         )
         supervisor.start(region_processes(options))
-        write_state(
-            state_path,
-            {
-                "pid": os.getpid(),
-                "url": options.url,
-                "urls": options.urls,
-                "docs_url": options.url + "/docs",
-                "registry_address": options.registry_address,
-                "admin_token_file": str(options.admin_token_file),
-                "store": store_url,
-                "etcd_pid": etcd_server.process.pid if etcd_server and etcd_server.process else 0,
-                "logs": str(options.log_dir),
-                "started_at": datetime.now(UTC).isoformat(),
-                "processes": {r.spec.name: r.process.pid for r in supervisor.processes},
-                # Where Prometheus scrapes each process; frontends serve GET /metrics (token).
-                "metrics": {
-                    r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
-                    for r in supervisor.processes
-                    if r.spec.metrics_port
-                },
-                # How to start each again by hand, as an operator would after a crash.
-                "commands": {r.spec.name: r.spec.argv() for r in supervisor.processes},
+        state = {
+            "pid": os.getpid(),
+            "url": options.url,
+            "urls": options.urls,
+            "docs_url": options.url + "/docs",
+            "registry_address": options.registry_address,
+            "admin_token_file": str(options.admin_token_file),
+            "store": store_url,
+            "etcd_pid": etcd_server.process.pid if etcd_server and etcd_server.process else 0,
+            "logs": str(options.log_dir),
+            "started_at": datetime.now(UTC).isoformat(),
+            # Where Prometheus scrapes each process; frontends serve GET /metrics (token).
+            "metrics": {
+                r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
+                for r in supervisor.processes
+                if r.spec.metrics_port
             },
-        )
+            # How to start each again by hand, as an operator would after a crash.
+            "commands": {r.spec.name: r.spec.argv() for r in supervisor.processes},
+        }
+        write_state(state_path, state | _processes(supervisor))
         token = options.admin_token_file.read_text().strip()
         with console.status("starting the region") as status:
             wait_until_ready(
@@ -204,12 +214,12 @@ def up(
             )
         _print_ready(options, supervisor)
         while True:
-            for ended in supervisor.exited():
-                console.print(
-                    f"[red]{ended.spec.name} exited with code {ended.process.returncode}[/]"
-                    f" (not restarted; log: {ended.log_path})"
-                )
-            time.sleep(0.5)
+            happened = supervisor.tend()
+            for line in happened:
+                console.print(f"[yellow]{datetime.now():%H:%M:%S}[/] {line}")
+            if happened:
+                write_state(state_path, state | _processes(supervisor))
+            time.sleep(0.25)
     except (KeyboardInterrupt, _Stop):
         console.print("stopping the region…")
     except RegionError as error:
@@ -256,6 +266,16 @@ def _start_etcd(state_dir: Path) -> EtcdServer:
         _fail(f"could not start etcd: {error}")
     write_state(ports_file, {"client_port": server.client_port, "peer_port": server.peer_port})
     return server
+
+
+def _processes(supervisor: Supervisor) -> dict[str, object]:
+    """The region state's part that changes as services are restarted: each one's pid (of its
+    last start), restarts, and whether it runs."""
+    return {
+        "processes": {r.spec.name: r.process.pid for r in supervisor.processes},
+        "restarts": {r.spec.name: r.restarts for r in supervisor.processes},
+        "dead": sorted(r.spec.name for r in supervisor.processes if r.process.poll() is not None),
+    }
 
 
 def _check_alive(supervisor: Supervisor) -> None:

@@ -69,6 +69,10 @@ class LocalRegion:
     frontends: int = 1
     shards: int = 2
     up_args: list[str] = field(default_factory=list)
+    supervised: bool = False
+    """Whether `tether up` restarts services that die. The fault tests kill services and start
+    them again themselves, as an operator would without it; the supervision test and the soak
+    leave it to `tether up`."""
     """More `tether up` options, e.g. ["--agent-cpu", "1000"]."""
     port: int = 0
     """The first frontend's port; 0: free ports are chosen for every frontend."""
@@ -137,6 +141,7 @@ class LocalRegion:
             str(self.shards),
             "--fencing-s",
             str(FAST_FENCING_S),
+            "--restart" if self.supervised else "--no-restart",
             "--ready-timeout-s",
             str(timeout_s),
             *self.store_args,

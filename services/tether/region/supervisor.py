@@ -16,6 +16,7 @@ from pathlib import Path
 from tether.agent.procfs import start_ticks
 from tether.agent.workdir import tail
 from tether.region.plan import ProcessSpec, RegionOptions
+from tether.region.restarts import RestartPolicy, after_exit
 from tether.sdk import TetherClient, TetherError
 
 _log = logging.getLogger(__name__)
@@ -44,34 +45,75 @@ class RunningProcess:
     spec: ProcessSpec
     process: subprocess.Popen[bytes]
     log_path: Path
+    started_at: float
+    """Monotonic time of the (last) start."""
     reported_exit: bool = False
+    restarts: int = 0
+    fast_failures: int = 0
+    restart_at: float | None = None
+    """When it is due to start again, while it is dead and will be restarted."""
 
 
 class Supervisor:
-    """Owns the region's service processes: one per `ProcessSpec`, each logging to its file."""
+    """Owns the region's service processes: one per `ProcessSpec`, each logging to its file,
+    each started again when it fails (`tend`) as `policy` says; None: never."""
 
-    def __init__(self, options: RegionOptions, env: dict[str, str]) -> None:
+    def __init__(
+        self, options: RegionOptions, env: dict[str, str], policy: RestartPolicy | None = None
+    ) -> None:
         self.options = options
         self._env = env
+        self._policy = policy
         self.processes: list[RunningProcess] = []
 
     def start(self, specs: list[ProcessSpec]) -> None:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
         for spec in specs:
             log_path = self.options.log_dir / f"{spec.name}.log"
-            with log_path.open("ab") as log:
-                process = subprocess.Popen(
-                    spec.argv(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self._env,
-                    # Own session: Ctrl-C reaches only the supervisor, which stops the
-                    # services in order instead of all at once.
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
+            self.processes.append(
+                RunningProcess(spec, self._spawn(spec, log_path), log_path, time.monotonic())
+            )
+
+    def _spawn(self, spec: ProcessSpec, log_path: Path) -> subprocess.Popen[bytes]:
+        with log_path.open("ab") as log:
+            return subprocess.Popen(
+                spec.argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                # Own session: Ctrl-C reaches only the supervisor, which stops the services in
+                # order instead of all at once.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def tend(self) -> list[str]:
+        """Notices the services that died and starts those that are due again; returns what
+        happened, a line each, for the operator."""
+        now = time.monotonic()
+        happened = []
+        for ended in self.exited():
+            code = ended.process.returncode
+            if self._policy is None:
+                happened.append(f"{ended.spec.name} exited with code {code} (not restarted)")
+                continue
+            verdict = after_exit(self._policy, code, now - ended.started_at, ended.fast_failures)
+            ended.fast_failures = verdict.fast_failures
+            if verdict.restart_in_s is not None:
+                ended.restart_at = now + verdict.restart_in_s
+            happened.append(f"{ended.spec.name} exited with code {code}: {verdict.why}")
+        for running in self.processes:
+            if running.restart_at is not None and now >= running.restart_at:
+                running.process = self._spawn(running.spec, running.log_path)
+                running.started_at, running.restart_at = now, None
+                running.reported_exit = False
+                running.restarts += 1
+                happened.append(
+                    f"{running.spec.name} restarted (pid {running.process.pid}, "
+                    f"restart {running.restarts})"
                 )
-            self.processes.append(RunningProcess(spec, process, log_path))
+        return happened
 
     def exited(self) -> list[RunningProcess]:
         """Processes that ended since the last call (each reported once)."""
@@ -83,7 +125,10 @@ class Supervisor:
         return ended
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM by role in `_STOP_ORDER`, waiting for each role; SIGKILL what lingers."""
+        """SIGTERM by role in `_STOP_ORDER`, waiting for each role; SIGKILL what lingers. Dead
+        services due for a restart stay dead."""
+        for running in self.processes:
+            running.restart_at = None
         for role in _STOP_ORDER:
             group = [r for r in self.processes if r.spec.role == role and r.process.poll() is None]
             for running in group:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
@@ -108,3 +111,22 @@ def test_shard_ls_warns_of_a_shard_whose_entitlements_have_no_leader(api: FakeAP
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stdout.splitlines() if line.startswith("warning:")]
     assert warnings == [f"warning: {warning}"]
+
+
+def test_status_lists_the_services_tether_up_restarted_or_left_dead(
+    api: FakeAPI, tmp_path: Path
+) -> None:
+    api.on("GET", "/v1/region", httpx.Response(200, json={"name": "local", "shards": []}))
+    state = {
+        "processes": {"frontend": 10, "agent-m1": 21, "health": 12},
+        "restarts": {"frontend": 0, "agent-m1": 2, "health": 0},
+        "dead": ["health"],
+    }
+    (tmp_path / "region.json").write_text(json.dumps(state))
+    result = run("status", "--dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "3, 2 running, 1 restarted" in result.stdout
+    rows = [line.replace("│", " ").split() for line in result.stdout.splitlines()]
+    assert ["agent-m1", "21", "2", "running"] in rows
+    assert ["health", "12", "0", "dead"] in rows
+    assert not any(row[:1] == ["frontend"] for row in rows)

@@ -1,0 +1,124 @@
+"""`tether up` restarts services that die, with backoff, and gives up on one that keeps failing.
+
+One region (three agents, SQLite) whose services `tether up` supervises, unlike the fault
+tests' regions, which restart services by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.faults import TwiceSampler, task_processes
+from tether.region.harness import LocalRegion, all_running, sleeper_job, submit, wait_for
+from tether.region.supervisor import process_alive
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
+    started = LocalRegion(
+        tmp_path_factory.mktemp("supervision") / "tether", agents=3, supervised=True
+    )
+    try:
+        started.start()
+        yield started
+    finally:
+        started.cleanup()
+
+
+def state(region: LocalRegion) -> dict[str, Any]:
+    recorded: dict[str, Any] = json.loads((region.state_dir / "region.json").read_text())
+    return recorded
+
+
+def restarted(region: LocalRegion, name: str, old_pid: int) -> int | None:
+    """The service's new pid once `tether up` has started it again and it runs."""
+    pid = state(region)["processes"][name]
+    return pid if pid != old_pid and process_alive(pid) else None
+
+
+def kill(region: LocalRegion, name: str) -> int:
+    pid = state(region)["processes"][name]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not process_alive(pid), timeout_s=10, what=f"{name} to die")
+    return int(pid)
+
+
+def kill_and_await_restart(region: LocalRegion, name: str) -> int:
+    """Kills the service and returns its new pid once `tether up` has started it again."""
+    old = kill(region, name)
+    return wait_for(lambda: restarted(region, name, old), timeout_s=30, what=f"{name} again")
+
+
+def test_dead_services_are_restarted_and_nothing_runs_twice_for_long(region: LocalRegion) -> None:
+    client = region.client()
+    handle = submit(client, sleeper_job("steady", 3))
+    tasks = wait_for(lambda: all_running(client, handle, 3), timeout_s=60, what="3 running")
+    agent = f"agent-{tasks[0]['machine']}"
+    leader = next(s for s in client.get("/v1/region").json()["shards"] if s["leader"])
+    scheduler = next(
+        name
+        for name, pid in state(region)["processes"].items()
+        if name.startswith("scheduler-") and f":{pid}:" in leader["leader"]
+    )
+    sampler = TwiceSampler(region.state_dir)
+    sampler.start()
+    try:
+        for name in (agent, scheduler):
+            kill_and_await_restart(region, name)
+            assert state(region)["restarts"][name] == 1
+            assert f"{name} exited with code -9: restarting it in 0.5s" in region.output()
+            assert f"{name} restarted (pid" in region.output()
+
+        # The restarted agent takes its machine's tasks up again (or, had they been replaced
+        # meanwhile, kills the old processes): each task ends up running once.
+        def settled() -> list[dict[str, Any]] | None:
+            now = all_running(client, handle, 3)
+            ids = [p.task_id for p in task_processes(region.state_dir)]
+            return now if now and sorted(ids) == [f"{handle}/{i}" for i in range(3)] else None
+
+        wait_for(settled, timeout_s=60, what="each task to run once")
+        # A job submitted now is scheduled and placed by the restarted services.
+        again = submit(client, sleeper_job("after", 2))
+        wait_for(lambda: all_running(client, again, 2), timeout_s=60, what="a new job to run")
+    finally:
+        sampler.stop()
+    assert sampler.samples > 10
+    assert state(region)["dead"] == []
+
+
+def test_status_shows_the_restarts(region: LocalRegion) -> None:
+    shown = region.cli("status", "--dir", str(region.state_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert "2 restarted" in shown.stdout
+    rows = [line.replace("│", " ").split() for line in shown.stdout.splitlines()]
+    restarted_rows = [row for row in rows if row and row[-1] == "running"]
+    assert {row[0].split("-")[0] for row in restarted_rows} == {"agent", "scheduler"}
+
+
+def test_a_service_that_keeps_failing_is_given_up(region: LocalRegion) -> None:
+    # The frontend's port taken by someone else: every restart fails at once.
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        kill(region, "frontend")
+        squatter.bind(("127.0.0.1", region.port))
+        squatter.listen()
+        wait_for(
+            lambda: "frontend" in state(region)["dead"],
+            timeout_s=90,
+            what="tether up to give up on the frontend",
+        )
+    output = region.output()
+    assert "frontend exited with code 1: it failed 5 times in a row within 10s of starting" in (
+        output
+    )
+    # Five restarts, each failing within 10 s of its start: the fifth fast failure is the last.
+    assert state(region)["restarts"]["frontend"] == 5
