@@ -216,7 +216,7 @@ def up(
         while True:
             happened = supervisor.tend()
             for line in happened:
-                console.print(f"[yellow]{datetime.now():%H:%M:%S}[/] {line}")
+                console.print(f"[yellow]{datetime.now():%H:%M:%S}[/] {line}", soft_wrap=True)
             if happened:
                 write_state(state_path, state | _processes(supervisor))
             time.sleep(0.25)
