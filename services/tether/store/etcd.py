@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import socket
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
@@ -25,18 +22,10 @@ from tether.config import StoreSettings
 from tether.store.base import (
     CompactedError,
     Compare,
-    CompareOp,
-    CompareTarget,
-    Delete,
-    DeleteResult,
-    EventType,
-    Get,
     KeyValue,
     LeaseNotFound,
     Op,
-    OpResult,
     Put,
-    PutResult,
     RangeResult,
     Store,
     StoreError,
@@ -47,25 +36,29 @@ from tether.store.base import (
     prefix_end,
     request_timeout_s,
 )
+from tether.store.etcd_members import Endpoint, Members, Stubs, address
+from tether.store.etcd_streams import (
+    RETRYABLE,
+    KeepAliveStream,
+    Subscription,
+    WatchStream,
+    kv_of,
+    revisions_of,
+    translate,
+)
+from tether.store.etcd_txn import (
+    Resend,
+    applied_before,
+    check_request,
+    resend_of,
+    txn_request,
+    txn_result,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_COMPARE_RESULT = {
-    CompareOp.EQUAL: rpc.Compare.EQUAL,
-    CompareOp.NOT_EQUAL: rpc.Compare.NOT_EQUAL,
-    CompareOp.GREATER: rpc.Compare.GREATER,
-    CompareOp.LESS: rpc.Compare.LESS,
-}
-_COMPARE_TARGET = {
-    CompareTarget.VALUE: (rpc.Compare.VALUE, "value"),
-    CompareTarget.VERSION: (rpc.Compare.VERSION, "version"),
-    CompareTarget.CREATE_REVISION: (rpc.Compare.CREATE, "create_revision"),
-    CompareTarget.MOD_REVISION: (rpc.Compare.MOD, "mod_revision"),
-}
-_EVENT_TYPE = {rpc.Event.PUT: EventType.PUT, rpc.Event.DELETE: EventType.DELETE}
-_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 _REPEATABLE: Final = frozenset({"Range", "LeaseGrant", "LeaseRevoke", "LeaseTimeToLive", "Compact"})
 """Calls sent again after UNAVAILABLE, as etcd's own client does: reads, and writes whose repeat
 changes nothing (a second lease expires unused). A Txn is not: it may have been applied."""
@@ -88,72 +81,48 @@ def parse_endpoints(url: str) -> tuple[list[tuple[str, int]], bool]:
     return endpoints, parts.scheme == "etcds"
 
 
-def _grpc_target(endpoints: list[tuple[str, int]]) -> str:
-    """A gRPC target over every endpoint; gRPC's pick_first fails over between them."""
-    if len(endpoints) == 1:
-        host, port = endpoints[0]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    addresses: list[str] = []
-    families: set[int] = set()
-    for host, port in endpoints:
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            ip = ipaddress.ip_address(
-                socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
-            )
-        families.add(ip.version)
-        addresses.append(f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}")
-    if len(families) > 1:
-        raise StoreError("etcd endpoints must be all IPv4 or all IPv6")
-    return ("ipv6:" if 6 in families else "ipv4:") + ",".join(addresses)
-
-
-def _translate(exc: grpc.aio.AioRpcError, what: str) -> StoreError:
-    code, details = exc.code(), exc.details() or ""
-    if code in _RETRYABLE:
-        return StoreUnavailable(f"etcd unavailable during {what}: {details or code.name}")
-    if "required revision has been compacted" in details:
-        return CompactedError(0, None)
-    if "lease not found" in details:
-        return LeaseNotFound(0)
-    return StoreError(f"etcd refused {what}: {details or code.name}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Stubs:
-    """etcd's services on one channel, made once: building stubs per request costs CPU."""
-
-    kv: Any
-    lease: Any
-    watch: Any
-    auth: Any
-
-    @classmethod
-    def on(cls, channel: grpc.aio.Channel) -> _Stubs:
-        return cls(
-            rpc.KVStub(channel),
-            rpc.LeaseStub(channel),
-            rpc.WatchStub(channel),
-            rpc.AuthStub(channel),
-        )
-
-
 class EtcdStore(Store):
     """The store on an etcd v3 cluster."""
 
     def __init__(self, url: str, settings: StoreSettings | None = None) -> None:
         self.url = url
         self._settings = settings or StoreSettings(TETHER_STORE=url)
-        self._endpoints, self._tls = parse_endpoints(url)
-        self._tls = self._tls or self._settings.ca_file is not None
-        self._channel: grpc.aio.Channel | None = None
-        self._stubs: _Stubs | None = None
+        endpoints, tls = parse_endpoints(url)
+        self._tls = tls or self._settings.ca_file is not None
         self._metadata: tuple[tuple[str, str], ...] = ()
-        self._connect_lock: asyncio.Lock | None = None
-        self._watches: set[_EtcdWatch] = set()
+        self._members = Members(endpoints, self._open_channel, self._token, self._member_left)
+        self._authenticated_on: int | None = None
+        """The member whose auth token `_metadata` holds (tokens may be a member's own)."""
+        self._auth_lock: asyncio.Lock | None = None
+        self._watch_stream = WatchStream(self._connect, self._token)
+        self._keepalives = KeepAliveStream(self._connect, self._token)
 
     # --- plumbing ----------------------------------------------------------------------------
+
+    def _token(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def _open_channel(self, endpoint: Endpoint) -> grpc.aio.Channel:
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            # Notice a member that is back soon: the health check may want it again.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2_000),
+        ]
+        if self._tls:
+            return grpc.aio.secure_channel(address(endpoint), self._credentials(), options)
+        return grpc.aio.insecure_channel(address(endpoint), options)
+
+    def _member_left(self) -> None:
+        """The client now talks to another member: the streams follow, and the auth token is
+        asked for again from the new member."""
+        self._watch_stream.reopen()
+        self._keepalives.reset(StoreUnavailable("the etcd member in use was left"))
+        self._authenticated_on = None
 
     def _credentials(self) -> grpc.ChannelCredentials:
         def read(path: Any) -> bytes | None:
@@ -166,43 +135,22 @@ class EtcdStore(Store):
             certificate_chain=read(s.cert_file),
         )
 
-    async def _connect(self) -> _Stubs:
-        if self._stubs is not None:
-            return self._stubs
-        if self._connect_lock is None:
-            self._connect_lock = asyncio.Lock()
-        async with self._connect_lock:
-            if self._stubs is None:
-                target = await asyncio.to_thread(_grpc_target, self._endpoints)
-                options: list[tuple[str, Any]] = [
-                    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                    ("grpc.keepalive_time_ms", 10_000),
-                    ("grpc.keepalive_timeout_ms", 5_000),
-                    ("grpc.keepalive_permit_without_calls", 1),
-                    # Fail over to the next member quickly when one goes away.
-                    ("grpc.initial_reconnect_backoff_ms", 200),
-                    ("grpc.max_reconnect_backoff_ms", 2_000),
-                ]
-                if self._tls:
-                    # Multi-endpoint targets have no hostname: check the first one's name.
-                    if len(self._endpoints) > 1:
-                        options.append(("grpc.ssl_target_name_override", self._endpoints[0][0]))
-                    channel = grpc.aio.secure_channel(target, self._credentials(), options)
-                else:
-                    channel = grpc.aio.insecure_channel(target, options)
-                self._channel = channel
-                stubs = _Stubs.on(channel)
-                if self._settings.username:
+    async def _connect(self) -> Stubs:
+        """The member in use's stubs, authenticated on it when the store has a user."""
+        stubs = self._members.stubs()
+        if self._settings.username and self._authenticated_on != self._members.current:
+            if self._auth_lock is None:
+                self._auth_lock = asyncio.Lock()
+            async with self._auth_lock:
+                if self._authenticated_on != self._members.current:
                     await self._authenticate(stubs)
-                self._stubs = stubs
-        assert self._stubs is not None
-        return self._stubs
+        return stubs
 
-    async def _authenticate(self, stubs: _Stubs) -> None:
+    async def _authenticate(self, stubs: Stubs) -> None:
         s = self._settings
         if s.password is None:
             raise StoreError("TETHER_STORE_USERNAME is set but TETHER_STORE_PASSWORD is not")
+        member = self._members.current
         try:
             response = await stubs.auth.Authenticate(
                 rpc.AuthenticateRequest(name=s.username, password=s.password.get_secret_value()),
@@ -210,30 +158,50 @@ class EtcdStore(Store):
                 wait_for_ready=True,
             )
         except grpc.aio.AioRpcError as exc:
-            raise _translate(exc, "authentication") from exc
+            raise translate(exc, "authentication") from exc
         self._metadata = (("token", response.token),)
+        self._authenticated_on = member
 
-    async def _unary(self, service: str, method: str, request: Any) -> Any:
+    async def _unary(
+        self,
+        service: str,
+        method: str,
+        request: Any,
+        *,
+        resend: bool | None = None,
+        on_resend: Callable[[], None] | None = None,
+    ) -> Any:
         """Calls `method` of etcd's `service` ("kv" or "lease") within the request deadline,
         renewing an expired token once.
 
-        A repeatable call is sent again while etcd answers UNAVAILABLE: a member that dies or
-        loses its leader fails the calls in flight ("leader changed", "no leader") although the
-        cluster serves again within an election.
+        A call that may be sent twice (`resend`; by default the `_REPEATABLE` ones) is sent
+        again while etcd answers UNAVAILABLE, or when the client leaves the member it was sent
+        to: a member that dies or loses its leader fails the calls in flight ("leader
+        changed", "no leader") although the cluster serves again within an election.
         """
-        stubs = await self._connect()
-        call = getattr(getattr(stubs, service), method)
+        resendable = method in _REPEATABLE if resend is None else resend
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request_timeout_s(self._settings.timeout_s)
         backoff, max_backoff = _RESEND_BACKOFF_S
         renewed = False
         while True:
+            stubs = await self._connect()
+            call = getattr(getattr(stubs, service), method)(
+                request,
+                timeout=max(deadline - loop.time(), 0.0),
+                metadata=self._metadata,
+                wait_for_ready=True,
+            )
             try:
-                return await call(
-                    request,
-                    timeout=max(deadline - loop.time(), 0.0),
-                    metadata=self._metadata,
-                    wait_for_ready=True,
+                with self._members.tracking(call):
+                    return await call
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # Cancelled because the client left the member: where it went, it may go again.
+                failure: StoreError = StoreUnavailable(
+                    f"etcd {method} at {self.url}: the member it was sent to was left"
                 )
             except grpc.aio.AioRpcError as exc:
                 token_expired = exc.code() == grpc.StatusCode.UNAUTHENTICATED or (
@@ -243,16 +211,17 @@ class EtcdStore(Store):
                     renewed = True
                     await self._authenticate(stubs)
                     continue
-                resend = (
-                    method in _REPEATABLE
-                    and exc.code() == grpc.StatusCode.UNAVAILABLE
-                    and deadline - loop.time() > backoff
-                )
-                if not resend:
-                    raise _translate(exc, f"{method} at {self.url}") from exc
-                log.info("etcd %s failed (%s); sending it again", method, exc.details())
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, max_backoff)
+                failure = translate(exc, f"{method} at {self.url}")
+                if exc.code() not in RETRYABLE:
+                    raise failure from exc
+                self._members.suspect()
+            if not resendable or deadline - loop.time() <= backoff:
+                raise failure
+            log.info("etcd %s failed (%s); sending it again", method, failure)
+            if on_resend is not None:
+                on_resend()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff)
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -262,7 +231,7 @@ class EtcdStore(Store):
 
     async def get(self, key: str) -> KeyValue | None:
         response = await self._unary("kv", "Range", rpc.RangeRequest(key=key.encode()))
-        return _kv(response.kvs[0]) if response.kvs else None
+        return kv_of(response.kvs[0]) if response.kvs else None
 
     async def range(
         self,
@@ -283,7 +252,7 @@ class EtcdStore(Store):
         except CompactedError as exc:
             raise CompactedError(revision, None) from exc
         return RangeResult(
-            [_kv(kv) for kv in response.kvs],
+            [kv_of(kv) for kv in response.kvs],
             revision or int(response.header.revision),
             bool(response.more),
         )
@@ -302,27 +271,35 @@ class EtcdStore(Store):
         success: Sequence[Op],
         failure: Sequence[Op] = (),
     ) -> TxnResult:
-        request = rpc.TxnRequest(
-            compare=[_compare(c) for c in compares],
-            success=[_request_op(op) for op in success],
-            failure=[_request_op(op) for op in failure],
-        )
+        """Sent again after a lost answer only as `etcd_txn.resend_of` allows."""
+        policy = resend_of(compares, success, failure)
+        resent = False
+
+        def note_resend() -> None:
+            nonlocal resent
+            resent = True
+
         try:
-            response = await self._unary("kv", "Txn", request)
+            response = await self._unary(
+                "kv",
+                "Txn",
+                txn_request(compares, success, failure),
+                resend=policy is not Resend.NEVER,
+                on_resend=note_resend,
+            )
         except LeaseNotFound as exc:
             leases = [op.lease for op in (*success, *failure) if isinstance(op, Put) and op.lease]
             raise LeaseNotFound(leases[0] if leases else 0) from exc
-        revision = int(response.header.revision)
-        results: list[OpResult] = []
-        for item in response.responses:
-            kind = item.WhichOneof("response")
-            if kind == "response_range":
-                results.append(RangeResult([_kv(kv) for kv in item.response_range.kvs], revision))
-            elif kind == "response_put":
-                results.append(PutResult())
-            else:
-                results.append(DeleteResult(int(item.response_delete_range.deleted)))
-        return TxnResult(bool(response.succeeded), revision, results)
+        result = txn_result(response)
+        if resent and policy is Resend.CAS and not result.succeeded:
+            check = txn_result(await self._unary("kv", "Txn", check_request(success), resend=True))
+            first = applied_before(compares, success, check)
+            if first is not None:
+                log.info(
+                    "etcd Txn sent again had been applied the first time, at %d", first.revision
+                )
+                return first
+        return result
 
     # --- leases ------------------------------------------------------------------------------
 
@@ -335,28 +312,7 @@ class EtcdStore(Store):
         return int(response.ID)
 
     async def lease_keepalive(self, lease: int) -> int:
-        stubs = await self._connect()
-        # The request is written on the stream rather than given as an iterator: gRPC would
-        # consume an iterator in a task of its own, which a cancelled renewal (a keeper's
-        # timeout) could leave behind, formatting a traceback each time.
-        call = stubs.lease.LeaseKeepAlive(
-            timeout=request_timeout_s(self._settings.timeout_s),
-            metadata=self._metadata,
-            wait_for_ready=True,
-        )
-        try:
-            await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
-            await call.done_writing()
-            response = await call.read()
-        except grpc.aio.AioRpcError as exc:
-            raise _translate(exc, "lease keepalive") from exc
-        finally:
-            call.cancel()
-        if response is grpc.aio.EOF:  # type: ignore[attr-defined]
-            raise StoreUnavailable("etcd closed the lease keepalive stream without an answer")
-        if response.TTL <= 0:
-            raise LeaseNotFound(lease)
-        return int(response.TTL)
+        return await self._keepalives.renew(lease, request_timeout_s(self._settings.timeout_s))
 
     async def lease_revoke(self, lease: int) -> None:
         with contextlib.suppress(LeaseNotFound):
@@ -384,137 +340,32 @@ class EtcdStore(Store):
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        for watch in list(self._watches):
-            await watch.close()
-        if self._channel is not None:
-            await self._channel.close(grace=None)
-            self._channel = None
-            self._stubs = None
-
-
-def _kv(kv: Any) -> KeyValue:
-    return KeyValue(
-        key=kv.key.decode(),
-        value=bytes(kv.value),
-        create_revision=int(kv.create_revision),
-        mod_revision=int(kv.mod_revision),
-        version=int(kv.version),
-        lease=int(kv.lease),
-    )
-
-
-def _compare(compare: Compare) -> Any:
-    target, field = _COMPARE_TARGET[compare.target]
-    message = rpc.Compare(
-        result=_COMPARE_RESULT[compare.op], target=target, key=compare.key.encode()
-    )
-    setattr(message, field, compare.operand)
-    return message
-
-
-def _request_op(op: Op) -> Any:
-    if isinstance(op, Put):
-        return rpc.RequestOp(
-            request_put=rpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease)
-        )
-    range_end = prefix_end(op.key) if op.prefix else b""
-    if isinstance(op, Get):
-        return rpc.RequestOp(
-            request_range=rpc.RangeRequest(key=op.key.encode(), range_end=range_end)
-        )
-    assert isinstance(op, Delete)
-    return rpc.RequestOp(
-        request_delete_range=rpc.DeleteRangeRequest(key=op.key.encode(), range_end=range_end)
-    )
+        await self._watch_stream.close()
+        await self._keepalives.close()
+        await self._members.close()
 
 
 class _EtcdWatch(Watch):
-    """One etcd watch stream; re-created after the last delivered revision when it breaks."""
+    """A watch on the store's shared watch stream (`WatchStream`)."""
 
     def __init__(self, store: EtcdStore, prefix: str, start_revision: int) -> None:
         super().__init__(prefix, start_revision)
         self._store = store
+        self._subscription: Subscription | None = None
         self._closed = False
-        self._call: Any = None
 
     async def _revisions(self) -> AsyncIterator[list[WatchEvent]]:
-        store = self._store
-        store._watches.add(self)
         if self.next_revision <= 0:
-            self.next_revision = await store.revision() + 1
-        backoff = 0.1
-        try:
-            while not self._closed:
-                try:
-                    async for events in self._stream():
-                        backoff = 0.1
-                        yield events
-                except (grpc.aio.AioRpcError, StoreUnavailable) as exc:
-                    if isinstance(exc, grpc.aio.AioRpcError) and (
-                        exc.code() not in _RETRYABLE or self._closed
-                    ):
-                        raise _translate(exc, "watch") from exc
-                    log.info(
-                        "etcd watch on %s broke (%s); resuming at revision %d",
-                        self.prefix,
-                        exc,
-                        self.next_revision,
-                    )
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-        finally:
-            store._watches.discard(self)
-
-    async def _stream(self) -> AsyncIterator[list[WatchEvent]]:
-        stubs = await self._store._connect()
-        call = stubs.watch.Watch(metadata=self._store._metadata, wait_for_ready=True)
-        self._call = call
-        try:
-            await call.write(
-                rpc.WatchRequest(
-                    create_request=rpc.WatchCreateRequest(
-                        key=self.prefix.encode(),
-                        range_end=prefix_end(self.prefix),
-                        start_revision=self.next_revision,
-                    )
-                )
-            )
-            while not self._closed:
-                try:
-                    response = await call.read()
-                except asyncio.CancelledError:
-                    if self._closed and _not_cancelled_from_outside():
-                        return
-                    raise
-                if response is grpc.aio.EOF:  # type: ignore[attr-defined]
-                    raise StoreUnavailable("etcd ended the watch stream")
-                if response.compact_revision:
-                    raise CompactedError(self.next_revision, int(response.compact_revision))
-                if response.canceled:
-                    raise StoreError(f"etcd cancelled the watch: {response.cancel_reason}")
-                # etcd sends every event of a revision in one response (we never ask for
-                # fragments); a response may hold several revisions.
-                revisions: list[list[WatchEvent]] = []
-                for event in response.events:
-                    kv = _kv(event.kv)
-                    if event.type == rpc.Event.DELETE:
-                        kv = KeyValue(kv.key, b"", 0, kv.mod_revision, 0)
-                    if not revisions or revisions[-1][0].revision != kv.mod_revision:
-                        revisions.append([])
-                    revisions[-1].append(WatchEvent(_EVENT_TYPE[event.type], kv))
-                for events in revisions:
-                    self.next_revision = events[0].revision + 1
-                    yield events
-        finally:
-            self._call = None
-            call.cancel()
+            self.next_revision = await self._store.revision() + 1
+        if self._closed:
+            return
+        stream = self._store._watch_stream
+        self._subscription = await stream.subscribe(self.prefix, self.next_revision)
+        async for events in revisions_of(stream, self._subscription):
+            self.next_revision = events[0].revision + 1
+            yield events
 
     async def close(self) -> None:
         self._closed = True
-        if self._call is not None:
-            self._call.cancel()
-
-
-def _not_cancelled_from_outside() -> bool:
-    task = asyncio.current_task()
-    return task is None or task.cancelling() == 0
+        if self._subscription is not None:
+            await self._store._watch_stream.unsubscribe(self._subscription)

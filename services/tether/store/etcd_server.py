@@ -177,8 +177,19 @@ class EtcdServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the member still holds its connections and ports, and answers nothing."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            self.resume()
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)

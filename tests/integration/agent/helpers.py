@@ -8,7 +8,6 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.machines import eventually
+from tests.support.region import create_region
 from tether.agent.cleanup import kill_now
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
@@ -190,12 +190,8 @@ def work_dir(tmp_path: Path, machine: Machine) -> Iterator[Path]:
 @pytest.fixture
 async def region_config(store_url: str) -> RegionConfig:
     """The region an agent needs in its store, as `tether up` makes it."""
-    config = RegionConfig(
-        name="test", shards=["shard-0"], fencing_s=FENCING_S, created_at=datetime.now(UTC)
-    )
     async with open_store(store_url) as store:
-        await store.put(keys.region_config(), to_json(config))
-    return config
+        return await create_region(store, fencing_s=FENCING_S)
 
 
 @pytest.fixture

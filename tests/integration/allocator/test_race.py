@@ -16,6 +16,7 @@ import pytest
 from tests.support.allocations import Stored, put_allocation, read_allocations
 from tests.support.allocator_builders import entitlement, job, machine
 from tests.support.machines import eventually
+from tests.support.region import create_region
 from tether.model import (
     Allocation,
     AllocatorEndpoint,
@@ -47,6 +48,7 @@ async def replicas(
     store: Store, store_url: str, log_dir: Path, ids: list[str]
 ) -> AsyncIterator[list[str]]:
     """Runs one `tether allocator` process per id on the store; yields their gRPC addresses."""
+    await create_region(store)
     processes: list[asyncio.subprocess.Process] = []
     try:
         for replica_id in ids:

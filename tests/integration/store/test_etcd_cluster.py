@@ -30,9 +30,9 @@ def leader(cluster: EtcdCluster) -> EtcdServer:
 async def test_requests_and_leases_fail_over_and_a_restarted_member_catches_up(
     cluster: EtcdCluster,
 ) -> None:
-    # The member in use (gRPC's pick_first talks to the first endpoint) dies, not the leader: a
-    # write in flight to a dead leader may wait out etcd's request timeout (7 s), which the
-    # test of elections below covers for reads.
+    # The member in use (the first endpoint) dies, not the leader: a write in flight to a
+    # dead leader may wait out etcd's request timeout (7 s), which the test of elections below
+    # covers for reads.
     first = next(m for m in cluster.members if m is not leader(cluster))
     others = [m for m in cluster.members if m is not first]
     url = "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in (first, *others))
@@ -43,9 +43,8 @@ async def test_requests_and_leases_fail_over_and_a_restarted_member_catches_up(
         await store.put("/k/leased", b"x", lease=lease)
         first.kill()
         started = time.monotonic()
-        # A read first: it is sent again after failing on the dead member's connection, while
-        # a write that fails there is not (it may have been applied) and is the caller's to
-        # retry.
+        # Both are sent again after failing on the dead member's connection: a read, and a
+        # put (applying it twice leaves the same state).
         assert (await store.get("/k/before")) is not None
         await store.put("/k/during", b"2")
         assert time.monotonic() - started < 5
