@@ -161,6 +161,14 @@ def partitioned(
         region.cleanup()
 
 
+def running_off(
+    client: httpx.Client, handle: str, count: int, machine: str
+) -> list[dict[str, Any]] | None:
+    """The job's tasks once all `count` run, none of them on `machine`."""
+    tasks = all_running(client, handle, count)
+    return tasks if tasks and all(t["machine"] != machine for t in tasks) else None
+
+
 def test_cut_off_machine_is_replaced_and_its_agent_kills_stale_tasks_on_return(
     partitioned: Partitioned,
 ) -> None:
@@ -179,11 +187,11 @@ def test_cut_off_machine_is_replaced_and_its_agent_kills_stale_tasks_on_return(
         what=f"machine {machine} to be down",
     )
 
-    def replaced() -> list[dict[str, Any]] | None:
-        tasks = all_running(client, handle, 4)
-        return tasks if tasks and all(t["machine"] != machine for t in tasks) else None
-
-    during = wait_for(replaced, timeout_s=30, what=f"the task on {machine} to run elsewhere")
+    during = wait_for(
+        lambda: running_off(client, handle, 4, machine),
+        timeout_s=30,
+        what=f"the task on {machine} to run elsewhere",
+    )
     moved = next(t for t in during if t["index"] == isolated["index"])
     assert moved["attempt"] > isolated["attempt"]
     assert {t["index"]: t["pid"] for t in during if t["index"] in others} == others
@@ -238,13 +246,13 @@ def test_an_at_most_once_task_is_killed_before_it_runs_elsewhere(partitioned: Pa
     try:
         partitioned.namespace.cut()
 
-        def replaced() -> list[dict[str, Any]] | None:
-            tasks = all_running(client, handle, 4)
-            return tasks if tasks and all(t["machine"] != machine for t in tasks) else None
-
         # The machine goes down after the lease TTL and the grace; the task runs elsewhere only
         # after the fencing period and the margin on top.
-        during = wait_for(replaced, timeout_s=60, what=f"the task on {machine} to run elsewhere")
+        during = wait_for(
+            lambda: running_off(client, handle, 4, machine),
+            timeout_s=60,
+            what=f"the task on {machine} to run elsewhere",
+        )
         moved = next(t for t in during if t["index"] == isolated["index"])
         assert moved["attempt"] > isolated["attempt"]
         # Its agent, still cut off, has killed it; the ordinary task on the machine runs on.
