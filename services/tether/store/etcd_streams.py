@@ -167,7 +167,7 @@ class WatchStream:
 
     async def _write(self, call: Any, request: Any) -> None:
         async with self._writing:
-            await call.write(request)
+            await on_stream(call.write(request), lambda: self._call is not call or call.done())
 
     async def _create(self, call: Any, subscription: Subscription) -> None:
         create = rpc.WatchCreateRequest(
