@@ -272,7 +272,7 @@ def test_an_at_most_once_task_is_killed_before_it_runs_elsewhere(partitioned: Pa
         )
     finally:
         sampler.stop()
-    assert sampler.samples > 100
+    assert sampler.samples > 50
     once = {task_id: most for task_id, most in sampler.most.items() if task_id.startswith(handle)}
     assert once == {f"{handle}/{index}": 1 for index in range(4)}
     # The ordinary task ran twice while the partition lasted, as docs/faults.md says.

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tether.region.harness import (
+    FAST_TIMINGS,
     LocalRegion,
     all_running,
     get_json,
@@ -22,7 +23,11 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(params=["sqlite", "etcd"])
 def region(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LocalRegion]:
     store_args = ["--etcd"] if request.param == "etcd" else []
-    running = LocalRegion(tmp_path / "tether", store_args=store_args, agents=3)
+    # The agents get 10 s, not the tests' usual 2 s, to come back before their machines count
+    # as down: the whole region starts at once, and on two busy cores an agent's start can
+    # take longer than 2 s (the default grace is 5 s).
+    timings = FAST_TIMINGS | {"TETHER_HEALTH_GRACE_S": "10"}
+    running = LocalRegion(tmp_path / "tether", store_args=store_args, agents=3, timings=timings)
     try:
         yield running
     finally:
