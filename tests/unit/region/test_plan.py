@@ -51,7 +51,7 @@ def test_processes_have_unique_names_and_the_planned_roles(tmp_path: Path) -> No
     }
     assert specs[-1].role == "frontend"
     agent = next(s for s in specs if s.role == "agent")
-    assert agent.argv()[1:4] == ["-m", "tether.cli.main", "agent"]
+    assert agent.argv()[1:4] == ["-m", "tether.cli.services", "agent"]
     assert str(tmp_path / "agents" / "m01") in agent.args
 
 
