@@ -74,7 +74,8 @@ def test_dead_services_are_restarted_and_nothing_runs_twice_for_long(region: Loc
         for name in (agent, scheduler):
             kill_and_await_restart(region, name)
             assert state(region)["restarts"][name] == 1
-            assert f"{name} exited with code -9: restarting it in 0.5s" in region.output()
+            # 0.5 s, or 1 s when it had run less than 10 s (a fast failure).
+            assert f"{name} exited with code -9: restarting it in " in region.output()
             assert f"{name} restarted (pid" in region.output()
 
         # The restarted agent takes its machine's tasks up again (or, had they been replaced

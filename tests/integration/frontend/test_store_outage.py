@@ -35,5 +35,12 @@ async def test_requests_get_a_quick_503_while_the_store_is_down(etcd_server: Etc
             # Each store request waits at most STORE_WAIT_S; an answer makes a few at most.
             assert took < 3 * STORE_WAIT_S, f"{method} {path} took {took:.1f} s"
         await asyncio.to_thread(etcd_server.start)
-        created = await api.post("/v1/jobs", json=job_spec(), headers=ADMIN)
+        # The store's client reconnects within its backoff (at most 2 s): until then the answer
+        # is still 503, which a client retries after its Retry-After, with the same key.
+        headers = ADMIN | {"Idempotency-Key": "after-the-outage"}
+        deadline = time.monotonic() + 10
+        created = await api.post("/v1/jobs", json=job_spec(), headers=headers)
+        while created.status_code == 503 and time.monotonic() < deadline:
+            await asyncio.sleep(float(created.headers["retry-after"]))
+            created = await api.post("/v1/jobs", json=job_spec(), headers=headers)
         assert created.status_code == 201, created.text
