@@ -257,7 +257,10 @@ class Agent(Service):
     def _lease_renewed(self, lease: int, renewed_at: float) -> None:
         if lease == self._fence_lease:
             self._fence_until = renewed_at + self._fencing_s
-            self._write_fence()
+            # A fence that holds nothing needs no new deadline: it is written again as soon as
+            # it holds an attempt (`_launch`, `_hold_assigned`).
+            if self._held:
+                self._write_fence()
 
     def _fence_is_current(self) -> bool:
         """Whether new at-most-once attempts may start: the fence follows a live lease."""

@@ -9,7 +9,7 @@ import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.console import Console
@@ -42,6 +42,8 @@ from tether.store.etcd_server import EtcdServer
 console = Console(stderr=True)
 
 STATE_FILE = "region.json"
+_RESTARTS: Final = RestartPolicy()
+"""How `tether up` restarts services (`--restart`)."""
 
 
 class _Stop(Exception):
@@ -119,8 +121,10 @@ def up(
         bool,
         typer.Option(
             "--restart/--no-restart",
-            help="Start a service that fails again, after a backoff (0.5 s, doubling up to "
-            "30 s); give up on one that fails 5 times in a row within 10 s of starting.",
+            help=f"Start a service that fails again, after a backoff "
+            f"({_RESTARTS.backoff_initial_s:g} s, doubling up to {_RESTARTS.backoff_max_s:g} s); "
+            f"give up on one that fails {_RESTARTS.give_up_after} times in a row within "
+            f"{_RESTARTS.fast_s:g} s of starting.",
         ),
     ] = True,
     ready_timeout_s: Annotated[
@@ -170,7 +174,7 @@ def up(
     supervisor = Supervisor(
         options,
         env={**os.environ, "TETHER_STORE": store_url},
-        policy=RestartPolicy() if restart else None,
+        policy=_RESTARTS if restart else None,
     )
     metrics_host = MetricsSettings().host
     signal.signal(signal.SIGTERM, _raise_stop)

@@ -237,13 +237,10 @@ async def drain(store: Store, source: str) -> list[Move]:
             "start its replicas first"
         )
     config = await set_draining(store, source)
-    moves = []
-    for load in await shard_members(store, config):
-        if load.shard != source:
-            continue
-        for entitlement in sorted(load.entitlements):
-            moves.append(await move_entitlement(store, config, source, entitlement, None))
-    return moves
+    return [
+        await move_entitlement(store, config, source, entitlement, None)
+        for entitlement in sorted(held)
+    ]
 
 
 async def failover(store: Store, config: RegionConfig, shard: str) -> ShardLoad:

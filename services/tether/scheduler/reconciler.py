@@ -460,7 +460,7 @@ def _previous_attempt_ended(view: JobView, index: int, now: datetime, plan: Plan
     machine = view.machines.get(status.machine)
     if machine is not None and machine.state is not MachineState.DOWN:
         return False
-    due = None if machine is None else fenced_at(view, machine.id)
+    due = fenced_at(view, status.machine)
     if due is not None and now < due:
         plan.wake(due)
         return False

@@ -3,6 +3,7 @@ tests and benchmarks."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -42,7 +43,34 @@ def etcd_binary() -> str:
     return binary
 
 
-class EtcdServer:
+class _Managed(abc.ABC):
+    """Started on entering a `with` block, cleaned up (stopped, data removed) on leaving it, and
+    also when it fails to start."""
+
+    @abc.abstractmethod
+    def start(self, timeout_s: float = 30.0) -> None: ...
+
+    @abc.abstractmethod
+    def cleanup(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class EtcdServer(_Managed):
     """One etcd member on 127.0.0.1. `restart()` keeps its ports and data."""
 
     def __init__(
@@ -87,24 +115,6 @@ class EtcdServer:
     def url_on(self, host: str) -> str:
         """The Tether store URL of this server at `host` (127.0.0.1 or an extra client host)."""
         return f"etcd://{host}:{self.client_port}"
-
-    def __enter__(self) -> Self:
-        """Started on entering the block, cleaned up (stopped, data removed) on leaving it,
-        and also when it fails to start."""
-        try:
-            self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts the member and returns once it is healthy (it has a leader)."""
@@ -206,7 +216,7 @@ class EtcdServer:
         self.log_path.unlink(missing_ok=True)
 
 
-class EtcdCluster:
+class EtcdCluster(_Managed):
     """`size` etcd members on 127.0.0.1 forming one cluster; `cleanup()` stops and removes all.
 
     Each member is an `EtcdServer` (`members`), so one can be killed and restarted alone; the
@@ -263,24 +273,6 @@ class EtcdCluster:
                 with contextlib.suppress(OSError):
                     current.call("/v3/maintenance/transfer-leadership", {"targetID": target})
             time.sleep(0.1)
-
-    def __enter__(self) -> Self:
-        """Started on entering the block, cleaned up (stopped, data removed) on leaving it,
-        and also when it fails to start."""
-        try:
-            self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts every member that is not running and returns once all are healthy."""

@@ -46,7 +46,7 @@ class MaintenanceRequest(TetherModel):
     @field_validator("kind")
     @classmethod
     def _planned(cls, kind: MaintenanceKind) -> MaintenanceKind:
-        if kind.value not in set(PlannedMaintenanceKind):
+        if kind.value not in [planned.value for planned in PlannedMaintenanceKind]:
             raise PydanticCustomError(
                 "drain_kind",
                 "'{kind}' is not planned maintenance: an admin asks for it with "
