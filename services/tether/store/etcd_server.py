@@ -7,6 +7,7 @@ import abc
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -26,10 +27,28 @@ ETCD_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 ETCD_QUOTA_BACKEND_BYTES: Final = 8 * 1024 * 1024 * 1024
 
 
+LISTEN_PORTS_FROM: Final = 10_000
+_EPHEMERAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, for a server that binds it later. It is chosen below
+    the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be taken
+    meanwhile by any outgoing connection, and the server would then fail to start."""
+    try:
+        first_ephemeral = int(_EPHEMERAL_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32_768
+    upper = max(first_ephemeral - 1, LISTEN_PORTS_FROM + 1_000)
+    for _ in range(1_000):
+        port = random.randint(LISTEN_PORTS_FROM, upper)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port between {LISTEN_PORTS_FROM} and {upper}")
 
 
 def etcd_binary() -> str:
