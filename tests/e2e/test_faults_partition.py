@@ -8,9 +8,7 @@ store only through it. Taking the link down inside the namespace partitions that
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ import httpx
 import pytest
 
 from tests.support.faults import TwiceSampler, dead_services
-from tether.model import Resources
+from tests.support.netns import Namespace, start_agent_in
 from tether.region.harness import (
     LocalRegion,
     all_running,
@@ -29,7 +27,6 @@ from tether.region.harness import (
     submit,
     wait_for,
 )
-from tether.region.plan import agent_args, agent_placements
 from tether.region.supervisor import process_alive
 from tether.store.etcd_server import EtcdServer
 
@@ -37,53 +34,6 @@ pytestmark = pytest.mark.timeout(180)
 
 AGENTS = 3
 """Agents `tether up` runs; the partitioned one is the next machine of the same plan."""
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-
-@dataclass
-class Namespace:
-    """A network namespace joined to the host by a veth pair with an address on each end."""
-
-    name: str
-    host_link: str
-    inner_link: str
-    host_ip: str
-    inner_ip: str
-
-    @classmethod
-    def unique(cls) -> Namespace:
-        # Interface names have at most 15 characters; the pid keeps concurrent runs apart.
-        tag = os.getpid() % 100_000
-        subnet = f"10.213.{os.getpid() % 250}"
-        return cls(f"tether-{tag}", f"tth{tag}h", f"tth{tag}n", f"{subnet}.1", f"{subnet}.2")
-
-    def create(self) -> None:
-        _ip("netns", "add", self.name)
-        _ip("link", "add", self.host_link, "type", "veth", "peer", "name", self.inner_link)
-        _ip("link", "set", self.inner_link, "netns", self.name)
-        _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_link)
-        _ip("link", "set", self.host_link, "up")
-        self.run("ip", "addr", "add", f"{self.inner_ip}/30", "dev", self.inner_link)
-        self.run("ip", "link", "set", "lo", "up")
-        self.heal()
-
-    def run(self, *argv: str) -> None:
-        _ip("netns", "exec", self.name, *argv)
-
-    def cut(self) -> None:
-        """Takes the namespace's end of the link down: nothing gets in or out."""
-        self.run("ip", "link", "set", self.inner_link, "down")
-
-    def heal(self) -> None:
-        self.run("ip", "link", "set", self.inner_link, "up")
-
-    def delete(self) -> None:
-        """Removes the namespace and both ends of the link, whatever exists of them."""
-        for args in (("link", "del", self.host_link), ("netns", "del", self.name)):
-            subprocess.run(["ip", *args], capture_output=True, timeout=10, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -125,27 +75,7 @@ def partitioned(
     agent: subprocess.Popen[bytes] | None = None
     try:
         region.start()
-        placement = agent_placements(AGENTS + 1)[AGENTS]
-        machine = placement.machine_id
-        work_dir = region.state_dir / "agents" / machine
-        log = region.state_dir / "logs" / f"agent-{machine}.log"
-        with log.open("ab") as output:
-            agent = subprocess.Popen(
-                [
-                    *("ip", "netns", "exec", namespace.name),
-                    *(sys.executable, "-m", "tether.cli.main"),
-                    *agent_args(
-                        placement,
-                        region_name="local",
-                        capacity=Resources(cpu=4000, memory_mib=4096, disk_gib=20),
-                        work_dir=work_dir,
-                    ),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env={**region.env(), "TETHER_STORE": etcd.url_on(namespace.host_ip)},
-            )
+        agent, machine = start_agent_in(namespace, region, etcd.url_on(namespace.host_ip))
         client = region.client()
         wait_for(
             lambda: machines_by_id(client).get(machine, {}).get("state") == "up",

@@ -13,19 +13,18 @@ services: an operator does), and then checks the invariants that every test shar
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.churn import Churn
 from tests.support.faults import (
     TaskProcess,
     machine_versions,
@@ -54,157 +53,6 @@ FENCING_WINDOW_S = 3.0
 poll once its assignment is gone (a sleeper dies at SIGTERM), plus the time to notice."""
 SECOND = "second"
 """An entitlement of its own, created by the module: a new one joins the least-loaded shard."""
-CHURN_INTERVAL_S = 0.4
-
-
-@dataclass
-class Accepted:
-    """What the API accepted for one job of the churn: its count, and whether it is deleted."""
-
-    count: int
-    deleted: bool = False
-
-
-@dataclass
-class Operation:
-    """One REST call of the churn, sent again until it gets a definite answer."""
-
-    method: str
-    path: str
-    body: dict[str, Any] | None
-    handle: str
-    headers: dict[str, str] = field(default_factory=dict)
-    sent: int = 0
-
-
-class Churn(threading.Thread):
-    """Submits, scales and deletes jobs over REST until stopped; remembers what was accepted.
-
-    A call that gets no answer, or a 503, is sent again as it was (a submission with the same
-    Idempotency-Key): its outcome is unknown until it is answered.
-    """
-
-    def __init__(self, url: str, token: str, entitlements: list[str]) -> None:
-        super().__init__(name="churn", daemon=True)
-        self._url = url
-        self._token = token
-        self._entitlements = itertools.cycle(entitlements)
-        self.accepted: dict[str, Accepted] = {}
-        self.unexpected: list[str] = []
-        self.answered = 0
-        self.retried = 0
-        self._numbers = itertools.count()
-        self._steps = itertools.cycle(("submit", "grow", "shrink", "delete"))
-        self._stopping = threading.Event()
-        self._running = threading.Event()
-        self._running.set()
-        self._idle = threading.Event()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._running.set()
-        self.join(timeout=30)
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """No call is in flight or sent inside the block (an unanswered one waits for after)."""
-        assert self.is_alive(), "the churn thread died"
-        self._running.clear()
-        assert self._idle.wait(timeout=30), "the churn did not pause"
-        try:
-            yield
-        finally:
-            self._idle.clear()
-            self._running.set()
-
-    def run(self) -> None:
-        pending: Operation | None = None
-        with httpx.Client(
-            base_url=self._url, headers={"Authorization": f"Bearer {self._token}"}, timeout=5
-        ) as client:
-            while not self._stopping.is_set():
-                if not self._running.is_set():
-                    self._idle.set()
-                    self._running.wait()
-                    continue
-                operation = pending or self._next()
-                pending = None if operation is None else self._send(client, operation)
-                time.sleep(CHURN_INTERVAL_S)
-
-    def _live(self) -> list[str]:
-        return [h for h, job in self.accepted.items() if not job.deleted]
-
-    def _next(self) -> Operation | None:
-        step, live = next(self._steps), self._live()
-        if step == "submit" or not live:
-            number = next(self._numbers)
-            spec = sleeper_job(f"churn-{number}", 1, entitlement=next(self._entitlements))
-            handle = f"{spec['entitlement']}/{spec['name']}"
-            key = {"Idempotency-Key": f"churn-{number}"}
-            return Operation("POST", "/v1/jobs", spec, handle, key)
-        if step == "grow":
-            return Operation("POST", f"/v1/jobs/{live[-1]}/scale", {"count": 3}, live[-1])
-        if step == "shrink":
-            return Operation("POST", f"/v1/jobs/{live[-1]}/scale", {"count": 2}, live[-1])
-        if len(live) < 3:
-            return None
-        return Operation("DELETE", f"/v1/jobs/{live[0]}", None, live[0])
-
-    def _send(self, client: httpx.Client, operation: Operation) -> Operation | None:
-        """Sends the call; returns it when it must be sent again."""
-        operation.sent += 1
-        try:
-            response = client.request(
-                operation.method, operation.path, json=operation.body, headers=operation.headers
-            )
-        except httpx.HTTPError:
-            self.retried += 1
-            return operation
-        if response.status_code == 503:
-            self.retried += 1
-            return operation
-        self.answered += 1
-        status = response.status_code
-        if operation.method == "POST" and operation.path == "/v1/jobs" and status in (200, 201):
-            assert operation.body is not None
-            self.accepted[operation.handle] = Accepted(operation.body["count"])
-        elif operation.path.endswith("/scale") and status == 200:
-            assert operation.body is not None
-            self.accepted[operation.handle].count = operation.body["count"]
-        elif operation.method == "DELETE" and (
-            status == 202 or (status == 404 and operation.sent > 1)
-        ):
-            # A 404 after an unanswered attempt: that attempt deleted it.
-            self.accepted[operation.handle].deleted = True
-        else:
-            self.unexpected.append(
-                f"{operation.method} {operation.path}: {status} {response.text[:300]}"
-            )
-        return None
-
-    def check(self, client: httpx.Client, timeout_s: float = 30) -> None:
-        """Every accepted job exists as accepted, and soon runs all its tasks; every job whose
-        deletion was accepted is soon gone."""
-        assert self.unexpected == []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            listed = {job["handle"]: job for job in get_json(client, "/v1/jobs")["jobs"]}
-            waiting = []
-            for handle, accepted in self.accepted.items():
-                job = listed.get(handle)
-                if accepted.deleted:
-                    if job is not None:
-                        waiting.append(f"{handle} is not deleted yet")
-                    continue
-                # Written before the answer: never missing, never another count.
-                assert job is not None, f"accepted job {handle} is lost"
-                assert job["spec"]["count"] == accepted.count, job
-                if job["running"] != accepted.count or sum(job["tasks"].values()) != job["running"]:
-                    waiting.append(f"{handle} runs {job['running']} of {accepted.count}")
-            if not waiting:
-                return
-            assert time.monotonic() < deadline, f"jobs not as accepted: {waiting}"
-            time.sleep(0.3)
 
 
 class Watchdog(threading.Thread):
@@ -347,7 +195,7 @@ def faults(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         wait_for(
             lambda: all_running(client, f"{SECOND}/steady", 2), timeout_s=60, what="second steady"
         )
-        churn = Churn(region.url, region.token, ["default", SECOND])
+        churn = Churn([region.url], region.token, ["default", SECOND])
         watchdog = Watchdog(region)
         churn.start()
         watchdog.start()

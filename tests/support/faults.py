@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +93,8 @@ def task_processes(state_dir: Path) -> list[TaskProcess]:
 
 class TwiceSampler(threading.Thread):
     """Samples the region's task processes every `interval_s` until stopped, and records the
-    most processes each task index ever ran as at one sample."""
+    most processes each task index ever ran as at one sample, for how long it ran as more than
+    one, and every attempt of it seen running."""
 
     def __init__(self, state_dir: Path, interval_s: float = 0.1) -> None:
         super().__init__(name="twice-sampler", daemon=True)
@@ -99,15 +102,24 @@ class TwiceSampler(threading.Thread):
         self._interval_s = interval_s
         self._stopping = threading.Event()
         self.most: dict[str, int] = {}
+        self.twice_s: dict[str, float] = {}
+        """Task id -> seconds (from each sample to the next) it ran as two processes or more."""
+        self.attempts: dict[str, dict[int, str]] = {}
+        """Task id -> attempt -> the machine it was seen running on."""
         self.samples = 0
 
     def run(self) -> None:
+        previous = time.monotonic()
         while not self._stopping.wait(self._interval_s):
-            counts: dict[str, int] = {}
-            for process in task_processes(self._state_dir):
-                counts[process.task_id] = counts.get(process.task_id, 0) + 1
-            for task_id, count in counts.items():
+            processes = task_processes(self._state_dir)
+            now = time.monotonic()
+            for process in processes:
+                self.attempts.setdefault(process.task_id, {})[process.attempt] = process.machine
+            for task_id, count in Counter(p.task_id for p in processes).items():
                 self.most[task_id] = max(count, self.most.get(task_id, 0))
+                if count > 1:
+                    self.twice_s[task_id] = self.twice_s.get(task_id, 0.0) + now - previous
+            previous = now
             self.samples += 1
 
     def stop(self) -> None:

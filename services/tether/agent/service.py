@@ -41,6 +41,7 @@ from tether.store import (
     RangeResult,
     Store,
     StoreError,
+    key_exists,
     keys,
     mod_revision_is,
 )
@@ -469,7 +470,8 @@ class Agent(Service):
     async def _launch(self, task: TaskRef, assignment: Assignment) -> None:
         attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
         if not await self._report(attempt, TaskState.STARTING, allow_create=True):
-            # The status already describes a newer attempt: this assignment is stale.
+            # The status already describes a newer attempt, or the task is gone: this
+            # assignment is stale.
             return
         self._known.add((task, assignment.attempt))
         self._attempts.setdefault(task, {})[assignment.attempt] = attempt
@@ -526,8 +528,8 @@ class Agent(Service):
     async def _report(
         self, attempt: Attempt, state: TaskState, *, allow_create: bool, **fields: Any
     ) -> bool:
-        """Writes the attempt's status unless the status key has moved on; returns whether the
-        key now describes this attempt in `state`.
+        """Writes the attempt's status unless the status key has moved on or the task is gone;
+        returns whether the key now describes this attempt in `state`.
 
         `allow_create` lets the write replace a missing status or an older attempt's; without
         it the key must already describe this attempt (so that a status the scheduler deleted
@@ -573,8 +575,13 @@ class Agent(Service):
                 updated_at=datetime.now(UTC),
                 **fields,
             )
+            # The task's record must still exist: the scheduler deletes it with its status in
+            # one transaction, and a status written after that would outlive the task.
+            task_key = keys.task(task.entitlement, task.job, task.index)
             result = await self._store.txn(
-                [mod_revision_is(key, stored.mod_revision)], [Put(key, to_json(status))], [Get(key)]
+                [mod_revision_is(key, stored.mod_revision), key_exists(task_key)],
+                [Put(key, to_json(status))],
+                [Get(key), Get(task_key)],
             )
             if result.succeeded:
                 self._statuses[key] = _StoredStatus(
@@ -582,8 +589,11 @@ class Agent(Service):
                 )
                 attempt.reported = state
                 return True
-            current = result.results[0]
+            current, task_record = result.results
             assert isinstance(current, RangeResult)
+            assert isinstance(task_record, RangeResult)
+            if not task_record.kvs:
+                return False  # the task is gone: nothing to report, nothing to start
             stored, fresh = _read_status(current.kvs[0] if current.kvs else None), True
         _log.warning("status of %s kept changing; will report %s later", task.task_id, state)
         return False

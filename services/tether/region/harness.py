@@ -69,11 +69,11 @@ class LocalRegion:
     frontends: int = 1
     shards: int = 2
     up_args: list[str] = field(default_factory=list)
+    """More `tether up` options, e.g. ["--agent-cpu", "1000"]."""
     supervised: bool = False
     """Whether `tether up` restarts services that die. The fault tests kill services and start
     them again themselves, as an operator would without it; the supervision test and the soak
     leave it to `tether up`."""
-    """More `tether up` options, e.g. ["--agent-cpu", "1000"]."""
     port: int = 0
     """The first frontend's port; 0: free ports are chosen for every frontend."""
     registry_port: int = field(default_factory=free_port)
@@ -100,7 +100,7 @@ class LocalRegion:
     @property
     def urls(self) -> list[str]:
         """Every frontend's URL, as `tether up` recorded them in the state file."""
-        return [str(url) for url in self._state()["urls"]]
+        return [str(url) for url in self.state()["urls"]]
 
     @property
     def registry_address(self) -> str:
@@ -196,20 +196,21 @@ class LocalRegion:
                 process.wait()
         self.restarted.clear()
 
-    def _state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
+        """What `tether up` recorded in region.json: URLs, store, commands, pids, restarts."""
         state: dict[str, Any] = json.loads((self.state_dir / "region.json").read_text())
         return state
 
     def service_pids(self) -> dict[str, int]:
         """Service name -> pid: the state file's, or the process `restart()` started."""
-        pids = {str(name): int(pid) for name, pid in self._state()["processes"].items()}
+        pids = {str(name): int(pid) for name, pid in self.state()["processes"].items()}
         return pids | {name: process.pid for name, process in self.restarted.items()}
 
     def restart(self, name: str) -> int:
         """Starts service `name` again with the command `tether up` recorded, on the region's
         store and environment, logging to its log file, as an operator would after a crash
         (`tether up` does not restart services). Returns its pid; `stop()` stops it."""
-        state = self._state()
+        state = self.state()
         earlier = self.restarted.get(name)
         if earlier is not None:
             earlier.poll()  # reaps an earlier replacement that was killed in turn
@@ -227,7 +228,7 @@ class LocalRegion:
 
     def store_url(self) -> str:
         """The region's store, from its state file."""
-        return str(self._state()["store"])
+        return str(self.state()["store"])
 
     def shard_leader(self, shard: str) -> ShardLeader | None:
         """The shard's leader record as the store holds it now."""

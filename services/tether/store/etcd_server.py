@@ -266,7 +266,12 @@ class EtcdCluster(_Managed):
     @property
     def url(self) -> str:
         """The Tether store URL naming every member."""
-        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+        return self.url_on("127.0.0.1")
+
+    def url_on(self, host: str) -> str:
+        """The Tether store URL naming every member at `host` (127.0.0.1 or an extra client
+        host)."""
+        return "etcd://" + ",".join(f"{host}:{m.client_port}" for m in self.members)
 
     def leader(self) -> EtcdServer | None:
         """The member that leads now, if the running members agree on one."""

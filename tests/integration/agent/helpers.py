@@ -8,6 +8,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from tether.model import (
     Machine,
     RegionConfig,
     Resources,
+    Task,
     TaskState,
     TaskStatus,
     TaskTemplate,
@@ -103,9 +105,27 @@ def assignment_put(
     return Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment))
 
 
+def task_put(machine: Machine, index: int, attempt: int) -> Put:
+    """The write of the task's record, which the scheduler makes with every assignment: the
+    agent reports a task's status only while the task exists."""
+    task = Task(
+        job=HANDLE,
+        index=index,
+        generation=1,
+        attempt=attempt,
+        machine=machine.id,
+        state=TaskState.PLACED,
+        version="1.0",
+        updated_at=datetime.now(UTC),
+    )
+    return Put(keys.task(ENT, JOB, index), to_json(task))
+
+
 async def assign(store: Store, machine: Machine, index: int, attempt: int, **fields: Any) -> None:
-    """Writes the task's assignment; `fields` as `assignment_put` takes them."""
-    await store.txn([], [assignment_put(machine, index, attempt, **fields)])
+    """Writes the task's record and assignment; `fields` as `assignment_put` takes them."""
+    await store.txn(
+        [], [task_put(machine, index, attempt), assignment_put(machine, index, attempt, **fields)]
+    )
 
 
 async def unassign(store: Store, machine: Machine, index: int) -> None:

@@ -18,7 +18,9 @@ from tests.integration.agent.helpers import (
     environ,
     fetch_log,
     proc_file,
+    read_status,
     stop,
+    task_put,
     unassign,
     wait_gone,
     wait_log,
@@ -179,7 +181,7 @@ async def test_tasks_survive_a_restart_and_are_adopted(
 
 
 async def test_exits_and_bad_assignments(
-    store: Store, start_agent: StartAgent, machine: Machine
+    store: Store, start_agent: StartAgent, machine: Machine, work_dir: Path
 ) -> None:
     agent = await start_agent()
     # Garbage under the machine's prefix is logged and skipped.
@@ -206,9 +208,26 @@ async def test_exits_and_bad_assignments(
     await store.txn(
         [],
         [
+            task_put(machine, 0, attempt=0),
             assignment_put(machine, 0, attempt=0),
+            task_put(machine, 4, attempt=1),
             assignment_put(machine, 4, attempt=1, desired=DesiredState.STOPPED),
         ],
     )
     await wait_status(store, 4, 1, TaskState.KILLED)
     assert (await wait_status(store, 0, 1, TaskState.EXITED)).exit_code == 0
+
+    # An assignment whose task the scheduler has deleted meanwhile (the job was deleted just
+    # after the task was placed) is not started, and leaves no status behind. Task 6, in the
+    # same write, is the barrier.
+    await store.txn(
+        [],
+        [
+            assignment_put(machine, 5, attempt=1),
+            task_put(machine, 6, attempt=1),
+            assignment_put(machine, 6, attempt=1),
+        ],
+    )
+    await wait_status(store, 6, 1, TaskState.RUNNING)
+    assert await read_status(store, 5) is None
+    assert not (WorkDir(work_dir).sandbox(TaskRef(ENT, JOB, 5))).exists()
