@@ -7,9 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Final
 
 from tether.aio import cancel_and_wait
 from tether.store.base import LeaseNotFound, Store, StoreError
+
+RETRY_S: Final = 0.05
+"""Pause before a failed renewal is sent again."""
 
 _log = logging.getLogger(__name__)
 
@@ -60,11 +64,13 @@ class LeaseKeeper:
         self.lost.set()
 
     async def _renew(self) -> None:
+        pause = self.ttl_s / 3
         while True:
-            await asyncio.sleep(self.ttl_s / 3)
+            await asyncio.sleep(pause)
             sent_at = time.monotonic()
             try:
                 await asyncio.wait_for(self._store.lease_keepalive(self.lease), self.ttl_s / 3)
+                pause = self.ttl_s / 3
                 self.renewed_at = sent_at
                 if self._renewed is not None:
                     self._renewed(self.lease, sent_at)
@@ -77,4 +83,8 @@ class LeaseKeeper:
                     _log.warning("lease %x not renewed for %ss: %s", self.lease, self.ttl_s, error)
                     self.lost.set()
                     return
-                _log.info("lease %x renewal failed, retrying: %s", self.lease, error)
+                if pause != RETRY_S:
+                    _log.info("lease %x renewal failed, retrying: %s", self.lease, error)
+                # Soon, not a third of the TTL later: a renewal fails when the store client left
+                # a member that stopped answering, and the lease has only the rest of its TTL.
+                pause = RETRY_S

@@ -5,6 +5,7 @@ answers without a leader counts as unhealthy."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -62,6 +63,39 @@ async def test_a_member_that_stops_answering_is_left_and_requests_go_on(
         await keeper.stop()
     finally:
         first.resume()
+        await store.close()
+
+
+async def test_a_short_lease_outlives_a_member_that_stops_answering_before_its_renewal(
+    cluster: EtcdCluster,
+) -> None:
+    # The agents' lease TTL in the tests (2 s), and the worst moment: the member stops just
+    # before a renewal is due, so the renewal waits on it and the lease has the least time left.
+    leading = cluster.leader()
+    first = next(m for m in cluster.members if m is not leading)
+    store = EtcdStore(url_starting_with(cluster, first))
+    renewals: asyncio.Queue[float] = asyncio.Queue()
+    keeper = LeaseKeeper(store, ttl_s=2, renewed=lambda _lease, at: renewals.put_nowait(at))
+
+    async def renewal_after(moment: float) -> float:
+        while (at := await renewals.get()) <= moment:
+            pass
+        return at
+
+    try:
+        await store.put("/m/short", b"x", lease=await keeper.start())
+        last = await asyncio.wait_for(renewals.get(), 5)
+        await asyncio.sleep(max(0.0, last + 2 / 3 - 0.05 - time.monotonic()))
+        first.pause()
+        paused_at = time.monotonic()
+        # A renewal sent after the pause succeeds (through another member); had the lease
+        # expired meanwhile, none would.
+        await asyncio.wait_for(renewal_after(paused_at), 5)
+        assert not keeper.lost.is_set()
+        assert await store.get("/m/short") is not None
+    finally:
+        first.resume()
+        await keeper.stop()
         await store.close()
 
 
