@@ -27,9 +27,11 @@ from tether.model import (
     from_json,
     to_json,
 )
-from tether.store import KeyValue, keys
+from tether.store import KeyValue, Store, keys
 
 BIG = 10**9
+REGION_MSBS = 4
+"""Machines of the allocator integration tests' region, one per MSB."""
 
 
 def machine(
@@ -261,3 +263,8 @@ class Region:
 
     def owner_of(self, machine_id: str) -> str | None:
         return self.index.owners.name(int(self.index.owner[self.row(machine_id)]))
+
+
+async def put_job(store: Store, record: Job) -> None:
+    """Writes the job's record as the frontend does."""
+    await store.put(keys.job(record.spec.entitlement, record.spec.name), to_json(record))

@@ -35,11 +35,13 @@ from tether.allocator.index import (
     tasks_by_row,
 )
 from tether.allocator.placement import Choice, Explanation, Planner, explain
-from tether.model import Entitlement, Job, from_json, parse_job_handle
+from tether.model import Entitlement, Job, Task, from_json, parse_job_handle
 from tether.store import Store, keys
 
 Entry = tuple[str, bytes]
 """An allocation entry: key and value."""
+RowTasks = dict[int, list[int]]
+"""Row -> task indexes of one job held there."""
 
 # Idle machines returned to the free pool in one transaction.
 _RETURN_BATCH = 500
@@ -198,45 +200,78 @@ class Engine:
             self._committer = None
 
     async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
-        """Removes tasks of the job (all of them when `indexes` is empty) from their machines."""
-        entitlement_name, job_name = _parse(job_handle)
+        """Removes tasks of the job (all of them when `indexes` is empty) from their machines,
+        a task held on two machines from both; returns how many tasks were removed."""
         _check_unique(indexes)
-        index = self._index
         async with self._writing:
-            for _ in range(self._max_attempts):
-                held = index.held(job_handle)
-                chosen = held if not indexes else {i: held[i] for i in indexes if i in held}
-                if not chosen:
-                    return 0
-                by_row = tasks_by_row(chosen)
-                headers: dict[int, Header] = {}
-                writes = {}
+            return await self._remove(job_handle, lambda: self._index.holding(job_handle, indexes))
+
+    async def release_duplicates(self) -> int:
+        """Of each task held on two machines, removes the entries that are not on the machine
+        its task record names (the scheduler took the other placement); returns how many tasks
+        it tidied. A task without a machine yet is left for later."""
+        tidied = 0
+        for (job_handle, task), rows in self._index.held_twice().items():
+            machine = await self._machine_of(job_handle, task)
+            if machine is None or machine not in {self._index.ids[row] for row in rows}:
+                continue
+
+            def stale(job: str = job_handle, task: int = task, keep: str = machine) -> RowTasks:
+                rows = self._index.held_twice().get((job, task), [])
+                return {row: [task] for row in rows if self._index.ids[row] != keep}
+
+            async with self._writing:
+                tidied += await self._remove(job_handle, stale)
+        return tidied
+
+    async def _remove(self, job_handle: str, choose: Callable[[], RowTasks]) -> int:
+        """Removes the tasks `choose` names by row, choosing again after a conflict; returns
+        how many tasks were removed."""
+        entitlement_name, job_name = _parse(job_handle)
+        index = self._index
+        for _ in range(self._max_attempts):
+            by_row = choose()
+            if not by_row:
+                return 0
+            headers: dict[int, Header] = {}
+            writes = {}
+            for row, tasks in by_row.items():
+                owner, target, idle = index.header(row)
+                if owner != NONE and index.task_count[row] == len(tasks):
+                    idle = time.time()
+                headers[row] = (owner, target, idle)
+                machine_id = index.ids[row]
+                writes[row] = Write(
+                    int(index.revision[row]),
+                    index.header_json(row, headers[row]),
+                    removed=[
+                        keys.allocation_entry(machine_id, entitlement_name, job_name, task)
+                        for task in tasks
+                    ],
+                )
+            outcome = await commit(self._store, index.ids, writes, {}, self._writer)
+            if outcome.succeeded:
                 for row, tasks in by_row.items():
-                    owner, target, idle = index.header(row)
-                    if owner != NONE and index.task_count[row] == len(tasks):
-                        idle = time.time()
-                    headers[row] = (owner, target, idle)
-                    machine_id = index.ids[row]
-                    writes[row] = Write(
-                        int(index.revision[row]),
-                        index.header_json(row, headers[row]),
-                        removed=[
-                            keys.allocation_entry(machine_id, entitlement_name, job_name, task)
-                            for task in tasks
-                        ],
-                    )
-                outcome = await commit(self._store, index.ids, writes, {}, self._writer)
-                if outcome.succeeded:
-                    for row, tasks in by_row.items():
-                        index.remove(row, job_handle, tasks, headers[row], outcome.revision)
-                    return len(chosen)
-                self._stats.conflicts += 1
-                _RELEASE_CONFLICTS.inc()
-                await self._catch_up(outcome.revision)
+                    index.remove(row, job_handle, tasks, headers[row], outcome.revision)
+                return len({task for tasks in by_row.values() for task in tasks})
+            self._stats.conflicts += 1
+            _RELEASE_CONFLICTS.inc()
+            await self._catch_up(outcome.revision)
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
             f"{self._max_attempts} times; retry"
         )
+
+    async def _machine_of(self, job_handle: str, task: int) -> str | None:
+        """The machine the task's record names (None: none, or no readable record)."""
+        entitlement_name, job_name = _parse(job_handle)
+        kv = await self._store.get(keys.task(entitlement_name, job_name, task))
+        if kv is None:
+            return None
+        try:
+            return from_json(Task, kv.value, stored=True).machine
+        except ValidationError:
+            return None
 
     async def explain(self, job_handle: str) -> Explanation:
         """Why one more task of the job would go where it would, or why it cannot go anywhere."""

@@ -818,6 +818,26 @@ class AllocationIndex:
         tasks = self.jobs.get(job)
         return {} if tasks is None else tasks.placed()
 
+    def holding(self, job: str, indexes: Sequence[int]) -> dict[int, list[int]]:
+        """Row -> the tasks of `job` among `indexes` (every one held when empty) that it holds;
+        a task held on two machines is listed under both."""
+        held = self.held(job)
+        chosen = held if not indexes else {i: held[i] for i in indexes if i in held}
+        by_row = tasks_by_row(chosen)
+        for task in chosen:
+            for row in self._duplicates.get((job, task), {}):
+                by_row.setdefault(row, []).append(task)
+        return by_row
+
+    def held_twice(self) -> dict[tuple[str, int], list[int]]:
+        """(job, task index) -> the rows holding it, of every task held on more than one
+        machine: two allocators placed it (a Place whose answer was lost, sent again to the
+        other allocator before it saw the first one's commit)."""
+        return {
+            (job, index): [int(self.jobs[job].rows[index]), *rows]
+            for (job, index), rows in self._duplicates.items()
+        }
+
     def placements(self, job: str) -> dict[int, str]:
         """Task index -> machine id for every task of `job` held in some allocation entry."""
         return {index: self.ids[row] for index, row in self.held(job).items()}

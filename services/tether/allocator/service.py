@@ -12,6 +12,7 @@ import grpc
 
 from tether.aio import cancel_and_wait
 from tether.allocator.engine import Engine
+from tether.allocator.errors import AllocatorError
 from tether.allocator.index import AllocationIndex, sinks
 from tether.allocator.servicer import AllocatorServicer
 from tether.allocator.settings import AllocatorSettings
@@ -86,7 +87,7 @@ class Allocator(Service):
             self._keep_registered(), name=f"{self.name} registration"
         )
         self._idle_returns = asyncio.create_task(
-            self._return_idle_machines(), name=f"{self.name} idle machines"
+            self._tidy(), name=f"{self.name} idle machines and duplicates"
         )
         _log.info("%s serving on %s", self.name, self.address)
 
@@ -126,13 +127,18 @@ class Allocator(Service):
                 await self._lease.stop(revoke=True)
                 await asyncio.sleep(_REGISTER_RETRY_S)
 
-    async def _return_idle_machines(self) -> None:
+    async def _tidy(self) -> None:
+        """Returns idle machines to the free pool, and releases the extra entries of tasks
+        placed twice, every `idle_check_s`."""
         while True:
             await asyncio.sleep(self.settings.idle_check_s)
             try:
                 returned = await self.engine.return_idle(time.time())
-            except StoreError as error:
-                _log.warning("%s could not return idle machines: %s", self.name, error)
+                tidied = await self.engine.release_duplicates()
+            except (StoreError, AllocatorError) as error:
+                _log.warning("%s could not tidy its machines: %s", self.name, error)
                 continue
             if returned:
                 _log.info("%s returned %d idle machines to the free pool", self.name, returned)
+            if tidied:
+                _log.info("%s released %d tasks' second placements", self.name, tidied)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import grpc
@@ -12,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.support.allocations import put_allocation, read_allocations
-from tests.support.allocator_builders import entitlement, job, machine
+from tests.support.allocator_builders import REGION_MSBS, job, machine, put_job
 from tests.support.machines import eventually
 from tests.support.metrics import scrape
 from tether.allocator.engine import Engine
@@ -20,47 +19,10 @@ from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
 from tether.metrics import WithMetrics
-from tether.model import Allocation, AllocatorEndpoint, Job, Resources, from_json, to_json
+from tether.model import Allocation, AllocatorEndpoint, Resources, from_json, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.store import EventType, Store, keys, open_store
-
-MSBS = 4
-
-
-async def put_job(store: Store, record: Job) -> None:
-    await store.put(keys.job(record.spec.entitlement, record.spec.name), to_json(record))
-
-
-@pytest.fixture
-async def region(store: Store) -> Store:
-    """Four 4 GiB machines, one per MSB, with empty allocation records; entitlement ads; job
-    ads/web of 3 tasks of 1 GiB."""
-    for n in range(MSBS):
-        machine_id = f"m{n}"
-        await store.put(keys.machine(machine_id), to_json(machine(machine_id, msb=f"msb{n}")))
-        await store.put(keys.allocation(machine_id), to_json(Allocation(machine=machine_id)))
-    await store.put(keys.entitlement("ads"), to_json(entitlement()))
-    await put_job(store, job())
-    return store
-
-
-@pytest.fixture
-async def allocator(region: Store, store_url: str) -> AsyncIterator[Allocator]:
-    """A replica on its own connection to the region's store, which it closes on `stop()`."""
-    settings = AllocatorSettings(id="allocator-1", lease_ttl_s=3)
-    service = Allocator(open_store(store_url), settings)
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-@pytest.fixture
-async def client(allocator: Allocator) -> AsyncIterator[allocator_pb2_grpc.AllocatorAsyncStub]:
-    async with grpc.aio.insecure_channel(allocator.address) as channel:
-        yield allocator_pb2_grpc.AllocatorStub(channel)
 
 
 def machines_of(response: pb.PlaceResponse) -> dict[int, str]:
@@ -221,7 +183,7 @@ async def test_explain(region: Store, client: allocator_pb2_grpc.AllocatorAsyncS
     await client.Place(pb.PlaceRequest(job_handle="ads/web", task_indexes=[0], job_generation=1))
     explained = await client.Explain(pb.ExplainRequest(job_handle="ads/web"))
     assert explained.job_handle == "ads/web"
-    assert explained.machines_considered == MSBS
+    assert explained.machines_considered == REGION_MSBS
     [chosen] = explained.chosen_machines
     assert list(chosen.task_indexes) == [0]
     assert chosen.rank >= 1, "its machine still has room for another task"
@@ -241,7 +203,7 @@ async def test_follows_the_store(
     region: Store, allocator: Allocator, client: allocator_pb2_grpc.AllocatorAsyncStub
 ) -> None:
     # Another writer fills m0..m3 to the brim; a new machine appears without a record.
-    for n in range(MSBS):
+    for n in range(REGION_MSBS):
         filler = {f"ml/filler/{n}": Resources(memory_mib=4096)}
         await put_allocation(region, Allocation(machine=f"m{n}"), filler)
     await region.put(keys.machine("m9"), to_json(machine("m9", msb="msb9")))

@@ -1,0 +1,110 @@
+"""A task held on two machines: two allocators placed it (a Place committed whose answer was
+lost, sent again to the other allocator before it saw the commit). A release removes both
+entries; while the task lives, the allocator removes the one its task record does not name."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tests.support.allocations import Stored, put_allocation, read_allocations
+from tests.support.machines import eventually
+from tether.allocator.service import Allocator
+from tether.model import Allocation, Resources, Task, TaskState, to_json
+from tether.proto.allocator.v1 import allocator_pb2 as pb
+from tether.proto.allocator.v1 import allocator_pb2_grpc
+from tether.store import Store, keys
+
+GIB = Resources(memory_mib=1024)
+
+
+async def hold_twice(region: Store, allocator: Allocator, task_id: str) -> None:
+    """Writes the task's entry on m0 and on m1, as two allocators would, and waits until the
+    replica's index holds both."""
+    for machine_id in ("m0", "m1"):
+        await put_allocation(
+            region, Allocation(machine=machine_id, entitlement="ads"), {task_id: GIB}
+        )
+
+    job, _, index = task_id.rpartition("/")
+
+    async def rows() -> int:
+        return len(allocator.index.held_twice().get((job, int(index)), []))
+
+    await eventually(rows, lambda count: count == 2, timeout_s=10, what=f"{task_id} held twice")
+
+
+def entries(stored: dict[str, Stored]) -> dict[str, list[str]]:
+    """Machine -> the task ids it holds, of the machines that hold any."""
+    return {machine_id: sorted(a.tasks) for machine_id, a in stored.items() if a.tasks}
+
+
+async def test_a_release_removes_both_entries(
+    region: Store, allocator: Allocator, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    await hold_twice(region, allocator, "ads/web/0")
+    released = await client.Release(pb.ReleaseRequest(job_handle="ads/web", task_indexes=[0]))
+    assert released.released == 1
+    assert entries(await read_allocations(region)) == {}
+    assert allocator.index.held_twice() == {}
+    memory = allocator.index.dimension_of["memory"]
+    assert int(allocator.index.usage_of("ads")[memory]) == 0
+
+
+async def test_the_entry_its_task_record_does_not_name_is_released(
+    region: Store, allocator: Allocator
+) -> None:
+    task = Task(
+        job="ads/web",
+        index=1,
+        generation=1,
+        attempt=1,
+        machine="m1",
+        state=TaskState.RUNNING,
+        version="1",
+        updated_at=datetime.now(UTC),
+    )
+    await region.put(keys.task("ads", "web", 1), to_json(task))
+    await hold_twice(region, allocator, "ads/web/1")
+
+    async def stored() -> dict[str, list[str]]:
+        return entries(await read_allocations(region))
+
+    await eventually(
+        stored,
+        lambda now: now == {"m1": ["ads/web/1"]},
+        timeout_s=10,
+        what="the entry on m0 to be released",
+    )
+    assert allocator.index.placements("ads/web") == {1: "m1"}
+    memory = allocator.index.dimension_of["memory"]
+    assert int(allocator.index.usage_of("ads")[memory]) == 1024
+
+
+async def test_a_task_without_a_machine_keeps_both_until_it_has_one(
+    region: Store, allocator: Allocator
+) -> None:
+    # No task record yet (the scheduler has not written the placement): nothing is decided.
+    await hold_twice(region, allocator, "ads/web/2")
+    # The barrier: a task held twice whose record names m0 is tidied in the same pass.
+    task = Task(
+        job="ads/web",
+        index=0,
+        generation=1,
+        attempt=1,
+        machine="m0",
+        state=TaskState.RUNNING,
+        version="1",
+        updated_at=datetime.now(UTC),
+    )
+    await region.put(keys.task("ads", "web", 0), to_json(task))
+    await hold_twice(region, allocator, "ads/web/0")
+
+    async def stored() -> dict[str, list[str]]:
+        return entries(await read_allocations(region))
+
+    await eventually(
+        stored,
+        lambda now: now == {"m0": ["ads/web/0", "ads/web/2"], "m1": ["ads/web/2"]},
+        timeout_s=10,
+        what="only task 0's second entry to be released",
+    )
