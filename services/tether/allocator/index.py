@@ -499,24 +499,31 @@ class AllocationIndex:
             self._apply_header(row, self._decode_header(row, kv.value), kv.mod_revision)
 
     def set_allocations(self, kvs: Sequence[KeyValue]) -> None:
-        """Applies a page of the first listing: free-pool records of rows without one only set
-        their revision (in one assignment); any other key goes through `set_allocation`."""
+        """Applies a page of a listing: free-pool records of rows without one only set their
+        revision (in one assignment); other records go through `set_allocation`.
+
+        Every entry listed is applied, however old: a listing is one snapshot, and an entry in
+        it exists, even though its machine's record was written again since (a later commit on
+        the machine). `set_allocation`'s rule for watch events would drop it."""
         empty_rows: list[int] = []
         revisions: list[int] = []
         start = len(keys.ALLOCATIONS)
         for kv in kvs:
             name = kv.key[start:]
-            if "/" not in name:
-                row = self.row(name)
-                if not self.revision[row]:
-                    header = self._decode_header(row, kv.value)
-                    if header is not None and _is_free(header):
-                        empty_rows.append(row)
-                        revisions.append(kv.mod_revision)
-                    else:
-                        self._apply_header(row, header, kv.mod_revision)
-                    continue
-            self.set_allocation(name, kv, kv.mod_revision)
+            machine_id, _, task_id = name.partition("/")
+            if task_id:
+                self._set_entry(self.row(machine_id), task_id, kv.value)
+                continue
+            row = self.row(name)
+            if self.revision[row]:
+                self.set_allocation(name, kv, kv.mod_revision)
+                continue
+            header = self._decode_header(row, kv.value)
+            if header is not None and _is_free(header):
+                empty_rows.append(row)
+                revisions.append(kv.mod_revision)
+            else:
+                self._apply_header(row, header, kv.mod_revision)
         if empty_rows:
             self.revision[empty_rows] = revisions
 

@@ -318,3 +318,20 @@ def test_entitlements_come_and_go() -> None:
     index.set_entitlement("ads", to_json(ads))
     index.set_entitlement("ads", None)
     assert index.entitlements == {}
+
+
+def test_a_listing_holds_every_entry_older_than_its_machine_record() -> None:
+    # The record was written again after the entry (another task came and went): a fresh
+    # replica's listing still holds the entry, which exists in the snapshot.
+    region = Region().add(machine("m1"))
+    index = region.index
+    header = to_json(allocation("m1", owner="ads").header)
+    index.set_allocations(
+        [
+            KeyValue(keys.allocation("m1"), header, 1, 9, 4),
+            KeyValue(keys.allocation_entry("m1", "ads", "web", 0), to_json(GIB), 5, 5, 1),
+        ]
+    )
+    assert index.placements("ads/web") == {0: "m1"}
+    assert memory(region, "m1") == (4096, 1024)
+    assert usage(region, "ads") == {"memory": 1024}
