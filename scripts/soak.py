@@ -63,7 +63,8 @@ def main() -> None:
     began = time.monotonic()
 
     def progress(line: str) -> None:
-        print(f"[{time.monotonic() - began:7.1f} s] {line}", file=sys.stderr, flush=True)
+        elapsed = time.monotonic() - began
+        print(f"[{time.strftime('%H:%M:%S')} {elapsed:7.1f} s] {line}", file=sys.stderr, flush=True)
 
     options = SoakOptions(
         minutes=args.minutes,

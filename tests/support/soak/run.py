@@ -211,6 +211,7 @@ class Soak:
             if error.status != 503 or not injector.in_store_fault(error.at)
         ]
         state = self.region.state()
+        restarts = self._fault_restarts(sampler)
         return {
             "benchmark": "soak",
             "minutes": self.options.minutes,
@@ -236,7 +237,8 @@ class Soak:
             "orphan_keys": len(audit.orphan_keys),
             "orphan_keys_sample": audit.orphan_keys[:20],
             "stray_processes": len(stray),
-            "task_restarts_from_control_plane_faults": self._fault_restarts(sampler),
+            "task_restarts_from_control_plane_faults": len(restarts),
+            "task_restarts_sample": sorted(set(restarts))[:20],
             "samples": sampler.samples,
             "settled": settle_s is not None,
             "settle_s": None if settle_s is None else round(settle_s, 1),
@@ -244,15 +246,17 @@ class Soak:
             "services_dead": state["dead"],
         }
 
-    def _fault_restarts(self, sampler: TwiceSampler) -> int:
+    def _fault_restarts(self, sampler: TwiceSampler) -> list[str]:
         """New attempts of the steady jobs' tasks, besides those that had to move off the
-        machine that was cut off: each was caused by a fault of the control plane."""
-        restarts = 0
-        for task_id, attempts in sampler.attempts.items():
+        machine that was cut off: each was caused by a fault of the control plane. One line
+        each: the task, and the machines of its attempts in turn."""
+        restarts = []
+        for task_id, attempts in sorted(sampler.attempts.items()):
             if task_id.rpartition("/")[0] not in STEADY_JOBS:
                 continue
-            ordered = [attempts[attempt] for attempt in sorted(attempts)]
-            restarts += sum(1 for machine in ordered[:-1] if machine != self.cut_off_machine)
+            machines = [attempts[attempt] for attempt in sorted(attempts)]
+            moved = sum(1 for machine in machines[:-1] if machine != self.cut_off_machine)
+            restarts += [f"{task_id}: {' -> '.join(machines)}"] * moved
         return restarts
 
 
