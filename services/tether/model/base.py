@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import (
-    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -164,10 +163,29 @@ def no_duplicates(items: list[H]) -> list[H]:
         raise PydanticCustomError(
             "duplicate_items",
             "must not repeat items, but has {repeated} more than once",
-            {"repeated": ", ".join(map(repr, repeated))},
+            # An enum's value, as the client wrote it, not its Python repr.
+            {"repeated": ", ".join(repr(getattr(item, "value", item)) for item in repeated)},
         )
     return items
 
 
-NameList = Annotated[list[Name], AfterValidator(no_duplicates)]
+@dataclass(frozen=True, slots=True)
+class NoDuplicates:
+    """Annotation of a list that `no_duplicates` checks, documented as JSON Schema's
+    `uniqueItems` so that clients know before they send it."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(no_duplicates, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "uniqueItems": True}
+
+
+NO_DUPLICATES: Final = NoDuplicates()
+
+NameList = Annotated[list[Name], NO_DUPLICATES]
 """Names in a meaningful order, each at most once."""

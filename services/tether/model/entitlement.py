@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from tether.model.base import Name, NameList, Quantity, TetherModel, TextRule, no_duplicates
+from tether.model.base import NO_DUPLICATES, Name, NameList, Quantity, TetherModel, TextRule
 from tether.model.resources import Resources
 
 Principal = Annotated[
@@ -34,12 +34,13 @@ class Entitlement(TetherModel):
 
     name: Name
     parent: Name | None = None
+    """The parent entitlement; not the entitlement itself."""
     quota: Quota = Field(default_factory=Quota)
     host_profile: Name | None = None
     allowed_dcs: NameList = Field(default_factory=list)
     """Datacenters its tasks may run in; empty means all."""
     weight: int = Field(default=1, ge=1)
-    members: Annotated[list[Principal], AfterValidator(no_duplicates)] = Field(default_factory=list)
+    members: Annotated[list[Principal], NO_DUPLICATES] = Field(default_factory=list)
 
     @field_validator("parent")
     @classmethod

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
+    ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from tether.config import limit_settings
 from tether.model.base import (
@@ -78,6 +81,7 @@ class RestartPolicy(TetherModel):
     max_restarts: Quantity = 10
     backoff_initial_s: PositiveSeconds = 1.0
     backoff_max_s: PositiveSeconds = Field(default=60.0, validate_default=True)
+    """At least `backoff_initial_s`."""
 
     @field_validator("backoff_max_s")
     @classmethod
@@ -116,8 +120,29 @@ class ConstraintOp(enum.StrEnum):
     LE = "<="
 
 
+def _operands_schema(schema: dict[str, Any]) -> None:
+    # What _operands_match_op checks, but that >= and <= compare numbers.
+    no_value = {"type": "null"}
+    no_values = {"maxItems": 0}
+    schema["if"] = {"properties": {"op": {"enum": [ConstraintOp.IN, ConstraintOp.NOT_IN]}}}
+    schema["then"] = {
+        "required": ["values"],
+        "properties": {"value": no_value, "values": {"minItems": 1}},
+    }
+    schema["else"] = {
+        "if": {"properties": {"op": {"const": ConstraintOp.EXISTS}}},
+        "then": {"properties": {"value": no_value, "values": no_values}},
+        "else": {
+            "required": ["value"],
+            "properties": {"value": {"type": "string"}, "values": no_values},
+        },
+    }
+
+
 class AttributePredicate(TetherModel):
     """A test on one machine attribute; the shared shape of constraints and preferences."""
+
+    model_config = ConfigDict(json_schema_extra=_operands_schema)
 
     attribute: AttributeKey
     op: ConstraintOp
@@ -216,12 +241,35 @@ class UpdatePolicy(TetherModel):
     max_unavailable_percent: int = Field(default=10, ge=1, le=100)
 
 
+class RegionTaskLimit:
+    """Documents the region's max_tasks_per_job as the maximum of a request's count. Only
+    requests: stored jobs keep a count above a limit lowered since they were accepted."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        if handler.mode == "validation":
+            json_schema["maximum"] = limit_settings().max_tasks_per_job
+        return json_schema
+
+
+def _deadline_schema(schema: dict[str, Any]) -> None:
+    # What _deadline_only_for_batch checks: without kind (a service) or with another kind than
+    # batch, a deadline must be absent or null.
+    schema["if"] = {"properties": {"kind": {"not": {"const": JobKind.BATCH.value}}}}
+    schema["then"] = {"properties": {"deadline": {"type": "null"}}}
+
+
 class JobSpec(TetherModel):
     """A job as its owner submits it."""
 
+    model_config = ConfigDict(json_schema_extra=_deadline_schema)
+
     name: Name
     entitlement: Name
-    count: int = Field(ge=1)
+    count: Annotated[int, RegionTaskLimit()] = Field(ge=1)
+    """At most the region's max_tasks_per_job (TETHER_LIMITS_MAX_TASKS_PER_JOB)."""
     task: TaskTemplate
     placement: Placement = Field(default_factory=Placement)
     priority: int = Field(default=100, ge=0, le=1000)

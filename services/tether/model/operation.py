@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Final
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from tether.model.base import (
+    NO_DUPLICATES,
     Identifier,
     JobHandle,
     Name,
@@ -16,7 +17,6 @@ from tether.model.base import (
     TetherModel,
     Timestamp,
     Version,
-    no_duplicates,
 )
 
 
@@ -49,7 +49,7 @@ class TaskOperation(TetherModel):
     id: Identifier
     kind: OperationKind
     job: JobHandle
-    tasks: Annotated[list[Quantity], Field(min_length=1), AfterValidator(no_duplicates)]
+    tasks: Annotated[list[Quantity], Field(min_length=1), NO_DUPLICATES]
     """Task indexes."""
     reason: str
     state: OperationState = OperationState.PENDING_APPROVAL

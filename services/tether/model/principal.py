@@ -7,9 +7,9 @@ import hashlib
 import secrets
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
-from tether.model.base import TetherModel, no_duplicates
+from tether.model.base import NO_DUPLICATES, TetherModel
 from tether.model.entitlement import Entitlement, Principal
 
 
@@ -25,7 +25,7 @@ class PrincipalRecord(TetherModel):
     """The identity behind one token; the store keeps it under the token's SHA-256 digest."""
 
     name: Principal
-    roles: Annotated[list[Role], AfterValidator(no_duplicates)] = Field(default_factory=list)
+    roles: Annotated[list[Role], NO_DUPLICATES] = Field(default_factory=list)
 
     @property
     def is_admin(self) -> bool:

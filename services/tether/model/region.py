@@ -6,15 +6,15 @@ from __future__ import annotations
 import zlib
 from typing import Annotated, Final
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from tether.model.base import (
+    NO_DUPLICATES,
     Name,
     NonEmptyStr,
     PositiveSeconds,
     TetherModel,
     Timestamp,
-    no_duplicates,
 )
 from tether.model.machine import Machine
 
@@ -26,10 +26,10 @@ class RegionConfig(TetherModel):
     """Written once when a region is created (`tether up` does it)."""
 
     name: Name
-    shards: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(min_length=1)
+    shards: Annotated[list[Name], NO_DUPLICATES] = Field(min_length=1)
     """Scheduler shard ids; every entitlement belongs to exactly one. Shards are added with
     `POST /admin/shards`, never removed: a drained shard simply holds nothing."""
-    draining: Annotated[list[Name], AfterValidator(no_duplicates)] = Field(default_factory=list)
+    draining: Annotated[list[Name], NO_DUPLICATES] = Field(default_factory=list)
     """Shards being emptied (`POST /admin/shards/{id}/drain`): new entitlements never join them."""
     fencing_s: PositiveSeconds = DEFAULT_FENCING_S
     """The fencing period of at-most-once tasks: an agent whose lease has not been renewed for

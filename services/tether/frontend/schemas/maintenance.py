@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Final, Self
+from typing import Annotated, Any, Final, Self
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from tether.frontend.schemas import View
@@ -26,9 +33,19 @@ DEFAULT_DRAIN_DEADLINE_S: Final = 300
 """How long a drained machine's tasks have to move when the request does not say."""
 
 
+def _one_selector_schema(schema: dict[str, Any]) -> None:
+    # What _one_selector checks: exactly one selector is given and not null.
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("machines", "msb", "rack")
+    ]
+
+
 class MaintenanceRequest(TetherModel):
     """The body of POST /v1/maintenance: which machines (exactly one of `machines`, `msb` and
     `rack`), from when and for how long."""
+
+    model_config = ConfigDict(json_schema_extra=_one_selector_schema)
 
     machines: Annotated[list[Name], Field(min_length=1, max_length=100_000)] | None = None
     """Machine ids."""
@@ -40,7 +57,11 @@ class MaintenanceRequest(TetherModel):
     """When the machines go into maintenance (RFC 3339); default now. Tasks are moved off them
     by then: from now on their controllers hear of it and may move them earlier."""
     duration_s: int = Field(gt=0, le=MAX_MAINTENANCE_S)
-    kind: MaintenanceKind
+    # The schema lists only the planned kinds; _planned explains the others.
+    kind: Annotated[
+        MaintenanceKind,
+        WithJsonSchema({"type": "string", "enum": [kind.value for kind in PlannedMaintenanceKind]}),
+    ]
     reason: Reason = ""
 
     @field_validator("kind")
