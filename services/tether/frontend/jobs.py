@@ -181,7 +181,7 @@ def with_count(spec: JobSpec, count: int) -> JobSpec:
     try:
         return from_json(JobSpec, json.dumps(data))
     except ValidationError as exc:
-        raise validation_problem(exc.errors(), prefix=("body",)) from None
+        raise validation_problem(exc.errors()) from None
 
 
 async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -> Job:

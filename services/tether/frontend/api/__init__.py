@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Annotated, Any, Final
 
 from fastapi import Path
@@ -14,9 +15,18 @@ EntitlementName = Annotated[Name, Path(description="The entitlement's name.")]
 JobName = Annotated[Name, Path(description="The job's name within its entitlement.")]
 
 
+def problem_content() -> dict[str, Any]:
+    """An error's OpenAPI `content`: FastAPI's `model` would document it as application/json,
+    which no error is; create_app adds ProblemDetails to the components."""
+    return {PROBLEM_JSON: {"schema": {"$ref": f"#/components/schemas/{ProblemDetails.__name__}"}}}
+
+
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` documenting problem+json answers with these statuses."""
-    return {status: {"model": ProblemDetails, "content": {PROBLEM_JSON: {}}} for status in statuses}
+    return {
+        status: {"description": HTTPStatus(status).phrase, "content": problem_content()}
+        for status in statuses
+    }
 
 
 AUTH_PROBLEMS: Final = problems(401, 403, 503)

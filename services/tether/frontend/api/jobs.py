@@ -12,6 +12,7 @@ from tether.frontend import jobs, operations, records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
 from tether.frontend.bodies import (
+    IDEMPOTENCY_KEY_PATTERN,
     IDEMPOTENCY_KEY_RULE,
     check_idempotency_key,
     parse_model,
@@ -50,7 +51,11 @@ async def submit_job(
     principal: CurrentPrincipal,
     idempotency_key: Annotated[
         str | None,
-        Header(description=f"Makes retries safe: {IDEMPOTENCY_KEY_RULE}."),
+        # Documented, not enforced here: check_idempotency_key answers 400 with the rule.
+        Header(
+            description=f"Makes retries safe: {IDEMPOTENCY_KEY_RULE}.",
+            json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
+        ),
     ] = None,
 ) -> Response:
     """Submit a job. 201 with the new job; 200 with the job an earlier submission with the
@@ -93,33 +98,49 @@ async def get_job(
     return (await jobs.job_view(store, await _existing(store, ent, job))).response()
 
 
-@router.post("/{ent}/{job}/scale", response_model=JobView, responses=problems(400, 404, 409, 422))
+@router.post(
+    "/{ent}/{job}/scale",
+    response_model=JobView,
+    responses=problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(ScaleRequest, 'The new task count: {"count": 5}.'),
+)
 async def scale_job(
+    request: Request,
     store: StoreDep,
+    settings: SettingsDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,
     job: JobName,
-    request: ScaleRequest,
 ) -> Response:
     """Change the task count; the job's generation grows by one (unless the count is the same)."""
     entitlement = await authorize_entitlement(store, principal, ent)
-    scaled = await jobs.scale(store, entitlement.model, job, request.count)
+    body = await read_body(request, settings.max_body_bytes)
+    wanted = parse_model(ScaleRequest, body, request.headers.get("content-type"))
+    scaled = await jobs.scale(store, entitlement.model, job, wanted.count)
     return (await jobs.job_view(store, scaled)).response()
 
 
-@router.patch("/{ent}/{job}", response_model=JobView, responses=problems(400, 404, 409, 422))
+@router.patch(
+    "/{ent}/{job}",
+    response_model=JobView,
+    responses=problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(UpdateRequest, 'The version to roll out: {"version": "2.0"}.'),
+)
 async def update_job(
+    request: Request,
     store: StoreDep,
+    settings: SettingsDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,
     job: JobName,
-    request: UpdateRequest,
 ) -> Response:
     """Roll out another package version: running tasks become UPDATE operations that the job's
     TaskController approves (without one, at most `update.max_unavailable_percent` of the tasks
     are down at once). The generation grows by one, unless the version is the same."""
     await authorize_entitlement(store, principal, ent)
-    updated = await jobs.update_version(store, ent, job, request.version)
+    body = await read_body(request, settings.max_body_bytes)
+    wanted = parse_model(UpdateRequest, body, request.headers.get("content-type"))
+    updated = await jobs.update_version(store, ent, job, wanted.version)
     return (await jobs.job_view(store, updated)).response()
 
 

@@ -23,7 +23,10 @@ UNMATCHED: Final = "unmatched"
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}}, **problems(401, 503)},
+    responses={
+        200: {"content": {"text/plain": {}, "application/openmetrics-text": {}}},
+        **problems(401, 503),
+    },
 )
 async def metrics_text(request: Request, principal: CurrentPrincipal) -> Response:
     """The process's metrics in Prometheus' text format (OpenMetrics if asked for); a token of

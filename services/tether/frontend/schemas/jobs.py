@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tether.frontend.records import TaskRecords, state_counts
 from tether.frontend.schemas import View
-from tether.model import ControlStatus, Job, JobSpec, TaskState, Timestamp, Version
+from tether.model import ControlStatus, Job, JobSpec, TaskState, TetherModel, Timestamp, Version
+from tether.model.job import RegionTaskLimit
 
 
 class JobView(View):
@@ -55,10 +57,8 @@ class JobList(View):
     jobs: list[JobView]
 
 
-class UpdateRequest(BaseModel):
+class UpdateRequest(TetherModel):
     """The body of PATCH /v1/jobs/{ent}/{job}."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
     version: Version = Field(
         description="The package version to roll out: running tasks are updated through the "
@@ -66,9 +66,7 @@ class UpdateRequest(BaseModel):
     )
 
 
-class ScaleRequest(BaseModel):
+class ScaleRequest(TetherModel):
     """The body of POST /v1/jobs/{ent}/{job}/scale."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    count: int = Field(ge=1, description="The new task count.")
+    count: Annotated[int, RegionTaskLimit()] = Field(ge=1, description="The new task count.")

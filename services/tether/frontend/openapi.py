@@ -1,0 +1,102 @@
+"""The OpenAPI document the frontend serves: FastAPI's, made to say what the routes really do."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from tether.frontend.api import problem_content
+from tether.frontend.problems import ProblemDetails
+from tether.frontend.schemas.jobs import ScaleRequest, UpdateRequest
+from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
+from tether.frontend.schemas.operations import OperationRequest
+from tether.frontend.schemas.shards import NewShard, ShardMoveRequest
+from tether.model import Entitlement, JobSpec, PrincipalRecord
+
+BODY_MODELS: Final[tuple[type[BaseModel], ...]] = (
+    JobSpec,
+    Entitlement,
+    PrincipalRecord,
+    MaintenanceRequest,
+    MachineDrainRequest,
+    OperationRequest,
+    NewShard,
+    ShardMoveRequest,
+    ScaleRequest,
+    UpdateRequest,
+)
+"""Request bodies that routes validate themselves, so FastAPI does not know their schemas."""
+
+_REF: Final = "#/components/schemas/{model}"
+
+
+def document(app: FastAPI) -> dict[str, Any]:
+    """`app`'s OpenAPI document (cached like FastAPI's): every error a problem+json, and the
+    schemas of BODY_MODELS and of ProblemDetails added."""
+    if app.openapi_schema is None:
+        openapi = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
+        _add_bodies(openapi, schemas)
+        _, problem = models_json_schema([(ProblemDetails, "serialization")], ref_template=_REF)
+        schemas.update(problem.get("$defs", {}))
+        _problem_422s(openapi, schemas)
+        for schema in schemas.values():
+            _close_pattern_properties(schema)
+        app.openapi_schema = openapi
+    return app.openapi_schema
+
+
+def _add_bodies(openapi: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """Adds the validation schemas of BODY_MODELS. A body model that responses show too, and
+    whose schema as a request differs (JobSpec: its count's maximum), is added as
+    `<name>-Input`, and the request bodies refer to that."""
+    _, definitions = models_json_schema(
+        [(model, "validation") for model in BODY_MODELS], ref_template=_REF
+    )
+    inputs: dict[str, Any] = definitions.get("$defs", {})
+    renamed = {
+        model.__name__: f"{model.__name__}-Input"
+        for model in BODY_MODELS
+        if model.__name__ in schemas
+        and model.model_json_schema(mode="validation")
+        != model.model_json_schema(mode="serialization")
+    }
+    text = json.dumps({"inputs": inputs, "paths": openapi["paths"]})
+    for name, new in renamed.items():
+        text = text.replace(f'"{_REF.format(model=name)}"', f'"{_REF.format(model=new)}"')
+    rewritten = json.loads(text)
+    openapi["paths"] = rewritten["paths"]
+    for name, schema in rewritten["inputs"].items():
+        schemas.setdefault(renamed.get(name, name), schema)
+
+
+def _problem_422s(openapi: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """FastAPI documents a 422 with its own body on every route whose parameters it validates;
+    problems.install answers those with a problem instead."""
+    for path in openapi["paths"].values():
+        for operation in path.values():
+            invalid = operation["responses"].get("422")
+            if invalid is not None:
+                invalid["content"] = problem_content()
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+
+
+def _close_pattern_properties(schema: Any) -> None:
+    """Pydantic documents a dict whose keys follow a pattern (`dict[Name, int]`) with
+    `patternProperties` alone, which lets any other key through; the models refuse them."""
+    if isinstance(schema, dict):
+        if "patternProperties" in schema:
+            schema.setdefault("additionalProperties", False)
+        for value in schema.values():
+            _close_pattern_properties(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _close_pattern_properties(value)
