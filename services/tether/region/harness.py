@@ -77,6 +77,9 @@ class LocalRegion:
     port: int = 0
     """The first frontend's port; 0: free ports are chosen for every frontend."""
     registry_port: int = field(default_factory=free_port)
+    fencing_s: float = FAST_FENCING_S
+    """`tether up --fencing-s`: how long an agent cut off from the store keeps its at-most-once
+    tasks."""
     timings: dict[str, str] = field(default_factory=lambda: dict(FAST_TIMINGS))
     """Leases and grace periods (environment variables): the tests' short ones by default, {}
     for the services' own defaults."""
@@ -140,7 +143,7 @@ class LocalRegion:
             "--shards",
             str(self.shards),
             "--fencing-s",
-            str(FAST_FENCING_S),
+            str(self.fencing_s),
             "--restart" if self.supervised else "--no-restart",
             "--ready-timeout-s",
             str(timeout_s),

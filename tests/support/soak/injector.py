@@ -49,9 +49,10 @@ class Fault:
 class FaultTimings:
     hold_s: float = 6.0
     """How long an etcd member stays stopped or dead."""
-    partition_s: float = 15.0
+    partition_s: float = 22.0
     """How long the agent stays cut off: long enough for its machine to go down and its
-    at-most-once tasks to be fenced and replaced (lease, grace, fencing period and margin)."""
+    at-most-once tasks to be fenced and replaced (agent lease 2 s, health grace 2 s, the fencing
+    period of 10 s and the scheduler's margin of 2 s), with time to spare."""
     gap_s: tuple[float, float] = (2.0, 5.0)
     """Pause between two faults, drawn uniformly."""
 

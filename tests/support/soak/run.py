@@ -20,6 +20,7 @@ from tests.support.faults import TwiceSampler, task_processes
 from tests.support.netns import Namespace, start_agent_in
 from tests.support.soak.audit import audit_store, stray_processes
 from tests.support.soak.injector import FaultInjector, FaultTimings
+from tether.model import DEFAULT_FENCING_S
 from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, submit, wait_for
 from tether.store.etcd_server import EtcdCluster
 
@@ -57,6 +58,10 @@ class Soak:
             agents=3,
             frontends=2,
             supervised=True,
+            # The services' own fencing period, not the tests' 3 s: an agent killed just
+            # after a renewal is restarted by `tether up` within it, and its at-most-once
+            # tasks live on, as in a real region.
+            fencing_s=DEFAULT_FENCING_S,
         )
         self.cut_off_agent: Any = None
         self.cut_off_machine = ""
