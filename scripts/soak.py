@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -72,10 +73,18 @@ def main() -> None:
         seed=args.seed,
         timings=FaultTimings(partition_s=args.partition_s),
     )
+    # Ctrl-C or `kill` still removes the region, the etcd cluster and the namespace; a shell
+    # that starts the soak in the background ignores SIGINT for it, so it is set here.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     progress(f"region in {directory}")
     with Soak(directory, options, progress) as soak:
         report = soak.run()
     print(json.dumps(report))
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":
