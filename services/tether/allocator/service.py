@@ -21,15 +21,14 @@ from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.service import Service
 from tether.store import Store, StoreError, keys
 from tether.store.feed import PrefixFeed
-from tether.store.lease import LeaseKeeper
 from tether.store.mirror import PrefixMirror
+from tether.store.registration import Registration
 
 _log = logging.getLogger(__name__)
 
 # How long in-flight requests may finish when the replica stops.
 _STOP_GRACE_S = 2.0
 # Pause between attempts to register again after the lease was lost.
-_REGISTER_RETRY_S = 1.0
 
 
 class Allocator(Service):
@@ -58,8 +57,9 @@ class Allocator(Service):
         self._replicas = PrefixMirror(store, keys.ALLOCATORS, self._replicas_changed)
         self._idle_returns: asyncio.Task[None] | None = None
         self._server: grpc.aio.Server | None = None
-        self._lease = LeaseKeeper(self._store, settings.lease_ttl_s)
-        self._registration: asyncio.Task[None] | None = None
+        self._registration = Registration(
+            store, keys.allocator(settings.id), self._endpoint, settings.lease_ttl_s, self.name
+        )
         self.address = ""
         """`host:port` of the gRPC server, set by `start()`."""
 
@@ -80,23 +80,19 @@ class Allocator(Service):
         port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         await self._server.start()
         self.address = f"{self.settings.host}:{port}"
-        await self._register()
+        await self._registration.start()
         await self._replicas.start()
         await self._replicas_changed(set())
-        self._registration = asyncio.create_task(
-            self._keep_registered(), name=f"{self.name} registration"
-        )
         self._idle_returns = asyncio.create_task(
             self._tidy(), name=f"{self.name} idle machines and duplicates"
         )
         _log.info("%s serving on %s", self.name, self.address)
 
     async def stop(self) -> None:
-        for task in (self._registration, self._idle_returns):
-            await cancel_and_wait(task)
-        self._registration = self._idle_returns = None
+        await cancel_and_wait(self._idle_returns)
+        self._idle_returns = None
         await self._replicas.stop()
-        await self._lease.stop(revoke=True)
+        await self._registration.stop()
         if self._server is not None:
             await self._server.stop(_STOP_GRACE_S)
             self._server = None
@@ -108,24 +104,11 @@ class Allocator(Service):
     async def _replicas_changed(self, _: set[str]) -> None:
         self.engine.cache.set_replicas(keys.last_segment(key) for key in self._replicas.items)
 
-    async def _register(self) -> None:
-        lease = await self._lease.start()
+    def _endpoint(self) -> bytes:
         endpoint = AllocatorEndpoint(
             id=self.settings.id, address=self.address, pid=os.getpid(), since=datetime.now(UTC)
         )
-        await self._store.put(keys.allocator(self.settings.id), to_json(endpoint), lease=lease)
-
-    async def _keep_registered(self) -> None:
-        while True:
-            await self._lease.lost.wait()
-            _log.warning("%s lost its registration lease; registering again", self.name)
-            try:
-                await self._register()
-            except StoreError as error:
-                _log.warning("%s could not register, retrying: %s", self.name, error)
-                # Sets `lost` again (the lease may have been granted before the put failed).
-                await self._lease.stop(revoke=True)
-                await asyncio.sleep(_REGISTER_RETRY_S)
+        return to_json(endpoint)
 
     async def _tidy(self) -> None:
         """Returns idle machines to the free pool, and releases the extra entries of tasks

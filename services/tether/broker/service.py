@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -27,6 +29,7 @@ from tether.model import (
     AdvanceNotice,
     AgentHeartbeat,
     Allocation,
+    BrokerRegistration,
     Machine,
     Resources,
     from_json,
@@ -46,6 +49,7 @@ from tether.store import (
     mod_revision_is,
 )
 from tether.store.mirror import PrefixMirror
+from tether.store.registration import Registration
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +88,16 @@ class Broker(Service):
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        # The frontend refuses maintenance of a datacenter without one: nobody would do it.
+        self._registration = Registration(
+            store,
+            keys.broker(settings.dc, uuid.uuid4().hex[:12]),
+            lambda: to_json(
+                BrokerRegistration(dc=settings.dc, pid=os.getpid(), since=datetime.now(UTC))
+            ),
+            settings.lease_ttl_s,
+            self.name,
+        )
 
     async def start(self) -> None:
         await self._machines.start()
@@ -92,8 +106,10 @@ class Broker(Service):
         self._pending.update(keys.last_segment(key) for key in self._heartbeats.items)
         self._wake.set()
         self._worker = asyncio.create_task(self._work(), name=self.name)
+        await self._registration.start()
 
     async def stop(self) -> None:
+        await self._registration.stop()
         await cancel_and_wait(self._worker)
         self._worker = None
         if self._maintenance_timer is not None:

@@ -14,3 +14,6 @@ class BrokerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TETHER_BROKER_", extra="ignore")
 
     dc: Name = Field(description="The datacenter whose machines this broker records.")
+    lease_ttl_s: int = Field(
+        default=5, ge=1, description="TTL of the lease the broker's registration lives on."
+    )

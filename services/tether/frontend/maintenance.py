@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -49,31 +50,46 @@ _HELD_BY: Final = {
 _UNDRAIN_ATTEMPTS: Final = 5
 
 
-async def machines_of(store: Store, request: MaintenanceRequest) -> list[str]:
-    """The ids of the machines the request names; 404 naming what is not there."""
+async def machines_of(store: Store, request: MaintenanceRequest) -> list[Machine]:
+    """The machines the request names; 404 naming what is not there."""
     if request.machines is not None:
         wanted = list(dict.fromkeys(request.machines))
         missing = []
+        found: list[Machine] = []
         for start in range(0, len(wanted), _READ_CHUNK):
             chunk = wanted[start : start + _READ_CHUNK]
             result = await store.txn([], [Get(keys.machine(machine_id)) for machine_id in chunk])
-            for machine_id, found in zip(chunk, result.results, strict=True):
-                if isinstance(found, RangeResult) and not found.kvs:
+            for machine_id, read in zip(chunk, result.results, strict=True):
+                kv = _found(read)
+                if kv is None:
                     missing.append(machine_id)
+                else:
+                    found.append(records.load(Machine, kv))
         if missing:
             shown = ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else "")
             raise NotFound(f"{len(missing)} machine(s) do not exist: {shown}")
-        return wanted
+        return found
     level, path = (
         (FaultDomain.MSB, request.msb)
         if request.msb is not None
         else (FaultDomain.RACK, request.rack)
     )
     machines = await records.scan(store, keys.MACHINES, Machine)
-    chosen = [machine.id for machine in machines if level.of(machine.topology) == path]
+    chosen = [machine for machine in machines if level.of(machine.topology) == path]
     if not chosen:
         raise NotFound(f"no machine is in {level.value} '{path}'")
     return chosen
+
+
+async def require_brokers(store: Store, machines: Iterable[Machine]) -> None:
+    """409 unless a broker runs for every datacenter of `machines`: a broker carries out the
+    maintenance of its datacenter's machines, and without one the notice would wait forever."""
+    for dc in sorted({machine.topology.dc for machine in machines}):
+        if not await store.count(keys.brokers_of(dc)):
+            raise Conflict(
+                f"no broker runs for datacenter '{dc}', so nobody would carry out maintenance "
+                f"of its machines; start one (tether broker --dc {dc}) and try again"
+            )
 
 
 async def schedule(store: Store, request: MaintenanceRequest, now: datetime) -> AdvanceNotice:
@@ -81,9 +97,11 @@ async def schedule(store: Store, request: MaintenanceRequest, now: datetime) -> 
     start = request.start or now
     if start < now - PAST_START_SLACK:
         raise InvalidInput(f"start {start.isoformat()} is in the past; leave it out to start now")
+    machines = await machines_of(store, request)
+    await require_brokers(store, machines)
     notice = AdvanceNotice(
         id=str(uuid.uuid4()),
-        machines=await machines_of(store, request),
+        machines=[machine.id for machine in machines],
         start=start,
         duration_s=request.duration_s,
         kind=request.kind,
@@ -127,6 +145,10 @@ async def drain(
         reason=request.reason,
     )
     machine_key = keys.machine(machine_id)
+    machine = await records.get(store, machine_key, Machine)
+    if machine is None:
+        raise NotFound(f"machine '{machine_id}' does not exist")
+    await require_brokers(store, [machine.model])
     holders = [keys.maintenance(drain_id(holder, machine_id)) for holder in _HELD_BY[kind]]
     result = await store.txn(
         [key_exists(machine_key), *(key_missing(key) for key in holders)],

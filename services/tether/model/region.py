@@ -91,6 +91,15 @@ class AllocatorEndpoint(TetherModel):
     since: Timestamp
 
 
+class BrokerRegistration(TetherModel):
+    """A running broker of a datacenter; on the broker's lease. Maintenance of a datacenter's
+    machines is refused while none is registered: nobody would carry it out."""
+
+    dc: Name
+    pid: int
+    since: Timestamp
+
+
 class AgentHeartbeat(TetherModel):
     """An agent's announcement of its machine; the key lives on the agent's lease.
 

@@ -32,6 +32,7 @@ SHARD_LEADERS = ROOT + "shards/leaders/"  # shard id -> ShardLeader, bound to it
 SHARD_REPLICAS = ROOT + "shards/replicas/"
 SHARD_STATUS = ROOT + "shards/status/"  # shard id -> ShardStatus, on the leader's lease
 ALLOCATORS = ROOT + "allocators/"  # replica id -> AllocatorEndpoint, bound to its lease
+BROKERS = ROOT + "brokers/"  # <dc>/<instance> -> BrokerRegistration, bound to its lease
 REGION = ROOT + "region/"  # "config" -> RegionConfig
 PRINCIPALS = ROOT + "principals/"  # sha256(token) -> PrincipalRecord
 
@@ -56,6 +57,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     SHARD_REPLICAS,
     SHARD_STATUS,
     ALLOCATORS,
+    BROKERS,
     REGION,
     PRINCIPALS,
 )
@@ -216,6 +218,15 @@ def shard_status(shard_id: str) -> str:
 
 def allocator(replica_id: str) -> str:
     return _join(ALLOCATORS, replica_id)
+
+
+def broker(dc: str, instance: str) -> str:
+    return _join(BROKERS, dc, instance)
+
+
+def brokers_of(dc: str) -> str:
+    """The prefix of the registrations of the brokers running for one datacenter."""
+    return _join(BROKERS, dc) + "/"
 
 
 def region_config() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,6 +18,7 @@ from tether.model import (
     MAX_MAINTENANCE_S,
     AdvanceNotice,
     Allocation,
+    BrokerRegistration,
     MachineState,
     MaintenanceKind,
     Resources,
@@ -303,3 +305,20 @@ async def test_a_decommission_outlives_its_window_and_takes_a_dead_machine(store
     await store.put(keys.maintenance(notice.id), to_json(notice))
     await wait_for_state(store, "m1", MachineState.DECOMMISSIONED)
     assert await store.get(keys.maintenance(notice.id)) is not None
+
+
+async def test_a_running_broker_is_registered_for_its_datacenter(
+    store: Store, store_url: str
+) -> None:
+    # The frontend accepts maintenance of a datacenter's machines only while one is.
+    service = Broker(open_store(store_url), BrokerSettings(dc="dc1", lease_ttl_s=2))
+    await service.start()
+    try:
+        [kv] = (await store.range(keys.brokers_of("dc1"))).kvs
+        registered = from_json(BrokerRegistration, kv.value, stored=True)
+        assert (registered.dc, registered.pid) == ("dc1", os.getpid())
+        assert kv.lease, "the registration lives on the broker's lease"
+        assert await store.count(keys.brokers_of("dc2")) == 0
+    finally:
+        await service.stop()
+    assert await store.count(keys.brokers_of("dc1")) == 0

@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from tether.frontend.service import Frontend
 from tether.frontend.settings import FrontendSettings
 from tether.model import (
+    BrokerRegistration,
     Entitlement,
     PrincipalRecord,
     Quota,
@@ -72,6 +73,16 @@ async def seed_region(store: Store) -> None:
         entitlement = Entitlement(name=name, quota=Quota(resources=QUOTA), members=[member])
         await store.put(keys.entitlement(name), to_json(entitlement))
         await store.put(keys.shard_assignment(name), b"shard-0")
+    await register_broker(store, "dc1")
+
+
+async def register_broker(store: Store, dc: str) -> str:
+    """Registers a broker for `dc`, as a running one would (these tests run none: the frontend
+    only checks that one is there before it accepts maintenance); returns its key."""
+    key = keys.broker(dc, "test")
+    registration = BrokerRegistration(dc=dc, pid=1, since=datetime.now(UTC))
+    await store.put(key, to_json(registration))
+    return key
 
 
 async def lead(store: Store, *shards: str) -> None:

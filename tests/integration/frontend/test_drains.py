@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.integration.frontend.conftest import ADMIN, ALICE, Region
+from tests.integration.frontend.conftest import ADMIN, ALICE, Region, register_broker
 from tests.integration.frontend.problems import assert_problem
 from tests.integration.frontend.test_taskcontrol_api import OPERATOR, seed_machines, stored_notices
 from tether.frontend.schemas.maintenance import DEFAULT_DRAIN_DEADLINE_S
 from tether.model import MAX_MAINTENANCE_S, MaintenanceKind
+from tether.store import keys
 
 
 async def test_an_admin_drains_a_machine_once_however_often_asked(region: Region) -> None:
@@ -156,3 +157,25 @@ async def test_only_admins_cancel_a_drain_and_operators_cannot_schedule_one(
     cancelled = await region.api.delete("/v1/maintenance/drain-m1", headers=ADMIN)
     assert cancelled.status_code == 200, cancelled.text
     assert await stored_notices(region) == []
+
+
+async def test_without_a_broker_for_the_datacenter_nothing_is_drained_or_scheduled(
+    region: Region,
+) -> None:
+    # The broker of dc1 carries out the maintenance of its machines; without one running, a
+    # notice would wait forever, so none is stored.
+    await seed_machines(region)
+    await region.store.delete(keys.brokers_of("dc1"), prefix=True)
+    for path in ("m1/drain", "m1/decommission"):
+        answer = await region.api.post(f"/admin/machines/{path}", headers=ADMIN)
+        assert_problem(answer, 409, "no broker runs for datacenter 'dc1'")
+    planned = {"msb": "dc1/msb1", "duration_s": 600, "kind": "reboot", "reason": "kernel"}
+    scheduled = await region.api.post("/v1/maintenance", headers=OPERATOR, json=planned)
+    assert_problem(scheduled, 409, "tether broker --dc dc1")
+    assert await stored_notices(region) == []
+
+    await register_broker(region.store, "dc1")
+    drained = await region.api.post("/admin/machines/m1/drain", headers=ADMIN)
+    assert drained.status_code == 201, drained.text
+    scheduled = await region.api.post("/v1/maintenance", headers=OPERATOR, json=planned)
+    assert scheduled.status_code == 201, scheduled.text

@@ -34,7 +34,7 @@ _BODY = (
     "/{machine_id}/drain",
     status_code=201,
     response_model=MachineDrainView,
-    responses=problems(400, 404, 413, 422),
+    responses=problems(400, 404, 409, 413, 422),
     openapi_extra=request_body(MachineDrainRequest, _BODY),
 )
 async def drain_machine(
@@ -47,7 +47,8 @@ async def drain_machine(
     """Admin: drain the machine. From now on it takes no new tasks (`draining`), every task on
     it gets a MOVE its controller may approve early, and at `deadline_s` the tasks still there
     are moved anyway; it stays draining until undrained. 201 with the new notice, or 200 with
-    the one already draining (or decommissioning) it, unchanged."""
+    the one already draining (or decommissioning) it, unchanged; 409 while no broker runs for
+    the machine's datacenter (nobody would carry it out)."""
     return await _drain(request, store, settings, principal, machine_id, MaintenanceKind.DRAIN)
 
 
@@ -55,7 +56,7 @@ async def drain_machine(
     "/{machine_id}/decommission",
     status_code=201,
     response_model=MachineDrainView,
-    responses=problems(400, 404, 413, 422),
+    responses=problems(400, 404, 409, 413, 422),
     openapi_extra=request_body(MachineDrainRequest, _BODY),
 )
 async def decommission_machine(
@@ -68,7 +69,8 @@ async def decommission_machine(
     """Admin: decommission the machine. It drains like a drain until `deadline_s`, then stays
     `draining` until no task is allocated on it, and is `decommissioned` from then on: its
     allocation leaves its entitlement. 201 with the new notice, or 200 with the one already
-    decommissioning it, unchanged (a drained machine can be decommissioned)."""
+    decommissioning it, unchanged (a drained machine can be decommissioned); 409 while no
+    broker runs for the machine's datacenter."""
     return await _drain(
         request, store, settings, principal, machine_id, MaintenanceKind.DECOMMISSION
     )

@@ -31,7 +31,7 @@ NoticeId = Annotated[Identifier, Path(description="The maintenance's id.")]
     "",
     status_code=201,
     response_model=MaintenanceView,
-    responses=problems(400, 404, 413, 422),
+    responses=problems(400, 404, 409, 413, 422),
     openapi_extra=request_body(
         MaintenanceRequest, "Which machines, from when, for how long (operator role)."
     ),
@@ -42,7 +42,8 @@ async def schedule_maintenance(
     """Schedule maintenance (operator role). From now on the machines take no new tasks, and
     the jobs with tasks on them hear of it through their TaskControllers, which may move those
     tasks early; at `start` the tasks still there are moved whatever the controllers say; after
-    `duration_s` the machines are up again."""
+    `duration_s` the machines are up again. 409 while no broker runs for a datacenter of the
+    machines: a broker carries the maintenance out."""
     require_operator(principal)
     body = await read_body(request, settings.max_body_bytes)
     wanted = parse_model(MaintenanceRequest, body, request.headers.get("content-type"))
