@@ -105,7 +105,14 @@ async def test_an_agent_cut_off_from_its_lease_has_its_at_most_once_tasks_killed
     await wait_gone(fenced)
     # Not before the fencing period since the last renewal (at most a third of a TTL ago).
     assert time.monotonic() - stopped_at >= FENCING_S - 1
-    end = read_record(ShimExit, WorkDir(work_dir).attempt(TaskRef(ENT, JOB, 0), 1).exit)
+    # The process is gone once killed (a zombie counts); the shim records the end after it
+    # has reaped it.
+    exit_file = WorkDir(work_dir).attempt(TaskRef(ENT, JOB, 0), 1).exit
+
+    async def recorded_end() -> ShimExit | None:
+        return read_record(ShimExit, exit_file)
+
+    end = await eventually(recorded_end, bool, timeout_s=5, what="the shim to record the end")
     assert end is not None
     assert end.message.startswith("fenced: the agent's lease went unrenewed")
     assert start_ticks(ordinary) is not None

@@ -23,6 +23,7 @@ from tether.model import (
     AllocatorEndpoint,
     Assignment,
     AttributePredicate,
+    BrokerRegistration,
     Constraint,
     ConstraintOp,
     ControllerRegistration,
@@ -350,6 +351,9 @@ allocator_endpoints = st.builds(
     pid=st.integers(1, 2**22),
     since=timestamps,
 )
+broker_registrations = st.builds(
+    BrokerRegistration, dc=names, pid=st.integers(1, 2**22), since=timestamps
+)
 agent_heartbeats = st.builds(
     AgentHeartbeat,
     machine=machines,
@@ -409,6 +413,7 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     ShardReplica: shard_replicas,
     ShardStatus: shard_statuses,
     AllocatorEndpoint: allocator_endpoints,
+    BrokerRegistration: broker_registrations,
     AgentHeartbeat: agent_heartbeats,
     ControllerRegistration: controller_registrations,
     ControlStatus: control_statuses,
