@@ -24,9 +24,14 @@ _log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 15.0
 
-# Stop order: nothing may judge machines while their agents shut down (health first), and
-# agents go last so that tasks are watched for as long as possible.
-_STOP_ORDER = ("frontend", "registry", "health", "scheduler", "allocator", "broker", "agent")
+# Stop order, in phases whose roles stop together: nothing may judge machines while their
+# agents shut down (health in the first phase), and agents go last so that tasks are watched for
+# as long as possible. Within a phase the roles do not depend on each other.
+_STOP_PHASES = (
+    ("frontend", "registry", "health"),
+    ("scheduler", "allocator", "broker"),
+    ("agent",),
+)
 
 
 class RegionError(Exception):
@@ -125,12 +130,12 @@ class Supervisor:
         return ended
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM by role in `_STOP_ORDER`, waiting for each role; SIGKILL what lingers. Dead
-        services due for a restart stay dead."""
+        """SIGTERM by phase of `_STOP_PHASES`, waiting for each phase; SIGKILL what lingers.
+        Dead services due for a restart stay dead."""
         for running in self.processes:
             running.restart_at = None
-        for role in _STOP_ORDER:
-            group = [r for r in self.processes if r.spec.role == role and r.process.poll() is None]
+        for roles in _STOP_PHASES:
+            group = [r for r in self.processes if r.spec.role in roles and r.process.poll() is None]
             for running in group:
                 running.process.terminate()
             deadline = time.monotonic() + timeout_s
