@@ -33,6 +33,21 @@ async def hold_twice(region: Store, allocator: Allocator, task_id: str) -> None:
     await eventually(rows, lambda count: count == 2, timeout_s=10, what=f"{task_id} held twice")
 
 
+async def put_task(region: Store, index: int, machine_id: str) -> None:
+    """The record of task ads/web/<index>, running on `machine_id`, as the scheduler writes it."""
+    task = Task(
+        job="ads/web",
+        index=index,
+        generation=1,
+        attempt=1,
+        machine=machine_id,
+        state=TaskState.RUNNING,
+        version="1",
+        updated_at=datetime.now(UTC),
+    )
+    await region.put(keys.task("ads", "web", index), to_json(task))
+
+
 def entries(stored: dict[str, Stored]) -> dict[str, list[str]]:
     """Machine -> the task ids it holds, of the machines that hold any."""
     return {machine_id: sorted(a.tasks) for machine_id, a in stored.items() if a.tasks}
@@ -53,17 +68,7 @@ async def test_a_release_removes_both_entries(
 async def test_the_entry_its_task_record_does_not_name_is_released(
     region: Store, allocator: Allocator
 ) -> None:
-    task = Task(
-        job="ads/web",
-        index=1,
-        generation=1,
-        attempt=1,
-        machine="m1",
-        state=TaskState.RUNNING,
-        version="1",
-        updated_at=datetime.now(UTC),
-    )
-    await region.put(keys.task("ads", "web", 1), to_json(task))
+    await put_task(region, 1, "m1")
     await hold_twice(region, allocator, "ads/web/1")
 
     async def stored() -> dict[str, list[str]]:
@@ -86,17 +91,7 @@ async def test_a_task_without_a_machine_keeps_both_until_it_has_one(
     # No task record yet (the scheduler has not written the placement): nothing is decided.
     await hold_twice(region, allocator, "ads/web/2")
     # The barrier: a task held twice whose record names m0 is tidied in the same pass.
-    task = Task(
-        job="ads/web",
-        index=0,
-        generation=1,
-        attempt=1,
-        machine="m0",
-        state=TaskState.RUNNING,
-        version="1",
-        updated_at=datetime.now(UTC),
-    )
-    await region.put(keys.task("ads", "web", 0), to_json(task))
+    await put_task(region, 0, "m0")
     await hold_twice(region, allocator, "ads/web/0")
 
     async def stored() -> dict[str, list[str]]:
