@@ -31,6 +31,25 @@ OUTAGE_S = 20.0
 FAST_503_S = 5.0
 """How long an API request may take to answer 503 while the store is gone (the SDK and the
 CLI give up after 10 s)."""
+QUIET_S = 2 + 2 + 3
+"""How long a job's pids must stay the same before the outage test takes them: the leader the
+test before killed may have cost the agents their 2 s leases (an election takes 1 to 2 s), and
+a machine whose agent registers again late is marked down after the 2 s grace, its tasks moved
+and their old processes stopped a moment later (docs/faults.md, *A soak under faults*)."""
+
+
+def settled_pids(client: httpx.Client, handle: str, count: int) -> dict[int, int]:
+    """The job's pids by index once all `count` tasks have run with them for QUIET_S."""
+    since, last = time.monotonic(), None
+    while True:
+        tasks = all_running(client, handle, count)
+        now = {int(t["index"]): int(t["pid"]) for t in tasks} if tasks else None
+        if now is None or now != last:
+            since, last = time.monotonic(), now
+        elif time.monotonic() - since >= QUIET_S:
+            return now
+        assert time.monotonic() - since < 60, f"{handle} did not settle: {now}"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +110,7 @@ def test_whole_store_outage_keeps_tasks_and_services_and_answers_503(
     cluster: EtcdCluster, region: LocalRegion, client: httpx.Client
 ) -> None:
     steady = "default/steady"
-    tasks = wait_for(lambda: all_running(client, steady, 4), timeout_s=30, what="4 running")
-    pids = {t["index"]: t["pid"] for t in tasks}
+    pids = settled_pids(client, steady, 4)
     once = submit(client, sleeper_job("once", 2) | {"at_most_once": True})
     once_tasks = wait_for(lambda: all_running(client, once, 2), timeout_s=30, what="2 running")
     once_pids = {t["index"]: t["pid"] for t in once_tasks}
