@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -60,6 +61,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.minutes <= 0 or args.clients < 1:
         parser.error("--minutes must be positive and --clients at least 1")
+    if os.geteuid() != 0:
+        parser.error("run it as root: it cuts an agent off in a network namespace (ip netns)")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="tether-soak-"))
     began = time.monotonic()
 
