@@ -48,6 +48,15 @@ async def put_task(region: Store, index: int, machine_id: str) -> None:
     await region.put(keys.task("ads", "web", index), to_json(task))
 
 
+async def entries_become(region: Store, wanted: dict[str, list[str]], what: str) -> None:
+    """Waits until the store's allocation entries are `wanted` (machine -> task ids)."""
+
+    async def stored() -> dict[str, list[str]]:
+        return entries(await read_allocations(region))
+
+    await eventually(stored, lambda now: now == wanted, timeout_s=10, what=what)
+
+
 def entries(stored: dict[str, Stored]) -> dict[str, list[str]]:
     """Machine -> the task ids it holds, of the machines that hold any."""
     return {machine_id: sorted(a.tasks) for machine_id, a in stored.items() if a.tasks}
@@ -71,15 +80,7 @@ async def test_the_entry_its_task_record_does_not_name_is_released(
     await put_task(region, 1, "m1")
     await hold_twice(region, allocator, "ads/web/1")
 
-    async def stored() -> dict[str, list[str]]:
-        return entries(await read_allocations(region))
-
-    await eventually(
-        stored,
-        lambda now: now == {"m1": ["ads/web/1"]},
-        timeout_s=10,
-        what="the entry on m0 to be released",
-    )
+    await entries_become(region, {"m1": ["ads/web/1"]}, "the entry on m0 to be released")
     assert allocator.index.placements("ads/web") == {1: "m1"}
     memory = allocator.index.dimension_of["memory"]
     assert int(allocator.index.usage_of("ads")[memory]) == 1024
@@ -94,12 +95,8 @@ async def test_a_task_without_a_machine_keeps_both_until_it_has_one(
     await put_task(region, 0, "m0")
     await hold_twice(region, allocator, "ads/web/0")
 
-    async def stored() -> dict[str, list[str]]:
-        return entries(await read_allocations(region))
-
-    await eventually(
-        stored,
-        lambda now: now == {"m0": ["ads/web/0", "ads/web/2"], "m1": ["ads/web/2"]},
-        timeout_s=10,
-        what="only task 0's second entry to be released",
+    await entries_become(
+        region,
+        {"m0": ["ads/web/0", "ads/web/2"], "m1": ["ads/web/2"]},
+        "only task 0's second entry to be released",
     )

@@ -117,32 +117,27 @@ class FaultInjector(threading.Thread):
             if target is None:
                 self.skipped[kind] += 1
                 return
-        elif kind == "pause_etcd":
+        elif kind in STORE_FAULTS:
             member = self._random.choice(self._cluster.members)
             target = member.name
-            member.pause()
-            try:
-                self._stopping.wait(self._timings.hold_s)
-            finally:
-                member.resume()
-        elif kind == "kill_etcd":
-            member = self._random.choice(self._cluster.members)
-            target = member.name
-            member.kill()
-            try:
-                self._stopping.wait(self._timings.hold_s)
-            finally:
-                member.start()
+            if kind == "pause_etcd":
+                self._hold(member.pause, member.resume, self._timings.hold_s)
+            else:
+                self._hold(member.kill, member.start, self._timings.hold_s)
         else:
             target = self._namespace.name
-            self._namespace.cut()
-            try:
-                self._stopping.wait(self._timings.partition_s)
-            finally:
-                self._namespace.heal()
+            self._hold(self._namespace.cut, self._namespace.heal, self._timings.partition_s)
         fault = Fault(kind, target, started, time.monotonic())
         self.injected.append(fault)
         self._log(f"{kind} {target} ({fault.ended - fault.started:.1f} s)")
+
+    def _hold(self, do: Callable[[], None], undo: Callable[[], None], seconds: float) -> None:
+        """Does the fault, keeps it for `seconds` (less once stopped), and undoes it."""
+        do()
+        try:
+            self._stopping.wait(seconds)
+        finally:
+            undo()
 
     def _kill_service(self, role: str) -> str | None:
         """SIGKILLs a random service of `role` that has run long enough; its name, or None."""
