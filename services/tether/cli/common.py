@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from pathlib import Path
+from typing import Any, Final, NoReturn, TypeVar
 
 import httpx
 import typer
@@ -14,9 +15,12 @@ from rich.console import Console
 from rich.text import Text
 
 from tether.model import parse_job_handle
-from tether.sdk import ClientSettings, TetherAPIError, TetherClient, TetherError
+from tether.sdk import JSON, YAML, ClientSettings, TetherAPIError, TetherClient, TetherError
 
 T = TypeVar("T")
+
+CONTENT_TYPES: Final = {".yaml": YAML, ".yml": YAML, ".json": JSON}
+"""The files commands read, by suffix."""
 
 TOKEN_HINT = (
     "pass --token or set TETHER_TOKEN; `tether up` keeps the local region's admin token in "
@@ -89,6 +93,18 @@ def client(url: str | None, token: str | None) -> Iterator[TetherClient]:
         fail(str(exc), details)
     except TetherError as exc:
         fail(str(exc))
+
+
+def read_document(file: Path) -> tuple[bytes, str]:
+    """A JSON or YAML file's bytes and content type (by its suffix); a file of another suffix,
+    or one that cannot be read, ends the command through `fail`."""
+    content_type = CONTENT_TYPES.get(file.suffix.lower())
+    if content_type is None:
+        fail(f"cannot tell the format of {file}: name it *.yaml, *.yml or *.json")
+    try:
+        return file.read_bytes(), content_type
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}")
 
 
 def argument_parser(parse: Callable[[str], T]) -> Callable[[str], T]:

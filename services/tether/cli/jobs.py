@@ -20,11 +20,10 @@ from tether.cli.common import (
     fail,
     out,
     poll,
+    read_document,
 )
 from tether.sdk import (
-    JSON,
     RUNNING,
-    YAML,
     JobView,
     PlacementView,
     TaskView,
@@ -36,7 +35,6 @@ app = typer.Typer(help="Submit, inspect, scale, update and delete jobs.", no_arg
 
 WAIT_POLL_S = 0.5
 """How often `--wait` asks the frontend again."""
-CONTENT_TYPES = {".yaml": YAML, ".yml": YAML, ".json": JSON}
 
 TimeoutOption = typer.Option(
     120.0, "--timeout", min=0, help="With --wait: give up (exit 1) after this many seconds."
@@ -64,13 +62,7 @@ def submit(
     token: str | None = TokenOption,
 ) -> None:
     """Submit a job and print its handle (<entitlement>/<job>)."""
-    content_type = CONTENT_TYPES.get(file.suffix.lower())
-    if content_type is None:
-        fail(f"cannot tell the format of {file}: name it *.yaml, *.yml or *.json")
-    try:
-        spec = file.read_bytes()
-    except OSError as exc:
-        fail(f"cannot read {file}: {exc.strerror or exc}")
+    spec, content_type = read_document(file)
     with client(url, token) as tether:
         job = tether.submit_job(spec, content_type, idempotency_key)
         out().print(job.handle)

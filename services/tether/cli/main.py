@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from tether import __version__
-from tether.cli import appsched, jobs, machines, maintenance, shards, status, tasks
+from tether.cli import appsched, jobs, machines, maintenance, profiles, shards, status, tasks
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
 from tether.cli.services import SERVICE_COMMANDS, command
@@ -23,6 +23,7 @@ app.add_typer(jobs.app, name="job")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.add_typer(maintenance.app, name="maintenance")
+app.add_typer(profiles.app, name="profile")
 app.add_typer(shards.app, name="shard")
 app.add_typer(appsched.app, name="appsched")
 app.command("status")(status.status)

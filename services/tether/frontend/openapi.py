@@ -16,11 +16,12 @@ from tether.frontend.schemas.jobs import ScaleRequest, UpdateRequest
 from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
 from tether.frontend.schemas.operations import OperationRequest
 from tether.frontend.schemas.shards import NewShard, ShardMoveRequest
-from tether.model import Entitlement, JobSpec, PrincipalRecord
+from tether.model import Entitlement, HostProfile, JobSpec, PrincipalRecord
 
 BODY_MODELS: Final[tuple[type[BaseModel], ...]] = (
     JobSpec,
     Entitlement,
+    HostProfile,
     PrincipalRecord,
     MaintenanceRequest,
     MachineDrainRequest,

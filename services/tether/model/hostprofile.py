@@ -13,4 +13,6 @@ class HostProfile(TetherModel):
     name: Name
     description: str = ""
     settings: dict[str, str] = Field(default_factory=dict)
+    """Handed to the agent's profile hook as TETHER_HOST_PROFILE_SETTINGS (a JSON object)."""
     switch_seconds: Seconds = 0.0
+    """The least time a switch to the profile takes, the hook included."""

@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 from tether import __version__
 from tether.model import parse_job_handle
-from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError
+from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_error
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
+    HostProfileView,
     JobView,
     MachineDrainView,
     MachineUndrainView,
@@ -277,6 +278,26 @@ class TetherClient:
         response = self._request("POST", "/admin/principals", json={"name": name, "roles": roles})
         return _view(PrincipalToken, response)
 
+    # Host profiles
+
+    def list_host_profiles(self) -> list[HostProfileView]:
+        """Every host profile, by name."""
+        response = self._request("GET", "/v1/host-profiles")
+        return _views(HostProfileView, response, "host_profiles")
+
+    def get_host_profile(self, name: str) -> HostProfileView:
+        """One host profile."""
+        return _view(HostProfileView, self._request("GET", _profile_path(name)))
+
+    def create_host_profile(self, profile: Mapping[str, Any]) -> HostProfileView:
+        """Admin: create a host profile (a `HostProfile` body); a name is used only once."""
+        response = self._request("POST", "/v1/host-profiles", json=dict(profile))
+        return _view(HostProfileView, response)
+
+    def delete_host_profile(self, name: str) -> HostProfileView:
+        """Admin: delete a host profile that nothing uses; answers with what was deleted."""
+        return _view(HostProfileView, self._request("DELETE", _profile_path(name)))
+
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends the request; once more when the connection dropped before the answer (a
         server closing a kept-alive connection as it is reused) and sending it again cannot
@@ -320,6 +341,10 @@ def _job_path(handle: str) -> str:
     return f"/v1/jobs/{entitlement}/{name}"
 
 
+def _profile_path(name: str) -> str:
+    return f"/v1/host-profiles/{quote(name, safe='')}"
+
+
 def _json(response: httpx.Response) -> Any:
     try:
         return response.json()
@@ -354,36 +379,3 @@ def _views(view: type[V], response: httpx.Response, key: str) -> list[V]:
 def _unexpected(status: int, wanted: str, got: str = "") -> TetherAPIError:
     detail = f"expected {wanted} from the frontend" + (f": {got[:300]}" if got else "")
     return TetherAPIError(status, "Unexpected response", detail)
-
-
-def problem_error(response: httpx.Response) -> TetherAPIError:
-    """The TetherAPIError an error response describes, read from its problem+json body when it
-    has one; other bodies (a proxy's HTML page, FastAPI's `{"detail": ...}`) still give a
-    readable message."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        return TetherAPIError(response.status_code, response.reason_phrase, response.text[:300])
-    title = body.get("title")
-    detail = body.get("detail")
-    return TetherAPIError(
-        response.status_code,
-        title if isinstance(title, str) and title else response.reason_phrase,
-        detail if isinstance(detail, str) else json.dumps(detail) if detail else "",
-        _field_errors(body.get("errors")),
-    )
-
-
-def _field_errors(errors: Any) -> list[FieldError]:
-    if not isinstance(errors, list):
-        return []
-    fields = []
-    for error in errors:
-        if not isinstance(error, dict):
-            continue
-        loc = error.get("loc", "")
-        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else str(loc)
-        fields.append(FieldError(where, str(error.get("msg", ""))))
-    return fields

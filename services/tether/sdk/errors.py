@@ -1,8 +1,13 @@
-"""Errors the Tether client raises: API problems, and a region that cannot be reached."""
+"""Errors the Tether client raises: API problems (read from their problem+json), and a region
+that cannot be reached."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
+
+import httpx
 
 
 class TetherError(Exception):
@@ -41,3 +46,36 @@ class TetherConnectionError(TetherError):
             f"cannot reach the Tether frontend at {url} ({reason}); is the region running? "
             "Start one with scripts/up, or point --url / TETHER_URL at a frontend."
         )
+
+
+def problem_error(response: httpx.Response) -> TetherAPIError:
+    """The TetherAPIError an error response describes, read from its problem+json body when it
+    has one; other bodies (a proxy's HTML page, FastAPI's `{"detail": ...}`) still give a
+    readable message."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return TetherAPIError(response.status_code, response.reason_phrase, response.text[:300])
+    title = body.get("title")
+    detail = body.get("detail")
+    return TetherAPIError(
+        response.status_code,
+        title if isinstance(title, str) and title else response.reason_phrase,
+        detail if isinstance(detail, str) else json.dumps(detail) if detail else "",
+        _field_errors(body.get("errors")),
+    )
+
+
+def _field_errors(errors: Any) -> list[FieldError]:
+    if not isinstance(errors, list):
+        return []
+    fields = []
+    for error in errors:
+        if not isinstance(error, dict):
+            continue
+        loc = error.get("loc", "")
+        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else str(loc)
+        fields.append(FieldError(where, str(error.get("msg", ""))))
+    return fields

@@ -265,6 +265,16 @@ class PlacementView(View):
     chosen: list[ChosenMachineView] = Field(default_factory=list)
 
 
+class HostProfileView(View):
+    """A host profile: the settings a machine switches to before it runs the tasks of an
+    entitlement that names it, and how long the switch takes at least."""
+
+    name: str
+    description: str = ""
+    settings: dict[str, str] = Field(default_factory=dict)
+    switch_seconds: float = 0.0
+
+
 class PrincipalToken(View):
     """A new principal and its token, which the API shows only once."""
 

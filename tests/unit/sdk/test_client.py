@@ -193,6 +193,35 @@ def test_entitlements_and_principals() -> None:
     assert created.token == "t0k"
 
 
+def test_host_profile_paths_bodies_and_views() -> None:
+    web = {"name": "web", "description": "", "settings": {"hugepages": "2048"}, "switch_seconds": 2}
+    recorder = Recorder(httpx.Response(201, json=web))
+    tether = client(recorder)
+    created = tether.create_host_profile({"name": "web", "settings": {"hugepages": "2048"}})
+    assert (recorder.last.method, recorder.last.url.path) == ("POST", "/v1/host-profiles")
+    assert json.loads(recorder.last.content) == {"name": "web", "settings": {"hugepages": "2048"}}
+    assert (created.name, created.settings, created.switch_seconds) == ("web", web["settings"], 2.0)
+    recorder.response = httpx.Response(200, json={"host_profiles": [web, {"name": "batch"}]})
+    assert [profile.name for profile in tether.list_host_profiles()] == ["web", "batch"]
+    assert recorder.last.url.path == "/v1/host-profiles"
+    recorder.response = httpx.Response(200, json=web)
+    assert tether.get_host_profile("web") == created
+    assert (recorder.last.method, recorder.last.url.path) == ("GET", "/v1/host-profiles/web")
+    assert tether.delete_host_profile("web") == created
+    assert (recorder.last.method, recorder.last.url.path) == ("DELETE", "/v1/host-profiles/web")
+    # A name is one path segment, whatever it holds (the frontend refuses it then).
+    tether.get_host_profile("a/b")
+    assert recorder.last.url.raw_path == b"/v1/host-profiles/a%2Fb"
+
+
+def test_a_refused_profile_deletion_says_who_uses_it() -> None:
+    detail = "host profile 'web' is in use: entitlement(s) ads name it"
+    recorder = Recorder(problem(409, "Conflict", detail))
+    with pytest.raises(TetherAPIError) as raised:
+        client(recorder).delete_host_profile("web")
+    assert (raised.value.status, raised.value.detail) == (409, detail)
+
+
 def test_a_problem_becomes_an_api_error_with_its_field_errors() -> None:
     response = problem(
         422,
