@@ -10,8 +10,9 @@ from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
 from tether.allocator.engine import place_tentatively
+from tether.allocator.explain import Explanation, explain
 from tether.allocator.index import AllocationIndex
-from tether.allocator.placement import Choice, Explanation, Planner, explain
+from tether.allocator.placement import Choice, Planner
 from tether.model import (
     Allocation,
     Entitlement,

@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from tests.support.allocator_builders import BIG, Region, allocation, entitlement, job, machine
-from tether.allocator.placement import Choice, Explanation
+from tether.allocator.explain import Explanation
+from tether.allocator.placement import Choice
 from tether.model import (
     Affinity,
     Constraint,

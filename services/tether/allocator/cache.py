@@ -10,12 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tether.allocator.index import IndexListener
-from tether.allocator.rules import Rows, Rule, passes
-from tether.model import Entitlement, Job
-
-Signature = tuple[object, ...]
-"""Everything the machine rules and the pool order depend on; equal for jobs alike in it."""
-
+from tether.allocator.rules.checks import Check, Rows, passes
+from tether.allocator.rules.pipeline import Signature
 
 _GOLDEN = np.uint64(2654435761)
 """Knuth's multiplicative hash: consecutive rows land far apart."""
@@ -35,31 +31,11 @@ def _salted(rows: Rows, salt: np.uint64) -> npt.NDArray[np.uint64]:
     return hashed
 
 
-def signatures(job: Job, entitlement: Entitlement) -> tuple[Signature, Signature]:
-    """The job's signature for its entitlement's machines, and the shorter one for free-pool
-    lists, which every entitlement seeking the same host profile shares (datacenters are
-    checked when pulling from them)."""
-    placement = job.spec.placement
-    machines = (
-        tuple(placement.hardware_types),
-        tuple(c.model_dump_json() for c in placement.constraints),
-        tuple(p.model_dump_json() for p in placement.preferences),
-    )
-    owned = (
-        entitlement.name,
-        tuple(entitlement.allowed_dcs),
-        entitlement.host_profile,
-        tuple(placement.datacenters),
-        *machines,
-    )
-    return owned, ("pool", entitlement.host_profile, *machines)
-
-
 @dataclass(slots=True)
 class OwnedEntry:
     """The entitlement's machines that pass the signature's machine rules."""
 
-    rules: Sequence[Rule]
+    rules: Sequence[Check]
     rows: Rows
     joined: list[int] = field(default_factory=list)
     """Machines that joined the entitlement since, not yet checked against the rules."""
@@ -114,7 +90,9 @@ class ChoiceCache(IndexListener):
         """A small number for the signature: hashing it once per plan, not once per lookup."""
         return self._keys.setdefault(signature, len(self._keys))
 
-    def owned(self, key: int, owner: int, rules: Sequence[Rule], build: Callable[[], Rows]) -> Rows:
+    def owned(
+        self, key: int, owner: int, rules: Sequence[Check], build: Callable[[], Rows]
+    ) -> Rows:
         entry = self._owned.get(key)
         if entry is None:
             self.misses += 1

@@ -25,6 +25,7 @@ from tether.allocator.errors import (
     TooManyConflicts,
     UnknownEntitlement,
 )
+from tether.allocator.explain import Explanation, explain
 from tether.allocator.index import (
     DECOMMISSIONED,
     FREE,
@@ -34,7 +35,7 @@ from tether.allocator.index import (
     Snapshot,
     tasks_by_row,
 )
-from tether.allocator.placement import Choice, Explanation, Planner, explain
+from tether.allocator.placement import Choice, Planner
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle
 from tether.store import Store, keys
 

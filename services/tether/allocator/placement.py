@@ -1,44 +1,25 @@
 """Choosing machines for tasks: the entitlement's machines first, then the free pool, spread
-over fault domains with a maximum skew, ranked by ordered preferences and best fit."""
+over fault domains, ranked by the registered rules (`rules.registry`) and best fit."""
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 import zlib
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from tether.allocator.cache import ChoiceCache, PoolEntry, signatures
-from tether.allocator.index import NONE, UP, AllocationIndex, tasks_by_row
-from tether.allocator.rules import (
-    DATACENTER_RULE,
-    Rows,
-    Rule,
-    RuleOutcome,
-    accepted_by_all,
-    affinity_rule,
-    allowed_datacenters,
-    apply_rules,
-    effective_weights,
-    machine_rules,
-    ownership_rule,
-    passes,
-    predicate_text,
-    preference_scores,
-    quota_room,
-    quota_text,
-    readable_rule,
-    rejections,
-    resource_rules,
-    slots,
-)
-from tether.model import Entitlement, FaultDomain, Job
+from tether.allocator.cache import ChoiceCache, PoolEntry
+from tether.allocator.index import NONE, UP, AllocationIndex
+from tether.allocator.rules import registry
+from tether.allocator.rules.base import Plan
+from tether.allocator.rules.checks import Check, Rows, apply_checks, rejections
+from tether.allocator.rules.pipeline import Pipeline, best_first
+from tether.allocator.rules.quota import machines_left, quota_check, quota_room, quota_text
+from tether.model import Entitlement, Job
 
 I64 = npt.NDArray[np.int64]
 
@@ -80,16 +61,17 @@ class _Domain:
     rows: Rows = field(default_factory=lambda: _NO_ROWS)
     room: I64 = field(default_factory=lambda: _NO_AMOUNTS)
     scores: I64 = field(default_factory=lambda: _NO_AMOUNTS)
+    """The rows' scores (`Pipeline.scores`), to compare with the pool's."""
     position: int = 0
     pulled: int = NONE
     pulled_room: int = 0
     pool_msbs: list[int] = field(default_factory=list)
     pool_score: int = 0
-    """The pool's best machine's preference and host profile bits when the plan began."""
+    """The score of the pool's best machine when the plan began."""
 
     def head_score(self) -> int:
         if self.position < len(self.rows):
-            return int(self.scores[self.position]) << 1
+            return int(self.scores[self.position])
         return self.pool_score
 
     def owned_left(self) -> bool:
@@ -111,67 +93,14 @@ class Planner:
         # the task's vector is built, so both have every column.
         index.vector(entitlement.quota.resources)
         self.need = index.vector(job.spec.task.resources)
-        self.level = job.spec.placement.spread.level
-        self.skew = job.spec.placement.spread.max_skew
-        self.rules = machine_rules(index, job, entitlement)
-        self.affinity_rules = [affinity_rule(index, a) for a in job.spec.placement.affinities]
-        owned_key, pool_key = signatures(job, entitlement)
-        self.key, self.pool_key = cache.key(owned_key), cache.key(pool_key)
-        allowed = allowed_datacenters(job, entitlement)
-        self._allowed_dcs = None if allowed is None else {index.dcs.code(dc) for dc in allowed}
-        self.profile = index.profiles.find(entitlement.host_profile)
+        self.plan = Plan(index, job, entitlement, self.owner, self.need, self._free_rows)
+        self.rules = Pipeline(self.plan)
+        self.key = cache.key(self.rules.owned_key())
+        self.pool_key = cache.key(self.rules.pool_key())
         self._free: dict[int, I64] = {}
         self.joined: set[int] = set()
         """Free-pool rows this plan moves into the entitlement."""
-        self._machines_left = self._machine_quota()
-
-    # --- the level's domains -----------------------------------------------------------------
-
-    def _domain_column(self) -> npt.NDArray[np.int32]:
-        match self.level:
-            case FaultDomain.DC:
-                return self.index.dc
-            case FaultDomain.MSB:
-                return self.index.msb
-            case FaultDomain.RACK:
-                return self.index.rack
-
-    def _pool_msbs(self, tasks: int) -> dict[int, list[int]]:
-        """MSBs with free-pool machines, by the domain of the level they belong to (for racks,
-        enough racks for `tasks` tasks)."""
-        index = self.index
-        msbs = [
-            msb
-            for msb, rows in index.pool.items()
-            if rows and (self._allowed_dcs is None or index.msb_dc[msb] in self._allowed_dcs)
-        ]
-        by_domain: dict[int, list[int]] = {}
-        match self.level:
-            case FaultDomain.DC:
-                for msb in msbs:
-                    by_domain.setdefault(index.msb_dc[msb], []).append(msb)
-            case FaultDomain.MSB:
-                by_domain = {msb: [msb] for msb in msbs}
-            case FaultDomain.RACK:
-                # Every empty rack is as good as another: offer enough of them, taken in turn
-                # from each MSB so that the racks are spread too.
-                wanted = max(2 * tasks, 64)
-                racks = (index.msb_racks.get(msb, []) for msb in msbs)
-                for rack in itertools.islice(_round_robin(racks), wanted):
-                    by_domain[rack] = [index.rack_msb[rack]]
-        return by_domain
-
-    # --- quota -------------------------------------------------------------------------------
-
-    def _machine_quota(self) -> dict[int, int] | None:
-        limits = self.entitlement.quota.machines
-        if not limits:
-            return None
-        owned = self.index.owned_hardware.get(self.owner, Counter())
-        return {
-            self.index.hardware.code(name): count - owned[self.index.hardware.code(name)]
-            for name, count in limits.items()
-        }
+        self._machines_left = machines_left(self.plan)
 
     # --- candidates --------------------------------------------------------------------------
 
@@ -190,46 +119,35 @@ class Planner:
         return free
 
     def _owned_candidates(self) -> Rows:
+        """The entitlement's machines the cached checks accept."""
         index = self.index
-        rows = self.cache.owned(
+        return self.cache.owned(
             self.key,
             self.owner,
-            self.rules,
+            self.rules.cached,
             lambda: np.fromiter(index.owned_rows(self.owner), np.intp),
         )
-        return rows[index.readable[rows]]
 
     def _pool_list(self, msb: int) -> PoolEntry:
         index = self.index
 
         def build() -> tuple[Rows, I64]:
-            # Datacenters (the entitlement's) and readability are checked when pulling, so that
-            # entitlements share lists (and a record can turn readable again while the machine
-            # stays in the pool).
+            # Only the checks alike for every entitlement: entitlements share the lists, and
+            # the rest is checked when pulling (a record can turn readable again while the
+            # machine stays in the pool).
             rows = np.fromiter(index.pool.get(msb, ()), np.intp)
             rows = rows[index.state[rows] == UP]
-            for rule in self.rules:
-                if rule.name != DATACENTER_RULE:
-                    rows = rows[rule.accepts(rows)]
+            for check in self.rules.shared:
+                rows = rows[check.accepts(rows)]
             free = index.capacity[rows] - index.used[rows]
-            scores = self._pool_scores(rows)
+            scores = self.rules.scores(rows, pool=True)
             # The replica's own share of the pool first, in an order of its own: replicas
             # growing entitlements at once pull different machines.
             rank, share_order = self.cache.pool_shares(rows)
-            order = np.lexsort((rows, share_order, free[:, 0], free[:, 1], -scores, rank))
+            order = best_first(rows, scores, free, first=(rank,), ties=(share_order,))
             return rows[order], scores[order]
 
         return self.cache.pool(self.pool_key, msb, build)
-
-    def _pool_scores(self, rows: Rows) -> I64:
-        """Preference bits, then one bit for already carrying the entitlement's host profile."""
-        carries = (
-            (self.index.profile[rows] == self.profile)
-            if self.profile != NONE
-            else np.zeros(len(rows), np.bool_)
-        )
-        scores: I64 = (preference_scores(self.index, self.job, rows) << 1) | carries
-        return scores
 
     def _pool_head(self, msb: int) -> int:
         """The score of the best machine still in the MSB's pool list (0: none)."""
@@ -243,20 +161,11 @@ class Planner:
         for msb in domain.pool_msbs:
             entry = self._pool_list(msb)
             _skip_gone(index, entry)
-            rows = entry.rows[entry.start :]
-            if self.level is FaultDomain.RACK:
-                # The MSB's list holds every rack of it.
-                rows = rows[index.rack[rows] == domain.code]
+            rows = self.spread.in_domain(entry.rows[entry.start :], domain.code)
             for start in range(0, len(rows), _POOL_CHUNK):
                 chunk = rows[start : start + _POOL_CHUNK]
-                fits = (
-                    (index.owner[chunk] == NONE)
-                    & (index.state[chunk] == UP)
-                    & index.readable[chunk]
-                    & accepted_by_all(self.rules, chunk)
-                    & (slots(index.capacity[chunk] - index.used[chunk], self.need) > 0)
-                    & accepted_by_all(self.affinity_rules, chunk)
-                )
+                in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
+                fits = in_pool & self.rules.accepts(chunk)
                 for position in np.flatnonzero(fits).tolist():
                     row = int(chunk[position])
                     if row in self.joined or not self._within_machine_quota(row):
@@ -283,25 +192,22 @@ class Planner:
         proposes rows for some of `indexes` (an earlier attempt's choice after a conflict),
         which are kept where they still fit and chosen again where not.
         """
-        index = self.index
-        column = self._domain_column()
+        spread = self.spread = registry.SPREAD(self.plan, placed.values())
         placements: dict[int, int] = {}
-        budget = quota_room(index, self.entitlement, self.need)
-        counts = Counter(int(column[row]) for row in placed.values())
+        budget = quota_room(self.plan)
         for task, kept in (keep or {}).items():
             if task in indexes and budget > 0 and self._take(kept, check=True):
                 placements[task] = kept
-                counts[int(column[kept])] += 1
+                spread.counts[int(spread.column[kept])] += 1
                 budget -= 1
         pending = [task for task in indexes if task not in placements]
-        domains = self._domains(counts, len(pending))
+        domains = self._domains(len(pending))
         heap = [self._heap_key(domain) for domain in domains.values()]
         heapq.heapify(heap)
         reason = ""
         for task in pending:
             if budget <= 0:
-                chosen = len(placements)
-                reason = quota_text(index, self.entitlement, self.need, chosen) or "quota exceeded"
+                reason = quota_text(self.plan, len(placements)) or "quota exceeded"
                 break
             row: int | None = None
             while heap and row is None:
@@ -323,49 +229,45 @@ class Planner:
         return Choice(placements, set(self.joined), unplaced)
 
     def _heap_key(self, domain: _Domain) -> tuple[int, int, int, int, int]:
-        # Bands of max_skew keep every domain within max_skew of the least loaded one; within
-        # a band, domains with room on the entitlement's own machines go first (stacking),
-        # then the one whose best machine satisfies the most important preferences.
+        # The spread's band first; within a band, domains with room on the entitlement's own
+        # machines go first (stacking), then the one whose best machine scores highest.
         owned_left = 0 if domain.owned_left() else 1
         return (
-            domain.count // self.skew,
+            self.spread.band(domain.count),
             owned_left,
             -domain.head_score(),
             domain.count,
             domain.code,
         )
 
-    def _domains(self, counts: Counter[int], tasks: int) -> dict[int, _Domain]:
+    def _domains(self, tasks: int) -> dict[int, _Domain]:
+        spread = self.spread
         rows = self._owned_candidates()
         if self.joined:
             # Pool machines a kept placement moved in are the entitlement's for this plan.
             rows = np.concatenate([rows, np.array(sorted(self.joined), np.intp)])
-        rows = rows[accepted_by_all(self.affinity_rules, rows)]
+        rows = rows[self.rules.masks(rows)]
         domains: dict[int, _Domain] = {}
-        # Racks are too many for a sample to hold enough of them.
-        sampled = self.level is not FaultDomain.RACK
-        if sampled and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
-            domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks), counts)
+        if not spread.by_machine and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
+            domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks))
             room = sum(int(domain.room.sum()) for domain in domains.values())
-            level = self.index.msbs if self.level is FaultDomain.MSB else self.index.dcs
-            if room < 2 * tasks or len(domains) < min(tasks, len(level.names)):
+            if room < 2 * tasks or len(domains) < min(tasks, spread.domains_at_level()):
                 domains = {}
         if not domains and len(rows):
-            domains = self._owned_domains(rows, counts)
-        # Pool machines differ in score only by preferences and the host profile; without either
-        # every domain's best pool machine scores 0 and reading them is wasted.
-        ranked_pool = self.level is not FaultDomain.RACK and (
-            bool(self.job.spec.placement.preferences) or self.profile != NONE
-        )
+            domains = self._owned_domains(rows)
+        # Without a scorer that tells pool machines apart, every domain's best pool machine
+        # scores 0 and reading them is wasted.
+        ranked_pool = not spread.by_machine and self.rules.ranks_pool()
         if self._can_grow():
             # Domains whose pool holds no machine for the job drop out at their first pull.
-            for code, msbs in self._pool_msbs(tasks).items():
+            msbs = self.rules.prune_msbs([msb for msb, rows in self.index.pool.items() if rows])
+            for code, domain_msbs in spread.pool_domains(msbs, tasks).items():
                 domain = domains.get(code)
                 if domain is None:
-                    domain = domains[code] = _Domain(code, counts[code])
-                domain.pool_msbs = msbs
+                    domain = domains[code] = _Domain(code, spread.counts[code])
+                domain.pool_msbs = domain_msbs
                 if ranked_pool:
-                    domain.pool_score = max(self._pool_head(msb) for msb in msbs)
+                    domain.pool_score = max(self._pool_head(msb) for msb in domain_msbs)
         return domains
 
     def _sample(self, rows: Rows, size: int) -> Rows:
@@ -376,20 +278,19 @@ class Planner:
         picks = (start + np.arange(size, dtype=np.int64) * _SAMPLE_STRIDE) % len(rows)
         return rows[np.unique(picks)]
 
-    def _owned_domains(self, rows: Rows, counts: Counter[int]) -> dict[int, _Domain]:
+    def _owned_domains(self, rows: Rows) -> dict[int, _Domain]:
         """The entitlement's `rows` that take a task, by domain, best first."""
-        index = self.index
+        room = self.rules.room(rows)
+        rows, room = rows[room > 0], room[room > 0]
         free = self._free_rows(rows)
-        room = slots(free, self.need)
-        fitting = room > 0
-        rows, free, room = rows[fitting], free[fitting], room[fitting]
-        scores = preference_scores(index, self.job, rows)
-        codes = self._domain_column()[rows]
-        order = np.lexsort((rows, free[:, 0], free[:, 1], -scores, codes))
+        scores = self.rules.scores(rows, pool=False)
+        codes = self.spread.column[rows]
+        order = best_first(rows, scores, free, first=(codes,))
         rows, room, scores, codes = rows[order], room[order], scores[order], codes[order]
         # One slice of the sorted arrays per domain: no Python loop over the machines.
         present, starts = np.unique(codes, return_index=True)
         ends = [*starts[1:].tolist(), len(codes)] if len(codes) else []
+        counts = self.spread.counts
         return {
             code: _Domain(code, counts[code], rows[start:end], room[start:end], scores[start:end])
             for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True)
@@ -422,7 +323,7 @@ class Planner:
             return None
         self._take(pulled, check=False)
         domain.pulled = pulled
-        domain.pulled_room = int(slots(self.free(pulled)[None, :], self.need)[0])
+        domain.pulled_room = int(self.rules.room(np.array([pulled], np.intp))[0])
         return pulled
 
     def _take(self, row: int, *, check: bool) -> bool:
@@ -431,17 +332,12 @@ class Planner:
         free = self.free(row)
         if check:
             owner = int(index.owner[row])
-            usable = bool(index.readable[row]) and (
+            usable = (
                 owner == self.owner
                 or row in self.joined
                 or (owner == NONE and index.state[row] == UP and self._within_machine_quota(row))
             )
-            rows = np.array([row], np.intp)
-            if (
-                not usable
-                or not len(passes([*self.rules, *self.affinity_rules], rows))
-                or slots(free[None, :], self.need)[0] <= 0
-            ):
+            if not usable or not self.rules.accepts(np.array([row], np.intp))[0]:
                 return False
         if index.owner[row] == NONE and row not in self.joined:
             self.joined.add(row)
@@ -452,24 +348,9 @@ class Planner:
 
     # --- explaining --------------------------------------------------------------------------
 
-    def all_rules(self) -> list[Rule]:
-        rules = [
-            *self.rules,
-            ownership_rule(self.index, self.entitlement),
-            readable_rule(self.index),
-            *self.affinity_rules,
-            *resource_rules(self.index, self.need, self._free_rows),
-        ]
-        shortfall = quota_text(self.index, self.entitlement, self.need, 0)
-        rules.append(
-            Rule(
-                "quota",
-                "entitlement quota exceeded",
-                lambda rows: np.full(len(rows), shortfall is None),
-                lambda *_: shortfall or "",
-            )
-        )
-        return rules
+    def all_checks(self) -> list[Check]:
+        """Every rule's checks for one more task, then the entitlement's resource quota."""
+        return [*self.rules.checks, quota_check(self.plan)]
 
     def why_not(self) -> str:
         """Why one more task fits nowhere: each rule's rejections over the whole region.
@@ -477,7 +358,8 @@ class Planner:
         Going over a million machines takes a while, and jobs alike fail alike: the answer is
         kept for _REASON_TTL_S per signature and task size.
         """
-        key = (self.key, self.need.tobytes(), self.level, self.skew)
+        spread = registry.SPREAD
+        key = self.rules.reason_key(spread.reads)
         now = time.monotonic()
         known = self.cache.reasons.get(key)
         if known is not None and now - known[0] < _REASON_TTL_S:
@@ -489,11 +371,12 @@ class Planner:
         sampled = machines > _REASON_ROWS
         if sampled:
             rows = rows[:: -(-machines // _REASON_ROWS)]
-        filtered = apply_rules(rows, self.all_rules())
+        filtered = apply_checks(rows, self.all_checks())
         if len(filtered.survivors):
+            level = self.job.spec.placement.spread
             reason = (
                 f"{len(filtered.survivors)} machines fit one task but not within the spread "
-                f"over {self.level.value} (max skew {self.skew}) or the entitlement's "
+                f"over {level.level.value} (max skew {level.max_skew}) or the entitlement's "
                 "machine quota"
             )
         else:
@@ -506,36 +389,6 @@ class Planner:
         return reason
 
 
-@dataclass(frozen=True, slots=True)
-class Ranked:
-    """A machine holding tasks of the job, and how it ranks for one more task."""
-
-    machine: str
-    tasks: list[int]
-    rank: int
-    preferences: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class PreferenceCount:
-    rule: str
-    weight: int
-    matching: int
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Explain's answer: every hard rule's effect for one more task, and the ranking."""
-
-    considered: int
-    fitting: int
-    entitlement_machines: int
-    outcomes: list[RuleOutcome]
-    preferences: list[PreferenceCount]
-    chosen: list[Ranked]
-    summary: str
-
-
 def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:
     """Moves the list's start past the rows ahead of its first usable pool member: they left
     the pool or are not up, and either change drops the list."""
@@ -546,64 +399,3 @@ def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:
             entry.start += int(np.argmax(in_pool))
             return
         entry.start += len(chunk)
-
-
-def _round_robin(lists: Iterator[list[int]]) -> Iterator[int]:
-    """The first of each list, then the second of each, and so on."""
-    for layer in itertools.zip_longest(*lists):
-        yield from (item for item in layer if item is not None)
-
-
-def explain(planner: Planner) -> Explanation:
-    """Applies every rule for one more task of the job over the whole region and ranks the
-    machines that pass, as `choose` would order them (the spread aside)."""
-    index, job = planner.index, planner.job
-    filtered = apply_rules(index.live_rows(), planner.all_rules())
-    fitting = filtered.survivors
-    scores = preference_scores(index, job, fitting)
-    free = index.capacity[fitting] - index.used[fitting]
-    order = np.lexsort(
-        (fitting, free[:, 0], free[:, 1], -scores, index.owner[fitting] != planner.owner)
-    )
-    rank_of = {int(row): rank + 1 for rank, row in enumerate(fitting[order].tolist())}
-    preferences = job.spec.placement.preferences
-    weights = effective_weights(job)
-    counts = [
-        PreferenceCount(
-            predicate_text(preference),
-            weight,
-            int(((scores >> (len(preferences) - 1 - i)) & 1).sum()),
-        )
-        for i, (preference, weight) in enumerate(zip(preferences, weights, strict=True))
-    ]
-    by_row = tasks_by_row(dict(sorted(index.held(job.handle).items())))
-    chosen = []
-    for row, tasks in sorted(by_row.items(), key=lambda item: index.ids[item[0]]):
-        score = int(preference_scores(index, job, np.array([row], np.intp))[0])
-        chosen.append(
-            Ranked(
-                index.ids[row],
-                tasks,
-                rank_of.get(row, 0),
-                [
-                    predicate_text(preference)
-                    for i, preference in enumerate(preferences)
-                    if score >> (len(preferences) - 1 - i) & 1
-                ],
-            )
-        )
-    rejected = rejections(filtered.outcomes, filtered.considered, details=False)
-    if len(fitting):
-        summary = f"{len(fitting)} of {filtered.considered} machines fit"
-        summary += f"; {rejected}" if rejected else ""
-    else:
-        summary = rejected
-    return Explanation(
-        filtered.considered,
-        len(fitting),
-        len(index.owned.get(planner.owner, ())),
-        filtered.outcomes,
-        counts,
-        chosen,
-        summary,
-    )

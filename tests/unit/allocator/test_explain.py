@@ -4,7 +4,7 @@ rank of the machines holding the job's tasks."""
 from __future__ import annotations
 
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
-from tether.allocator.rules import effective_weights
+from tether.allocator.rules.preferences import effective_weights
 from tether.model import (
     Affinity,
     Constraint,

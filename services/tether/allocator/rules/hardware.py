@@ -1,0 +1,27 @@
+"""Only the hardware types the job names, if it names any."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tether.allocator.rules.base import Fact, Filter, Plan, Reads
+from tether.allocator.rules.checks import Check, listed
+
+
+class HardwareType(Filter):
+    reads = Reads(job=("placement.hardware_types",), machine=frozenset({Fact.HARDWARE}))
+
+    def checks(self, plan: Plan) -> list[Check]:
+        names = plan.job.spec.placement.hardware_types
+        if not names:
+            return []
+        index = plan.index
+        codes = [index.hardware.code(name) for name in names]
+        return [
+            Check(
+                "hardware type",
+                "hardware type not allowed",
+                lambda rows: np.isin(index.hw[rows], codes),
+                lambda *_: f"allowed: {listed(names)}",
+            )
+        ]

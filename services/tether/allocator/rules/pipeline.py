@@ -1,0 +1,167 @@
+"""The registered rules bound to one plan: which checks are cached and which run per plan, a
+machine's score, the order machines are taken in, and the cache keys, all from the one list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pydantic_core
+
+from tether.allocator.index import BASE_DIMENSIONS
+from tether.allocator.rules import registry
+from tether.allocator.rules.base import Filter, Plan, Reads, Scorer
+from tether.allocator.rules.checks import I64, Check, Mask, Rows, accepted_by_all
+
+Signature = tuple[object, ...]
+"""What a cached answer depends on; equal for jobs alike in it."""
+
+_CPU = BASE_DIMENSIONS.index("cpu")
+_MEMORY = BASE_DIMENSIONS.index("memory")
+_NO_ROOM_LIMIT = 1 << 20
+
+
+def best_first(
+    rows: Rows,
+    scores: I64,
+    free: I64,
+    *,
+    first: Sequence[npt.NDArray[np.generic]] = (),
+    ties: Sequence[npt.NDArray[np.generic]] = (),
+) -> npt.NDArray[np.intp]:
+    """The order machines are taken in: grouped by `first` (the first array outermost), then
+    the highest score, then the tightest fit (least free memory, then CPU: the roomy machines
+    stay free for big tasks), then by `ties`, then by row."""
+    keys = (rows, *reversed(ties), free[:, _CPU], free[:, _MEMORY], -scores, *reversed(first))
+    return np.lexsort(keys)
+
+
+class Pipeline:
+    """Every registered filter and scorer bound to `plan`."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        filters: Sequence[Filter] | None = None,
+        scorers: Sequence[Scorer] | None = None,
+    ) -> None:
+        # Read at each plan, not at import: a test registers a rule by replacing the tuple.
+        self.plan = plan
+        self.filters = registry.FILTERS if filters is None else filters
+        self.scorers = registry.SCORERS if scorers is None else scorers
+        bound = [(rule, rule.checks(plan)) for rule in self.filters]
+        self.checks: list[Check] = [check for _, checks in bound for check in checks]
+        """Every check, in the order the rules apply (what Explain reports)."""
+        self.cached: list[Check] = [
+            check for rule, checks in bound if rule.reads.cacheable for check in checks
+        ]
+        """Checks of rules that read only a machine's record: their answer is cached."""
+        self.shared: list[Check] = [
+            check
+            for rule, checks in bound
+            if rule.reads.cacheable and rule.reads.shared
+            for check in checks
+        ]
+        """Cached checks alike for every entitlement: free-pool lists are built with these."""
+        self._masks = [
+            rule.accepts(plan, checks)
+            for rule, checks in bound
+            if checks and not rule.reads.cacheable and rule.room(plan) is None
+        ]
+        self._rooms = [
+            room for rule, checks in bound if checks and (room := rule.room(plan)) is not None
+        ]
+        self._parts = [(scorer, scorer.parts(plan)) for scorer in self.scorers]
+
+    # --- feasibility -------------------------------------------------------------------------
+
+    def masks(self, rows: Rows) -> Mask:
+        """The per-plan rules that accept or reject (not those that count room)."""
+        mask = np.ones(len(rows), np.bool_)
+        for accepts in self._masks:
+            mask &= accepts(rows)
+        return mask
+
+    def room(self, rows: Rows) -> I64:
+        """Per row, how many tasks of the job the capacity rules let it take."""
+        room = np.full(len(rows), _NO_ROOM_LIMIT, np.int64)
+        for counts in self._rooms:
+            room = np.minimum(room, counts(rows))
+        return room
+
+    def accepts(self, rows: Rows) -> Mask:
+        """Per row, whether every rule lets it take one more task."""
+        mask: Mask = accepted_by_all(self.cached, rows) & self.masks(rows)
+        return mask & (self.room(rows) > 0)
+
+    def prune_msbs(self, msbs: list[int]) -> list[int]:
+        for rule in self.filters:
+            msbs = rule.prune_msbs(self.plan, msbs)
+        return msbs
+
+    # --- ranking -----------------------------------------------------------------------------
+
+    def scores(self, rows: Rows, *, pool: bool) -> I64:
+        """Per row, every scorer's bits in registry order; a pool-only scorer's are 0 unless
+        `pool` (the rows are free-pool machines)."""
+        scores = np.zeros(len(rows), np.int64)
+        for scorer, parts in self._parts:
+            scores <<= np.int64(len(parts))
+            if parts and (pool or not scorer.pool_only):
+                scores |= scorer.score(self.plan, rows)
+        return scores
+
+    def ranks_pool(self) -> bool:
+        """Whether any scorer tells free-pool machines apart for this plan."""
+        return any(scorer.ranks(self.plan) for scorer in self.scorers)
+
+    def explained_parts(self) -> list[tuple[str, int, int]]:
+        """(label, weight, bit) of every bit Explain reports: the scorers that rank every
+        machine, not only the free pool's."""
+        explained: list[tuple[str, int, int]] = []
+        below = 0
+        for scorer, parts in reversed(self._parts):
+            if not scorer.pool_only:
+                explained[:0] = [
+                    (label, weight, below + len(parts) - 1 - position)
+                    for position, (label, weight) in enumerate(parts)
+                ]
+            below += len(parts)
+        return explained
+
+    # --- cache keys --------------------------------------------------------------------------
+
+    def owned_key(self) -> Signature:
+        """What the entitlement's machines that pass the cached checks depend on."""
+        return ("owned", self.plan.entitlement.name, *self._read(self._cacheable()))
+
+    def pool_key(self) -> Signature:
+        """What a free-pool list depends on: the shared cached checks and the scores."""
+        shared = (r for r in self._cacheable() if r.shared)
+        return ("pool", *self._read(shared), *self._read(s.reads for s in self.scorers))
+
+    def reason_key(self, spread: Reads) -> Signature:
+        """What the reason a job fits nowhere depends on: every filter, and the spread."""
+        every = (rule.reads for rule in self.filters)
+        return ("reason", self.plan.entitlement.name, *self._read(every), *self._read([spread]))
+
+    def _cacheable(self) -> list[Reads]:
+        return [rule.reads for rule in self.filters if rule.reads.cacheable]
+
+    def _read(self, reads: Iterable[Reads]) -> list[bytes]:
+        """The values of the job and entitlement fields `reads` name, as JSON."""
+        spec, entitlement = self.plan.job.spec, self.plan.entitlement
+        values: list[bytes] = []
+        for read in reads:
+            values += [pydantic_core.to_json(_field(spec, path)) for path in read.job]
+            values += [
+                pydantic_core.to_json(_field(entitlement, path)) for path in read.entitlement
+            ]
+        return values
+
+
+def _field(model: object, path: str) -> object:
+    for name in path.split("."):
+        model = getattr(model, name)
+    return model
