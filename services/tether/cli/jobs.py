@@ -146,8 +146,8 @@ def show(
         ("tasks", counts(job.tasks)),
         ("generation", str(job.generation)),
         ("deleting", "yes" if job.deleting else "no"),
-        ("created", f"{job.created_at:%Y-%m-%d %H:%M:%S}" if job.created_at else "-"),
-        ("updated", f"{job.updated_at:%Y-%m-%d %H:%M:%S}" if job.updated_at else "-"),
+        ("created", f"{job.created_at:%Y-%m-%d %H:%M:%S}"),
+        ("updated", f"{job.updated_at:%Y-%m-%d %H:%M:%S}"),
         ("operations", counts(job.operations or {})),
         ("controller", _controller(job)),
     ):
@@ -161,7 +161,7 @@ def show(
             str(task.pid) if task.pid is not None else "-",
             str(task.restarts),
             str(task.attempt),
-            task.message or "",
+            task.message,
         )
     console = out()
     console.print(fields)

@@ -28,8 +28,8 @@ def status(
     dead."""
     with client(url, token) as tether:
         region = tether.region()
-    machines = dict(region.machines)
-    total = machines.pop("total", sum(machines.values()))
+    machines = region.machines.model_dump(exclude={"total"})
+    total = region.machines.total
     summary = Table.grid(padding=(0, 2))
     summary.add_row("[bold]region[/bold]", region.name or "-")
     summary.add_row("[bold]machines[/bold]", f"{total} ({counts(machines)})")
@@ -48,7 +48,7 @@ def status(
         allocators.add_row(
             allocator.id,
             allocator.address,
-            str(allocator.pid) if allocator.pid is not None else "-",
+            str(allocator.pid),
             _since(allocator.since),
         )
     console = out()

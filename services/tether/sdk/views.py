@@ -12,7 +12,9 @@ RUNNING = "running"
 
 
 class View(BaseModel):
-    """A response object: unknown fields are ignored so newer frontends stay readable."""
+    """A response object: unknown fields are ignored so newer frontends stay readable. Each
+    view has the fields, types and required fields of the frontend's schema of its answer
+    (tests/unit/sdk/test_contract.py checks them)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -31,17 +33,18 @@ class JobView(View):
     """A job: its spec, generation, and how many of its tasks are in each state."""
 
     handle: str
-    entitlement: str = ""
-    name: str = ""
-    count: int = 0
-    generation: int = 0
-    deleting: bool = False
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    spec: dict[str, Any] = Field(default_factory=dict)
-    tasks: dict[str, int] = Field(default_factory=dict)
+    entitlement: str
+    name: str
+    count: int
+    generation: int
+    deleting: bool
+    created_at: datetime
+    updated_at: datetime
+    spec: dict[str, Any]
+    """The JobSpec as submitted (kept as JSON: the SDK does not copy the model)."""
+    tasks: dict[str, int]
     """Task count by effective state."""
-    running: int = 0
+    running: int
     operations: dict[str, int] | None = None
     """Open task operations by state (only when showing one job)."""
     control: ControlView | None = None
@@ -63,12 +66,21 @@ class OperationView(View):
 
     id: str
     kind: str
+    job: str
     tasks: list[int]
-    reason: str = ""
-    state: str
-    created_at: datetime | None = None
+    reason: str
+    state: str = "pending-approval"
+    created_at: datetime
+    updated_at: datetime
     deadline: datetime | None = None
     target_version: str | None = None
+    """The version an update installs."""
+    target_machine: str | None = None
+    """Where a move goes; None: the allocator chooses."""
+    attempt: int | None = None
+    """The attempt of its task the operation acts on; None: any attempt."""
+    notice: str | None = None
+    """The maintenance whose advance notice the operation answers."""
 
 
 class MaintenanceView(View):
@@ -80,7 +92,7 @@ class MaintenanceView(View):
     end: datetime
     duration_s: int
     kind: str
-    reason: str = ""
+    reason: str
     phase: str
 
 
@@ -97,85 +109,90 @@ class MachineUndrainView(View):
     """The drain and decommission notices an undrain cancelled (none: there were none)."""
 
     machine: str
-    cancelled: list[MaintenanceView] = Field(default_factory=list)
+    cancelled: list[MaintenanceView]
 
 
 class TaskView(View):
     """One task with its effective state."""
 
-    task_id: str = ""
+    task_id: str
     index: int
     state: str
-    desired: str = ""
-    machine: str | None = None
-    attempt: int = 0
-    restarts: int = 0
-    generation: int = 0
-    version: str = ""
-    pid: int | None = None
-    exit_code: int | None = None
-    message: str | None = None
-    started_at: datetime | None = None
-    updated_at: datetime | None = None
+    desired: str
+    machine: str | None
+    attempt: int
+    restarts: int
+    generation: int
+    version: str
+    pid: int | None
+    exit_code: int | None
+    message: str
+    started_at: datetime | None
+    updated_at: datetime
 
 
 class TopologyView(View):
     """Where a machine sits."""
 
-    region: str = ""
-    dc: str = ""
-    msb: str = ""
-    rack: str = ""
+    region: str
+    dc: str
+    msb: str
+    rack: str
 
 
 class MachineView(View):
     """A machine with its capacity, what its tasks hold, and whether its agent is alive."""
 
     id: str
-    hostname: str = ""
-    topology: TopologyView = Field(default_factory=TopologyView)
-    hardware_type: str = ""
-    state: str = ""
-    entitlement: str | None = None
-    capacity: ResourcesView = Field(default_factory=ResourcesView)
-    allocated: ResourcesView = Field(default_factory=ResourcesView)
-    free: ResourcesView = Field(default_factory=ResourcesView)
-    tasks: int = 0
-    heartbeat: bool = False
+    hostname: str
+    topology: TopologyView
+    hardware_type: str
+    state: str
+    entitlement: str | None
+    """The entitlement that owns it; None: the free pool."""
+    host_profile: str | None
+    """The host profile its allocation record asks it to carry."""
+    host_profile_current: str | None
+    """The host profile its agent last finished switching to."""
+    capacity: ResourcesView
+    allocated: ResourcesView
+    free: ResourcesView
+    tasks: int
+    heartbeat: bool
 
 
 class ShardView(View):
     """A scheduler shard, its current leader (if any) and its entitlements."""
 
     shard: str
-    leader: str | None = None
-    leader_since: datetime | None = None
-    entitlements: list[str] = Field(default_factory=list)
+    leader: str | None
+    leader_since: datetime | None
+    entitlements: list[str]
 
 
 class ReplicaView(View):
     """A scheduler replica standing by."""
 
     identity: str
-    pid: int | None = None
-    since: datetime | None = None
+    pid: int
+    since: datetime
 
 
 class ShardDetailView(ShardView):
     """A shard with its replicas, its leader's last report and what it holds (admin view)."""
 
-    draining: bool = False
-    leader_pid: int | None = None
-    lease_expires_at: datetime | None = None
-    standbys: list[ReplicaView] = Field(default_factory=list)
-    last_reconcile_at: datetime | None = None
-    reconciles: int | None = None
-    backlog: int | None = None
-    reported_at: datetime | None = None
-    jobs: int = 0
-    tasks: int = 0
-    machines: int = 0
-    operations: int = 0
+    draining: bool
+    leader_pid: int | None
+    lease_expires_at: datetime | None
+    standbys: list[ReplicaView]
+    last_reconcile_at: datetime | None
+    reconciles: int | None
+    backlog: int | None
+    reported_at: datetime | None
+    jobs: int
+    tasks: int
+    machines: int
+    operations: int
     warning: str | None = None
     """Why its entitlements' jobs are not scheduled (it has no leader); None when they are."""
 
@@ -186,14 +203,14 @@ class ShardMoveView(View):
     entitlement: str
     from_shard: str
     to_shard: str
-    revision: int = 0
+    revision: int
 
 
 class ShardDrainView(View):
     """A drained shard and the moves that emptied it."""
 
     shard: str
-    moves: list[ShardMoveView] = Field(default_factory=list)
+    moves: list[ShardMoveView]
 
 
 class ShardFailoverView(View):
@@ -201,28 +218,38 @@ class ShardFailoverView(View):
 
     shard: str
     previous_leader: str
-    standbys: list[ReplicaView] = Field(default_factory=list)
+    standbys: list[ReplicaView]
 
 
 class AllocatorView(View):
     """A live allocator replica."""
 
     id: str
-    address: str = ""
-    pid: int | None = None
-    since: datetime | None = None
+    address: str
+    pid: int
+    since: datetime
+
+
+class MachineCountsView(View):
+    """How many machines the region has, in total and in each state."""
+
+    total: int
+    up: int
+    draining: int
+    maintenance: int
+    down: int
+    decommissioned: int
 
 
 class RegionView(View):
     """The region at a glance."""
 
-    name: str = ""
-    shards: list[ShardView] = Field(default_factory=list)
-    allocators: list[AllocatorView] = Field(default_factory=list)
-    machines: dict[str, int] = Field(default_factory=dict)
-    """Machine count: `total`, `up`, `down`, ..."""
-    jobs: int = 0
-    tasks: dict[str, int] = Field(default_factory=dict)
+    name: str
+    shards: list[ShardView]
+    allocators: list[AllocatorView]
+    machines: MachineCountsView
+    jobs: int
+    tasks: dict[str, int]
     """Task count by effective state."""
 
 
@@ -230,39 +257,39 @@ class PlacementRuleView(View):
     """One hard placement rule and how many machines it rejected that earlier rules let through."""
 
     rule: str
-    machines_rejected: int = 0
-    detail: str = ""
+    machines_rejected: int
+    detail: str
 
 
 class PlacementPreferenceView(View):
     """One preference rule of the job, its weight, and how many fitting machines match it."""
 
     rule: str
-    weight: int = 0
-    machines_matching: int = 0
+    weight: int
+    machines_matching: int
 
 
 class ChosenMachineView(View):
     """A machine holding tasks of the job, and its rank for one more task (0: it takes none)."""
 
     machine: str
-    tasks: list[int] = Field(default_factory=list)
-    rank: int = 0
-    preferences: list[str] = Field(default_factory=list)
+    tasks: list[int]
+    rank: int
+    preferences: list[str]
 
 
 class PlacementView(View):
     """An allocator's explanation of a job's placement."""
 
     job: str
-    summary: str = ""
-    machines_considered: int = 0
-    machines_fitting: int = 0
-    entitlement_machines: int = 0
-    rules: list[PlacementRuleView] = Field(default_factory=list)
+    summary: str
+    machines_considered: int
+    machines_fitting: int
+    entitlement_machines: int
+    rules: list[PlacementRuleView]
     """Hard rules in the order they were applied."""
-    preferences: list[PlacementPreferenceView] = Field(default_factory=list)
-    chosen: list[ChosenMachineView] = Field(default_factory=list)
+    preferences: list[PlacementPreferenceView]
+    chosen: list[ChosenMachineView]
 
 
 class HostProfileView(View):
@@ -279,5 +306,5 @@ class PrincipalToken(View):
     """A new principal and its token, which the API shows only once."""
 
     name: str
-    roles: list[str] = Field(default_factory=list)
+    roles: list[str]
     token: str

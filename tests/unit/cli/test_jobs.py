@@ -8,28 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.api import JOB, problem
+from tests.support.api import JOB, problem, task
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
-
-
-def task(
-    index: int, state: str, machine: str | None = None, message: str | None = None
-) -> dict[str, object]:
-    return {
-        "task_id": f"team-a/web/{index}",
-        "index": index,
-        "state": state,
-        "desired": "running",
-        "machine": machine,
-        "attempt": 1 if machine else 0,
-        "restarts": 0,
-        "generation": 1,
-        "pid": 1000 + index if state == "running" else None,
-        "exit_code": None,
-        "message": message,
-        "started_at": None,
-        "updated_at": None,
-    }
 
 
 def tasks(*items: dict[str, object]) -> httpx.Response:

@@ -7,27 +7,12 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.api import machine, region, shard
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
 
 
-def machine(id_: str, state: str, heartbeat: bool, cpu: int, memory: int) -> dict[str, object]:
-    return {
-        "id": id_,
-        "hostname": id_,
-        "topology": {"region": "local", "dc": "dc1", "msb": "msb2", "rack": "r3"},
-        "hardware_type": "std",
-        "state": state,
-        "entitlement": None,
-        "capacity": {"cpu": 4000, "memory_mib": 4096, "disk_gib": 20, "gpus": 0, "extra": {}},
-        "allocated": {"cpu": cpu, "memory_mib": memory, "disk_gib": 0, "gpus": 0, "extra": {}},
-        "free": {"cpu": 4000 - cpu, "memory_mib": 4096 - memory, "disk_gib": 20},
-        "tasks": cpu // 500,
-        "heartbeat": heartbeat,
-    }
-
-
 def test_machine_ls(api: FakeAPI) -> None:
-    machines = [machine("m-2", "down", False, 0, 0), machine("m-1", "up", True, 1500, 1024)]
+    machines = [machine("m-2", "down", False), machine("m-1", "up", True, 1500, 1024)]
     api.on("GET", "/v1/machines", httpx.Response(200, json={"machines": machines}))
     result = run("machine", "ls")
     assert result.exit_code == 0, result.output
@@ -53,30 +38,25 @@ def test_machine_ls_without_machines(api: FakeAPI) -> None:
 
 
 def test_status(api: FakeAPI) -> None:
-    region = {
-        "name": "local",
-        "shards": [
-            {
-                "shard": "shard-0",
-                "leader": "host:11:aa",
-                "leader_since": "2025-01-02T03:04:05Z",
-                "entitlements": ["default", "team-a"],
-            },
-            {"shard": "shard-1", "leader": None, "leader_since": None, "entitlements": []},
-        ],
-        "allocators": [
-            {
-                "id": "allocator-0",
-                "address": "127.0.0.1:7100",
-                "pid": 12,
-                "since": "2025-01-02T03:04:00Z",
-            }
-        ],
-        "machines": {"total": 4, "up": 3, "down": 1},
-        "jobs": 2,
-        "tasks": {"running": 5, "pending": 1},
+    leader = {"leader": "host:11:aa", "leader_since": "2025-01-02T03:04:05Z"}
+    shards = [
+        {"shard": "shard-0", **leader, "entitlements": ["default", "team-a"]},
+        {"shard": "shard-1", "leader": None, "leader_since": None, "entitlements": []},
+    ]
+    allocator = {
+        "id": "allocator-0",
+        "address": "127.0.0.1:7100",
+        "pid": 12,
+        "since": "2025-01-02T03:04:00Z",
     }
-    api.on("GET", "/v1/region", httpx.Response(200, json=region))
+    answer = region(
+        shards=shards,
+        allocators=[allocator],
+        machines={"total": 4, "up": 3, "down": 1},
+        jobs=2,
+        tasks={"running": 5, "pending": 1},
+    )
+    api.on("GET", "/v1/region", httpx.Response(200, json=answer))
     result = run("status")
     assert result.exit_code == 0, result.output
     lines = [line.split() for line in result.stdout.splitlines()]
@@ -91,9 +71,7 @@ def test_status(api: FakeAPI) -> None:
 
 
 def test_status_without_allocators(api: FakeAPI) -> None:
-    api.on(
-        "GET", "/v1/region", httpx.Response(200, json={"name": "local", "machines": {"total": 0}})
-    )
+    api.on("GET", "/v1/region", httpx.Response(200, json=region()))
     result = run("status")
     assert result.exit_code == 0, result.output
     assert "no allocator is running" in result.stdout
@@ -103,8 +81,8 @@ def test_status_without_allocators(api: FakeAPI) -> None:
 def test_shard_ls_warns_of_a_shard_whose_entitlements_have_no_leader(api: FakeAPI) -> None:
     warning = "shard 'shard-1' holds entitlements ads but has no leader: ..."
     shards = [
-        {"shard": "shard-0", "leader": "h:1:a", "leader_pid": 1, "entitlements": ["default"]},
-        {"shard": "shard-1", "leader": None, "entitlements": ["ads"], "warning": warning},
+        shard("shard-0", "h:1:a", entitlements=["default"]),
+        shard("shard-1", entitlements=["ads"], warning=warning),
     ]
     api.on("GET", "/admin/shards", httpx.Response(200, json={"shards": shards}))
     result = run("shard", "ls")
@@ -116,7 +94,7 @@ def test_shard_ls_warns_of_a_shard_whose_entitlements_have_no_leader(api: FakeAP
 def test_status_lists_the_services_tether_up_restarted_or_left_dead(
     api: FakeAPI, tmp_path: Path
 ) -> None:
-    api.on("GET", "/v1/region", httpx.Response(200, json={"name": "local", "shards": []}))
+    api.on("GET", "/v1/region", httpx.Response(200, json=region()))
     state = {
         "processes": {"frontend": 10, "agent-m1": 21, "health": 12},
         "restarts": {"frontend": 0, "agent-m1": 2, "health": 0},

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.support.api import JOB, problem
+from tests.support.api import JOB, machine, problem, region, shard, task
 from tether.sdk import (
     JSON,
     YAML,
@@ -107,25 +107,12 @@ def test_job_paths_and_bodies() -> None:
 
 
 def test_list_tasks_parses_task_views() -> None:
-    task = {
-        "task_id": "team-a/web/0",
-        "index": 0,
-        "state": "running",
-        "desired": "running",
-        "machine": "m-1",
-        "attempt": 1,
-        "restarts": 0,
-        "generation": 1,
-        "pid": 4242,
-        "exit_code": None,
-        "message": None,
-        "started_at": "2025-01-02T03:04:05Z",
-        "updated_at": "2025-01-02T03:04:06Z",
-    }
-    recorder = Recorder(httpx.Response(200, json={"tasks": [task]}))
+    recorder = Recorder(httpx.Response(200, json={"tasks": [task(0, "running", "m-1")]}))
     [view] = client(recorder).list_tasks("team-a/web")
     assert recorder.last.url.path == "/v1/jobs/team-a/web/tasks"
-    assert (view.index, view.state, view.machine, view.pid) == (0, "running", "m-1", 4242)
+    assert (view.index, view.state, view.machine, view.pid) == (0, "running", "m-1", 1000)
+    assert view.started_at is not None
+    assert view.started_at.tzinfo is not None
 
 
 def test_task_logs_asks_for_a_stream_and_tail_and_returns_bytes() -> None:
@@ -139,44 +126,28 @@ def test_task_logs_asks_for_a_stream_and_tail_and_returns_bytes() -> None:
 
 
 def test_machines_and_region_views() -> None:
-    machine = {
-        "id": "m-1",
-        "hostname": "host-1",
-        "topology": {"region": "local", "dc": "dc1", "msb": "msb1", "rack": "r1"},
-        "hardware_type": "std",
-        "state": "up",
-        "entitlement": None,
-        "capacity": {"cpu": 4000, "memory_mib": 4096, "disk_gib": 20, "gpus": 0, "extra": {}},
-        "allocated": {"cpu": 1500, "memory_mib": 1024},
-        "free": {"cpu": 2500, "memory_mib": 3072, "disk_gib": 20},
-        "tasks": 3,
-        "heartbeat": True,
-    }
-    region = {
-        "name": "local",
-        "shards": [
-            {
-                "shard": "shard-0",
-                "leader": "host:1:abc",
-                "leader_since": "2025-01-02T03:04:05Z",
-                "entitlements": ["team-a"],
-            }
-        ],
-        "allocators": [{"id": "allocator-0", "address": "127.0.0.1:7000", "pid": 10}],
-        "machines": {"total": 4, "up": 3, "down": 1},
-        "jobs": 2,
-        "tasks": {"running": 5},
-    }
-    recorder = Recorder(httpx.Response(200, json={"machines": [machine]}))
+    allocator = {"id": "allocator-0", "address": "127.0.0.1:7000", "pid": 10}
+    answer = region(
+        shards=[shard("shard-0", "host:1:abc", entitlements=["team-a"])],
+        allocators=[allocator | {"since": "2025-01-02T03:04:05Z"}],
+        machines={"total": 4, "up": 3, "down": 1},
+        jobs=2,
+        tasks={"running": 5},
+    )
+    recorder = Recorder(httpx.Response(200, json={"machines": [machine("m-1", cpu=1500)]}))
     tether = client(recorder)
     [view] = tether.list_machines()
     assert (view.topology.dc, view.allocated.cpu, view.capacity.memory_mib) == ("dc1", 1500, 4096)
-    recorder.response = httpx.Response(200, json=region)
+    recorder.response = httpx.Response(200, json=answer)
     summary = tether.region()
     assert recorder.last.url.path == "/v1/region"
     assert summary.shards[0].leader == "host:1:abc"
     assert summary.allocators[0].address == "127.0.0.1:7000"
-    assert summary.machines["down"] == 1
+    assert (summary.machines.total, summary.machines.down) == (4, 1)
+    # An answer without a field the frontend always sends is not the frontend's.
+    recorder.response = httpx.Response(200, json=answer | {"allocators": [allocator]})
+    with pytest.raises(TetherAPIError, match="expected a RegionView from the frontend"):
+        tether.region()
 
 
 def test_entitlements_and_principals() -> None:
