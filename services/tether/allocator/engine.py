@@ -517,7 +517,7 @@ class Engine:
 
     async def _entitlement(self, job: Job) -> Entitlement:
         name = job.spec.entitlement
-        known = self._index.entitlements.get(name)
+        known = self._index.entitlement(name)
         if known is not None:
             return known
         # The feed may not have seen an entitlement created a moment ago.

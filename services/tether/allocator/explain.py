@@ -73,7 +73,7 @@ def explain(planner: Planner) -> Explanation:
     return Explanation(
         filtered.considered,
         len(fitting),
-        len(index.owned.get(planner.owner, ())),
+        len(index.owned_rows(planner.owner)),
         filtered.outcomes,
         counts,
         chosen,

@@ -135,7 +135,7 @@ class Planner:
             # Only the checks alike for every entitlement: entitlements share the lists, and
             # the rest is checked when pulling (a record can turn readable again while the
             # machine stays in the pool).
-            rows = np.fromiter(index.pool.get(msb, ()), np.intp)
+            rows = np.fromiter(index.pool_rows(msb), np.intp)
             rows = rows[index.state[rows] == UP]
             for check in self.rules.shared:
                 rows = rows[check.accepts(rows)]
@@ -260,7 +260,7 @@ class Planner:
         ranked_pool = not spread.by_machine and self.rules.ranks_pool()
         if self._can_grow():
             # Domains whose pool holds no machine for the job drop out at their first pull.
-            msbs = self.rules.prune_msbs([msb for msb, rows in self.index.pool.items() if rows])
+            msbs = self.rules.prune_msbs(self.index.pool_msbs())
             for code, domain_msbs in spread.pool_domains(msbs, tasks).items():
                 domain = domains.get(code)
                 if domain is None:

@@ -102,7 +102,8 @@ def test_a_changed_entitlement_drops_its_entries() -> None:
     region.entitle(entitlement(allowed_dcs=["dc1"]))
     region.put_record("m1", allocation("m1", owner="ads"))
     region.put_record("m2", allocation("m2", owner="ads"))
-    ads = region.index.entitlements["ads"]
+    ads = region.index.entitlement("ads")
+    assert ads is not None
     assert region.ids(region.choose(job(count=1), ads).placements.values()) == ["m1"]
     widened = entitlement(allowed_dcs=["dc2"])
     region.entitle(widened)

@@ -56,7 +56,7 @@ async def test_a_store_failure_fails_every_queued_place_and_leaves_the_index_cle
     # Nothing tentative stays behind: no task held, no resource used, no machine owned.
     assert all(region.index.placements(j.handle) == {} for j in jobs)
     assert not region.index.used.any()
-    assert not region.index.owned.get(region.index.owners.find("ads"))
+    assert not region.index.owned_rows(region.index.owners.find("ads"))
     await engine.close()
     # The next Place runs again (and fails again, rather than hanging).
     with pytest.raises(StoreUnavailable):

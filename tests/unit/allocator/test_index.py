@@ -58,7 +58,7 @@ def test_machine_record_fills_the_columns() -> None:
     assert index.attribute_values["zone"].name(int(index.attributes["zone"][row])) == "a"
     # A new machine without a record is in the free pool of its MSB.
     assert index.owner[row] == NONE
-    assert index.pool[int(index.msb[row])] == {row}
+    assert index.pool_rows(int(index.msb[row])) == {row}
     assert index.machines_present() == ["m1"]
 
 
@@ -74,8 +74,8 @@ def test_machine_changes_move_it_between_pools_and_states() -> None:
     old_msb = int(index.msb[row])
     region.add(machine("m1", msb="msb2", state=MachineState.DRAINING, attributes={"zone": "b"}))
     new_msb = int(index.msb[row])
-    assert index.pool[old_msb] == set()
-    assert index.pool[new_msb] == {row}
+    assert index.pool_rows(old_msb) == set()
+    assert index.pool_rows(new_msb) == {row}
     assert index.state[row] != UP
     assert index.attribute_values["zone"].name(int(index.attributes["zone"][row])) == "b"
     # An attribute the machine no longer has is missing, not kept.
@@ -112,10 +112,13 @@ def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
     assert index.task_count[m1] == 2
     ads = index.owners.find("ads")
     assert index.owner[m1] == ads
-    assert index.owned[ads] == {m1}
-    assert index.owned_hardware[ads] == {index.hardware.find("std"): 1}
-    assert m1 not in index.pool[int(index.msb[m1])]
-    assert {job: index.held(job) for job in index.jobs} == {"ads/web": {0: m1}, "ml/x": {3: m1}}
+    assert index.owned_rows(ads) == {m1}
+    assert index.owned_hardware(ads) == {index.hardware.find("std"): 1}
+    assert m1 not in index.pool_rows(int(index.msb[m1]))
+    assert {job: index.held(job) for job in index.jobs_held()} == {
+        "ads/web": {0: m1},
+        "ml/x": {3: m1},
+    }
     assert index.placements("ads/web") == {0: "m1"}
     assert usage(region, "ads") == {"memory": 1024}
     assert usage(region, "ml") == {"cpu": 250}
@@ -123,7 +126,7 @@ def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
     assert from_json(Allocation, index.header_json(m1)) == record.header
 
     region.put_record("m2", allocation("m2", ("ads/web", 1, GIB), owner="ads"))
-    assert index.owned[ads] == {m1, m2}
+    assert index.owned_rows(ads) == {m1, m2}
     assert usage(region, "ads") == {"memory": 2048}
     # Task 0 leaves m1 and the machine returns to the free pool.
     region.put_record("m1", allocation("m1", ("ml/x", 3, Resources(cpu=250))))
@@ -131,12 +134,12 @@ def test_allocation_record_sets_used_owner_jobs_and_usage() -> None:
     assert usage(region, "ads") == {"memory": 1024}
     assert memory(region, "m1") == (4096, 0)
     assert index.owner[m1] == NONE
-    assert index.owned[ads] == {m2}
-    assert index.owned_hardware[ads] == {
+    assert index.owned_rows(ads) == {m2}
+    assert index.owned_hardware(ads) == {
         index.hardware.find("std"): 0,
         index.hardware.find("big"): 1,
     }
-    assert m1 in index.pool[int(index.msb[m1])]
+    assert m1 in index.pool_rows(int(index.msb[m1]))
 
 
 def test_own_commit_echo_and_old_events_change_nothing() -> None:
@@ -174,7 +177,7 @@ def test_own_commit_echo_and_old_events_change_nothing() -> None:
     assert usage(region, "ads") == {}
     assert memory(region, "m1") == (4096, 0)
     assert index.owner[row] == NONE
-    assert row in index.pool[int(index.msb[row])]
+    assert row in index.pool_rows(int(index.msb[row]))
     assert index.records_present() == []
 
 
@@ -220,7 +223,7 @@ def test_tasks_without_resources_come_and_go() -> None:
     assert index.placements("ads/web") == {0: "m1", 1: "m1"}
     region.put_record("m1", allocation("m1"))
     assert index.placements("ads/web") == {}
-    assert "ads" not in index.usage
+    assert not index.usage_of("ads").any()
 
 
 def test_unreadable_record_takes_the_machine_out_until_fixed() -> None:
@@ -254,9 +257,9 @@ def test_record_before_its_machine() -> None:
     assert index.records_present() == ["m1", "m1/ads/web/0"]
     region.add(machine("m1"))
     assert memory(region, "m1") == (4096, 1024)
-    assert index.owned[index.owners.find("ads")] == {row}
+    assert index.owned_rows(index.owners.find("ads")) == {row}
     # Owned, so not in the free pool.
-    assert row not in index.pool.get(int(index.msb[row]), set())
+    assert row not in index.pool_rows(int(index.msb[row]))
 
 
 def test_new_extra_resource_adds_a_column() -> None:
@@ -311,13 +314,13 @@ def test_entitlements_come_and_go() -> None:
     index = AllocationIndex()
     ads = entitlement(machines={"std": 2})
     index.set_entitlement("ads", to_json(ads))
-    assert index.entitlements == {"ads": ads}
+    assert index.entitlement("ads") == ads
     assert index.owners.find("ads") != NONE
     index.set_entitlement("ads", b"{}")
-    assert index.entitlements == {}
+    assert index.entitlement_names() == []
     index.set_entitlement("ads", to_json(ads))
     index.set_entitlement("ads", None)
-    assert index.entitlements == {}
+    assert index.entitlement_names() == []
 
 
 def test_a_listing_holds_every_entry_older_than_its_machine_record() -> None:

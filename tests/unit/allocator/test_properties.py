@@ -340,7 +340,7 @@ class Checker:
         assert {k: v for k, v in old.usage.items() if v} == {
             k: v for k, v in new.usage.items() if v
         }
-        for handle in region.index.jobs:
+        for handle in region.index.jobs_held():
             assert fresh.index.placements(handle) == region.index.placements(handle)
 
 

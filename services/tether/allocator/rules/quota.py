@@ -3,8 +3,6 @@ its machine quota (how many more machines of each hardware type may join it)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
 from tether.allocator.rules.base import Plan
@@ -60,8 +58,8 @@ def machines_left(plan: Plan) -> dict[int, int] | None:
     if not limits:
         return None
     index = plan.index
-    owned = index.owned_hardware.get(plan.owner, Counter())
+    owned = index.owned_hardware(plan.owner)
     return {
-        index.hardware.code(name): count - owned[index.hardware.code(name)]
+        index.hardware.code(name): count - owned.get(index.hardware.code(name), 0)
         for name, count in limits.items()
     }
