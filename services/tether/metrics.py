@@ -1,17 +1,12 @@
-"""Every Prometheus metric of Tether's services, and the HTTP server that exposes them."""
+"""Every Prometheus metric of Tether's services (served by `metrics_server`)."""
 
 from __future__ import annotations
 
-from typing import Final, cast
+from typing import Final
 
 import grpc
-from prometheus_client import REGISTRY, Counter, Histogram, make_asgi_app
+from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.exposition import choose_encoder
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-from starlette.types import ASGIApp
-
-from tether.service import HttpServer, Service
 
 # Every metric registers with prometheus_client's default registry, which also carries the
 # process_* and python_* collectors; the registry is per process, so one server per process.
@@ -126,71 +121,3 @@ def exposition(accept: str) -> tuple[bytes, str]:
     its content type."""
     encode, content_type = choose_encoder(accept)
     return encode(REGISTRY), content_type
-
-
-class MetricsSettings(BaseSettings):
-    """Where metrics ports listen, read from TETHER_METRICS_* environment variables."""
-
-    model_config = SettingsConfigDict(env_prefix="TETHER_METRICS_", extra="ignore")
-
-    host: str = Field(default="127.0.0.1", description="Address every metrics port binds to.")
-
-
-class MetricsPortUnavailable(Exception):
-    """The metrics port cannot be bound; the message names it and says why."""
-
-
-class MetricsServer(Service):
-    """Serves the process's metrics at `/metrics` (any path, in fact) on `host:port`."""
-
-    name = "metrics"
-
-    def __init__(self, port: int, host: str | None = None) -> None:
-        self._http = HttpServer(
-            cast(ASGIApp, make_asgi_app(REGISTRY)),
-            host or MetricsSettings().host,
-            port,
-            name="metrics",
-            lifespan="off",
-            access_log=False,
-        )
-
-    @property
-    def url(self) -> str:
-        """`http://host:port/metrics`, with the actual port once started."""
-        return f"{self._http.url}/metrics"
-
-    async def start(self) -> None:
-        try:
-            await self._http.start()
-        except OSError as error:
-            where = f"{self._http.host}:{self._http.port}"
-            raise MetricsPortUnavailable(f"cannot serve metrics on {where}: {error}") from error
-
-    async def stop(self) -> None:
-        await self._http.stop()
-
-
-class WithMetrics(Service):
-    """`service`, with its process's metrics served on `port` while it runs (0: a free port,
-    which `metrics.url` names once started)."""
-
-    def __init__(self, service: Service, port: int, host: str | None = None) -> None:
-        self.name = service.name
-        self.service = service
-        self.metrics = MetricsServer(port, host)
-
-    async def start(self) -> None:
-        # First: a port in use fails the process before the service registers anywhere.
-        await self.metrics.start()
-        try:
-            await self.service.start()
-        except BaseException:
-            await self.metrics.stop()
-            raise
-
-    async def stop(self) -> None:
-        try:
-            await self.service.stop()
-        finally:
-            await self.metrics.stop()

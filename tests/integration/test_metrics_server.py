@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.support.metrics import scrape
-from tether.metrics import MetricsPortUnavailable, WithMetrics
+from tether.metrics_server import MetricsPortUnavailable, WithMetrics
 from tether.store import open_store
 from tether.taskcontrol.registry.service import Registry
 from tether.taskcontrol.registry.settings import RegistrySettings

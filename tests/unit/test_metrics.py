@@ -6,7 +6,7 @@ import grpc
 import pytest
 from prometheus_client import Counter, Histogram
 
-from tether import metrics
+from tether import metrics, metrics_server
 
 SUBSYSTEMS = {"store", "frontend", "allocator", "scheduler", "agent", "health", "broker"}
 
@@ -78,6 +78,6 @@ def test_exposition_is_prometheus_text_unless_openmetrics_is_asked_for() -> None
 
 
 def test_the_metrics_host_comes_from_tether_metrics_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert metrics.MetricsSettings().host == "127.0.0.1"
+    assert metrics_server.MetricsSettings().host == "127.0.0.1"
     monkeypatch.setenv("TETHER_METRICS_HOST", "0.0.0.0")
-    assert metrics.MetricsSettings().host == "0.0.0.0"
+    assert metrics_server.MetricsSettings().host == "0.0.0.0"

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import pydantic
 import typer
 
-from tether.metrics import MetricsPortUnavailable, WithMetrics
+from tether.metrics_server import MetricsPortUnavailable, WithMetrics
 from tether.service import InRegion, Service, connect_store, run
 from tether.store import Store, StoreError
 

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from tether.agent.cleanup import stop_tasks
-from tether.metrics import MetricsSettings
+from tether.metrics_server import MetricsSettings
 from tether.model import DEFAULT_FENCING_S, Resources
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
 from tether.region.plan import (

@@ -30,6 +30,7 @@ from tether.store.base import (
     mod_revision_is,
     value_is,
 )
+from tether.store.measured import MeasuredStore
 
 __all__ = [
     "CompactedError",
@@ -70,10 +71,7 @@ def open_store(url: str | None = None, settings: StoreSettings | None = None) ->
     settings = settings or StoreSettings()
     url = url or settings.url
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
-    # Imported here, like the backends: tether.metrics serves over tether.service, which imports
-    # this package.
-    from tether.store.measured import MeasuredStore
-
+    # The backends are imported on use: a process loads the one client library it needs.
     if scheme in ETCD_SCHEMES:
         from tether.store.etcd import EtcdStore
 

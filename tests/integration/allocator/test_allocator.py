@@ -18,7 +18,7 @@ from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
-from tether.metrics import WithMetrics
+from tether.metrics_server import WithMetrics
 from tether.model import Allocation, AllocatorEndpoint, Resources, from_json, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
