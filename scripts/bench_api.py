@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import random
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -40,8 +41,11 @@ import httpx
 import numpy as np
 from allocbench import log
 
+# The region harness is test tooling (tests/support), shared with the end-to-end tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.harness import LocalRegion, cpu_seconds, sleeper_job
 from tether.model import Job, from_json
-from tether.region.harness import LocalRegion, cpu_seconds, sleeper_job
 from tether.store import keys, open_store
 
 ENTITLEMENT = "bench"

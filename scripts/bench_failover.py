@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ from typing import Any
 import numpy as np
 from allocbench import log
 
+# The region harness is test tooling (tests/support), shared with the end-to-end tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.harness import LocalRegion, all_running, sleeper_job, wait_for
 from tether.model import ShardLeader, ShardReplica, ShardStatus, from_json
-from tether.region.harness import LocalRegion, all_running, sleeper_job, wait_for
 from tether.scheduler.settings import SchedulerSettings
 from tether.store import EventType, Store, keys, open_store
 

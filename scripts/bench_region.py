@@ -52,7 +52,10 @@ import httpx
 import orjson
 from allocbench import log
 
-from tether.region.harness import (
+# The region harness is test tooling (tests/support), shared with the end-to-end tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.harness import (
     FAST_TIMINGS,
     LocalRegion,
     all_running,

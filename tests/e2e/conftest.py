@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.region.harness import LocalRegion
+from tests.support.harness import LocalRegion
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.harness import LocalRegion, all_running, sleeper_job, wait_for
 from tether.cli.common import TOKEN_HINT
-from tether.region.harness import LocalRegion, all_running, sleeper_job, wait_for
 
 
 def appsched(region: LocalRegion, *args: str) -> list[str]:

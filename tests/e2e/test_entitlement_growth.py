@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.allocations import Stored, read_allocations
-from tether.model import Allocation, HostProfile, Machine, from_json, to_json
-from tether.region.harness import (
+from tests.support.harness import (
     LocalRegion,
     all_running,
     sleeper_job,
@@ -24,6 +23,7 @@ from tether.region.harness import (
     tasks_of,
     wait_for,
 )
+from tether.model import Allocation, HostProfile, Machine, from_json, to_json
 from tether.store import keys, open_store
 
 pytestmark = pytest.mark.timeout(120)

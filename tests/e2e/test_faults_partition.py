@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from tests.support.faults import TwiceSampler, dead_services
-from tests.support.netns import Namespace, start_agent_in
-from tether.region.harness import (
+from tests.support.harness import (
     LocalRegion,
     all_running,
     machines_by_id,
@@ -27,6 +26,7 @@ from tether.region.harness import (
     submit,
     wait_for,
 )
+from tests.support.netns import Namespace, start_agent_in
 from tether.region.supervisor import process_alive
 from tether.store.etcd_server import EtcdServer
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.support.faults import dead_services, pids_by_index, read_key
-from tether.region.harness import (
+from tests.support.harness import (
     FAST_FENCING_S,
     LocalRegion,
     all_running,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, wait_for
+from tests.support.harness import LocalRegion, all_running, get_json, sleeper_job, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 
 from tests.e2e.test_taskcontrol import ControllerThread, running_job
+from tests.support.harness import LocalRegion, get_json, tasks_of, wait_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
-from tether.region.harness import LocalRegion, get_json, tasks_of, wait_for
 
 WINDOW_S = 6
 

@@ -18,10 +18,7 @@ import grpc
 import httpx
 import pytest
 
-from tests.support.metrics import Scrape
-from tether.model import ShardLeader, shard_for
-from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
-from tether.region.harness import (
+from tests.support.harness import (
     LocalRegion,
     all_running,
     get_json,
@@ -31,6 +28,9 @@ from tether.region.harness import (
     tasks_of,
     wait_for,
 )
+from tests.support.metrics import Scrape
+from tether.model import ShardLeader, shard_for
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
 from tether.region.plan import SHARDS
 from tether.region.supervisor import process_alive
 from tether.taskcontrol.sdk import Controller

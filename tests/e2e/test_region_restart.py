@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.region.harness import (
+from tests.support.harness import (
     FAST_TIMINGS,
     LocalRegion,
     all_running,

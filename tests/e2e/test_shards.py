@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from tests.support.faults import pids_by_index
-from tether.model import shard_for
-from tether.region.harness import (
+from tests.support.harness import (
     FAST_TIMINGS,
     LocalRegion,
     all_running,
@@ -27,6 +26,7 @@ from tether.region.harness import (
     sleeper_job,
     wait_for,
 )
+from tether.model import shard_for
 from tether.region.plan import SHARDS
 
 NEW_SHARD = "shard-9"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.faults import TwiceSampler, task_processes
-from tether.region.harness import LocalRegion, all_running, sleeper_job, submit, wait_for
+from tests.support.harness import LocalRegion, all_running, sleeper_job, submit, wait_for
 from tether.region.supervisor import process_alive
 
 pytestmark = pytest.mark.timeout(240)

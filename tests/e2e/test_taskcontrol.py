@@ -13,10 +13,10 @@ import grpc
 import httpx
 import pytest
 
+from tests.support.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
 from tether.model import shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
-from tether.region.harness import LocalRegion, all_running, sleeper_job, tasks_of, wait_for
 from tether.region.plan import SHARDS
 
 APPROVED_TASKS = {0, 1}

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tether.region.harness import get_json, sleeper_job
+from tests.support.harness import get_json, sleeper_job
 
 STEPS = ("submit", "grow", "shrink", "delete")
 """What the churn does, in turn (`Churn(steps=...)`); `update` rolls out a new version."""

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from tests.support.harness import LocalRegion
 from tether.model import Resources
-from tether.region.harness import LocalRegion
 from tether.region.plan import agent_args, agent_placements
 
 

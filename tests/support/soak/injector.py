@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.harness import LocalRegion
 from tests.support.netns import Namespace
 from tether.agent.procfs import start_ticks
-from tether.region.harness import LocalRegion
 from tether.region.restarts import RestartPolicy
 from tether.store.etcd_server import EtcdCluster
 

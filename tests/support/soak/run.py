@@ -17,11 +17,11 @@ import httpx
 
 from tests.support.churn import Churn
 from tests.support.faults import TwiceSampler, task_processes
+from tests.support.harness import LocalRegion, all_running, get_json, sleeper_job, submit, wait_for
 from tests.support.netns import Namespace, start_agent_in
 from tests.support.soak.audit import audit_store, stray_processes
 from tests.support.soak.injector import FaultInjector, FaultTimings
 from tether.model import DEFAULT_FENCING_S
-from tether.region.harness import LocalRegion, all_running, get_json, sleeper_job, submit, wait_for
 from tether.store.etcd_server import EtcdCluster
 
 STEADY_JOBS = {"default/steady": False, "default/steady-once": True}
