@@ -1,17 +1,54 @@
-"""Asyncio helpers every layer shares (the store's background tasks and the services')."""
+"""Asyncio helpers every layer shares (the store's background tasks and the services'):
+stopping background tasks, and a loop that runs every N seconds until stopped."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancels `task` (None: nothing to do) and returns once it has finished; the
-    cancellation it ends with is not an error."""
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancels every task (None: nothing to do) and returns once all have finished; the
+    cancellation they end with is not an error. All are cancelled before any is awaited, so
+    one slow to finish does not keep the others running."""
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    for task in running:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def every(
+    interval_s: float | Callable[[], float], action: Callable[[], Awaitable[object]]
+) -> NoReturn:
+    """Waits `interval_s` (or what it returns, asked before each wait), runs `action`, and so
+    on until cancelled. `action` handles its own errors: one that escapes ends the loop."""
+    while True:
+        await asyncio.sleep(interval_s() if callable(interval_s) else interval_s)
+        await action()
+
+
+class Periodic:
+    """`every` in a task of its own, from `start()` until `stop()`."""
+
+    def __init__(
+        self,
+        name: str,
+        interval_s: float | Callable[[], float],
+        action: Callable[[], Awaitable[object]],
+    ) -> None:
+        self.name = name
+        self._interval_s = interval_s
+        self._action = action
+        self._task: asyncio.Task[NoReturn] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(every(self._interval_s, self._action), name=self.name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        await cancel_and_wait(task)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -10,7 +9,7 @@ from datetime import UTC, datetime
 
 import grpc
 
-from tether.aio import cancel_and_wait
+from tether.aio import Periodic
 from tether.allocator.engine import Engine
 from tether.allocator.errors import AllocatorError
 from tether.allocator.index import AllocationIndex, sinks
@@ -55,7 +54,9 @@ class Allocator(Service):
             caught_up=feeds[keys.ALLOCATIONS].wait_for,
         )
         self._replicas = PrefixMirror(store, keys.ALLOCATORS, self._replicas_changed)
-        self._idle_returns: asyncio.Task[None] | None = None
+        self._tidying = Periodic(
+            f"{self.name} idle machines and duplicates", settings.idle_check_s, self._tidy
+        )
         self._server: grpc.aio.Server | None = None
         self._registration = Registration(
             store, keys.allocator(settings.id), self._endpoint, settings.lease_ttl_s, self.name
@@ -83,14 +84,11 @@ class Allocator(Service):
         await self._registration.start()
         await self._replicas.start()
         await self._replicas_changed(set())
-        self._idle_returns = asyncio.create_task(
-            self._tidy(), name=f"{self.name} idle machines and duplicates"
-        )
+        self._tidying.start()
         _log.info("%s serving on %s", self.name, self.address)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._idle_returns)
-        self._idle_returns = None
+        await self._tidying.stop()
         await self._replicas.stop()
         await self._registration.stop()
         if self._server is not None:
@@ -112,16 +110,14 @@ class Allocator(Service):
 
     async def _tidy(self) -> None:
         """Returns idle machines to the free pool, and releases the extra entries of tasks
-        placed twice, every `idle_check_s`."""
-        while True:
-            await asyncio.sleep(self.settings.idle_check_s)
-            try:
-                returned = await self.engine.return_idle(time.time())
-                tidied = await self.engine.release_duplicates()
-            except (StoreError, AllocatorError) as error:
-                _log.warning("%s could not tidy its machines: %s", self.name, error)
-                continue
-            if returned:
-                _log.info("%s returned %d idle machines to the free pool", self.name, returned)
-            if tidied:
-                _log.info("%s released %d tasks' second placements", self.name, tidied)
+        placed twice (every `idle_check_s`)."""
+        try:
+            returned = await self.engine.return_idle(time.time())
+            tidied = await self.engine.release_duplicates()
+        except (StoreError, AllocatorError) as error:
+            _log.warning("%s could not tidy its machines: %s", self.name, error)
+            return
+        if returned:
+            _log.info("%s returned %d idle machines to the free pool", self.name, returned)
+        if tidied:
+            _log.info("%s released %d tasks' second placements", self.name, tidied)

@@ -25,10 +25,7 @@ from tether.model import (
 from tether.store import (
     Delete,
     Get,
-    KeyValue,
-    OpResult,
     Put,
-    RangeResult,
     Store,
     key_exists,
     key_missing,
@@ -59,8 +56,8 @@ async def machines_of(store: Store, request: MaintenanceRequest) -> list[Machine
         for start in range(0, len(wanted), _READ_CHUNK):
             chunk = wanted[start : start + _READ_CHUNK]
             result = await store.txn([], [Get(keys.machine(machine_id)) for machine_id in chunk])
-            for machine_id, read in zip(chunk, result.results, strict=True):
-                kv = _found(read)
+            for position, machine_id in enumerate(chunk):
+                kv = result.kv(position)
                 if kv is None:
                     missing.append(machine_id)
                 else:
@@ -157,11 +154,11 @@ async def drain(
     )
     if result.succeeded:
         return notice, True
-    if _found(result.results[0]) is None:
+    if result.kv(0) is None:
         raise NotFound(f"machine '{machine_id}' does not exist")
     # One compare failed and the machine is there: one of the holders is (read at the same
     # revision as the compares).
-    held = next(kv for kv in map(_found, result.results[1:]) if kv is not None)
+    held = next(kv for kv in map(result.kv, range(1, len(holders) + 1)) if kv is not None)
     return records.load(AdvanceNotice, held), False
 
 
@@ -172,9 +169,9 @@ async def undrain(store: Store, machine_id: str) -> list[AdvanceNotice]:
     held = [keys.maintenance(drain_id(kind, machine_id)) for kind in _DRAINS]
     for _ in range(_UNDRAIN_ATTEMPTS):
         result = await store.txn([], [Get(machine_key), *(Get(key) for key in held)])
-        if _found(result.results[0]) is None:
+        if result.kv(0) is None:
             raise NotFound(f"machine '{machine_id}' does not exist")
-        found = [kv for kv in map(_found, result.results[1:]) if kv is not None]
+        found = [kv for kv in map(result.kv, range(1, len(held) + 1)) if kv is not None]
         if not found:
             return []
         notices = [records.load(AdvanceNotice, kv) for kv in found]
@@ -185,9 +182,3 @@ async def undrain(store: Store, machine_id: str) -> list[AdvanceNotice]:
         if deleted.succeeded:
             return notices
     raise Conflict(f"the drain of machine '{machine_id}' kept changing; try again")
-
-
-def _found(result: OpResult) -> KeyValue | None:
-    """The key a Get of one key read, or None when it is missing."""
-    assert isinstance(result, RangeResult)
-    return result.kvs[0] if result.kvs else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from datetime import UTC, datetime
@@ -10,7 +9,7 @@ from datetime import UTC, datetime
 import pydantic
 
 from tether import metrics
-from tether.aio import cancel_and_wait
+from tether.aio import Periodic
 from tether.health.checker import Absences, next_state
 from tether.health.settings import HealthSettings
 from tether.model import Machine, MachineState, from_json, to_json
@@ -50,7 +49,7 @@ class HealthChecker(Service):
         """The machines mirror's valid records, parsed, by machine id."""
         self._dirty: set[str] = set()
         """Machines to decide on at the next check, besides those without a heartbeat."""
-        self._task: asyncio.Task[None] | None = None
+        self._checking = Periodic(self.name, settings.check_interval_s, self._check)
 
     async def start(self) -> None:
         # Absences count from here: machines silent since before the start get the whole grace.
@@ -62,11 +61,10 @@ class HealthChecker(Service):
         heartbeats = {keys.last_segment(key) for key in self._heartbeats.items}
         self._absences.machines_present(self._records, heartbeats)
         self._dirty.update(self._records)
-        self._task = asyncio.create_task(self._run(), name=self.name)
+        self._checking.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._checking.stop()
         await self._machines.stop()
         await self._heartbeats.stop()
         await self._store.close()
@@ -105,11 +103,6 @@ class HealthChecker(Service):
             if key not in self._heartbeats.items:
                 self._absences.heartbeat_gone(machine_id, now)
             self._dirty.add(machine_id)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.check_interval_s)
-            await self._check()
 
     async def _check(self) -> None:
         now = time.monotonic()

@@ -204,6 +204,25 @@ class TxnResult:
     revision: int
     results: list[OpResult]
 
+    def kvs(self, position: int) -> list[KeyValue]:
+        """What the `Get` at `position` of the branch that ran read."""
+        result = self.results[position]
+        if not isinstance(result, RangeResult):
+            raise TypeError(f"operation {position} of the transaction is not a Get: {result}")
+        return result.kvs
+
+    def kv(self, position: int) -> KeyValue | None:
+        """The key the `Get` of one key at `position` read, or None when it is missing."""
+        kvs = self.kvs(position)
+        return kvs[0] if kvs else None
+
+    def deleted(self, position: int) -> int:
+        """How many keys the `Delete` at `position` removed."""
+        result = self.results[position]
+        if not isinstance(result, DeleteResult):
+            raise TypeError(f"operation {position} of the transaction is not a Delete: {result}")
+        return result.deleted
+
 
 class EventType(enum.Enum):
     PUT = "put"
@@ -316,9 +335,7 @@ class Store(_Closable):
 
     async def delete(self, key: str, *, prefix: bool = False) -> int:
         """Deletes `key` (or everything under it); returns how many keys were deleted."""
-        result = (await self.txn((), (Delete(key, prefix),))).results[0]
-        assert isinstance(result, DeleteResult)
-        return result.deleted
+        return (await self.txn((), (Delete(key, prefix),))).deleted(0)
 
     async def create(self, key: str, value: bytes, *, lease: int = 0) -> bool:
         """Writes `key` only if it does not exist yet; returns whether it did."""

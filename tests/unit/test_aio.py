@@ -1,0 +1,103 @@
+"""The shared asyncio helpers: stopping background tasks, and loops that run every N seconds."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tether.aio import Periodic, cancel_and_wait, every
+
+
+async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
+    finished: list[str] = []
+
+    async def sleeper(name: str) -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append(name)
+
+    tasks = [asyncio.create_task(sleeper(name)) for name in ("a", "b")]
+    await asyncio.sleep(0)
+    await cancel_and_wait(tasks[0], None, tasks[1])
+    assert sorted(finished) == ["a", "b"]
+    assert all(task.cancelled() for task in tasks)
+
+
+async def test_cancel_and_wait_cancels_all_before_awaiting_any() -> None:
+    """A task that takes a while to finish does not keep the others running meanwhile."""
+    order: list[str] = []
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            order.append("slow cancelled")
+            await asyncio.shield(asyncio.sleep(0.05))
+            order.append("slow done")
+
+    async def quick() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            order.append("quick cancelled")
+
+    slow, fast = asyncio.create_task(slow_to_stop()), asyncio.create_task(quick())
+    await asyncio.sleep(0)
+    await cancel_and_wait(slow, fast)
+    assert order.index("quick cancelled") < order.index("slow done")
+
+
+async def test_every_waits_then_runs_each_interval_as_asked_before_each_wait() -> None:
+    runs: list[float] = []
+    asked: list[int] = []
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+
+    def interval() -> float:
+        asked.append(len(runs))
+        return 0.01
+
+    async def action() -> None:
+        runs.append(loop.time())
+        if len(runs) == 3:
+            done.set()
+
+    started = loop.time()
+    task = asyncio.create_task(every(interval, action))
+    await asyncio.wait_for(done.wait(), 5)
+    await cancel_and_wait(task)
+    assert runs[0] - started >= 0.01  # the first run comes after one interval
+    assert asked[:3] == [0, 1, 2]
+
+
+async def test_periodic_starts_once_and_stops() -> None:
+    runs = 0
+    ran = asyncio.Event()
+
+    async def action() -> None:
+        nonlocal runs
+        runs += 1
+        ran.set()
+
+    periodic = Periodic("counting", 0.01, action)
+    periodic.start()
+    periodic.start()  # a second start changes nothing
+    await asyncio.wait_for(ran.wait(), 5)
+    await periodic.stop()
+    stopped_at = runs
+    # Proof that time passed without a run: another loop of the same period ran twice.
+    other = asyncio.Event()
+    seen = 0
+
+    async def count() -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 2:
+            other.set()
+
+    second = Periodic("second", 0.01, count)
+    second.start()
+    await asyncio.wait_for(other.wait(), 5)
+    await second.stop()
+    assert runs == stopped_at
+    await periodic.stop()  # stopping twice is fine
