@@ -22,12 +22,22 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
 
 
 async def every(
-    interval_s: float | Callable[[], float], action: Callable[[], Awaitable[object]]
+    interval_s: float | Callable[[], float],
+    action: Callable[[], Awaitable[object]],
+    *,
+    wake: asyncio.Event | None = None,
 ) -> NoReturn:
     """Waits `interval_s` (or what it returns, asked before each wait), runs `action`, and so
-    on until cancelled. `action` handles its own errors: one that escapes ends the loop."""
+    on until cancelled; setting `wake` ends a wait early. `action` handles its own errors: one
+    that escapes ends the loop."""
     while True:
-        await asyncio.sleep(interval_s() if callable(interval_s) else interval_s)
+        pause = interval_s() if callable(interval_s) else interval_s
+        if wake is None:
+            await asyncio.sleep(pause)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), pause)
+            wake.clear()
         await action()
 
 
@@ -39,15 +49,19 @@ class Periodic:
         name: str,
         interval_s: float | Callable[[], float],
         action: Callable[[], Awaitable[object]],
+        *,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.name = name
         self._interval_s = interval_s
         self._action = action
+        self._wake = wake
         self._task: asyncio.Task[NoReturn] | None = None
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(every(self._interval_s, self._action), name=self.name)
+            looping = every(self._interval_s, self._action, wake=self._wake)
+            self._task = asyncio.create_task(looping, name=self.name)
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -21,7 +20,7 @@ from tether.agent.logserver import log_server
 from tether.agent.profile import HostProfiles
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef, WorkDir
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, every
 from tether.model import (
     TERMINAL_STATES,
     AgentHeartbeat,
@@ -171,13 +170,15 @@ class Agent(Service):
         self._hold_assigned(self._desired)
         self._workers = [
             asyncio.create_task(self._stay_registered(), name=f"{self.name} heartbeat"),
-            asyncio.create_task(self._reconcile_forever(), name=f"{self.name} reconcile"),
+            asyncio.create_task(
+                every(self._poll_interval_s, self._reconcile_now, wake=self._wake),
+                name=f"{self.name} reconcile",
+            ),
         ]
 
     async def stop(self) -> None:
         """Stops watching, serving and heartbeating; the tasks keep running."""
-        for worker in self._workers:
-            await cancel_and_wait(worker)
+        await cancel_and_wait(*self._workers)
         self._workers = []
         await self._assignments.stop()
         await self._profiles.stop()
@@ -336,17 +337,14 @@ class Agent(Service):
 
     # --- reconciling -------------------------------------------------------------------------
 
-    async def _reconcile_forever(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
-            self._wake.clear()
-            try:
-                await self._reconcile()
-            except StoreError as error:
-                _log.warning("store request failed, retrying: %s", error)
-            except Exception:
-                _log.exception("reconciling failed; retrying")
+    async def _reconcile_now(self) -> None:
+        """One pass, run every poll interval or as soon as something wakes it."""
+        try:
+            await self._reconcile()
+        except StoreError as error:
+            _log.warning("store request failed, retrying: %s", error)
+        except Exception:
+            _log.exception("reconciling failed; retrying")
 
     async def _reconcile(self) -> None:
         # A copy: the mirror's callback updates the assignments while this awaits the store.

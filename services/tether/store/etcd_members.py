@@ -19,7 +19,7 @@ import grpc
 import grpc.aio
 from aetcd import rpc
 
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, every
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,8 @@ class Members:
     def stubs(self) -> Stubs:
         """The member in use's stubs; with several members, starts checking them."""
         if self._checker is None and len(self._endpoints) > 1:
-            self._checker = asyncio.create_task(self._check_forever(), name="etcd members")
+            checking = every(HEALTH_INTERVAL_S, self._check_now, wake=self._suspect)
+            self._checker = asyncio.create_task(checking, name="etcd members")
         return self._stubs_of(self.current)
 
     def _stubs_of(self, member: int) -> Stubs:
@@ -120,15 +121,12 @@ class Members:
         """A request failed: check the member in use now."""
         self._suspect.set()
 
-    async def _check_forever(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._suspect.wait(), HEALTH_INTERVAL_S)
-            self._suspect.clear()
-            try:
-                await self.check()
-            except Exception:
-                log.exception("checking the etcd members failed")
+    async def _check_now(self) -> None:
+        """One check, run every HEALTH_INTERVAL_S or as soon as a request fails."""
+        try:
+            await self.check()
+        except Exception:
+            log.exception("checking the etcd members failed")
 
     async def check(self) -> None:
         """Leaves the member in use for the most up-to-date healthy one, if it is unhealthy."""
