@@ -261,9 +261,9 @@ def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
         created.raise_for_status()
     log(f"{args.clients} clients on {len(region.urls)} frontends for {args.seconds:.0f} s")
     pids = {**region.service_pids(), "clients": os.getpid()}
-    state = json.loads((region.state_dir / "region.json").read_text())
-    if state.get("etcd_pid"):
-        pids["etcd"] = int(state["etcd_pid"])
+    state = region.state()
+    if state.etcd_pid:
+        pids["etcd"] = state.etcd_pid
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     tally, told, elapsed = asyncio.run(load(region.urls, region.token, args))
     cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}

@@ -357,7 +357,7 @@ async def run_scale(
 def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
     region.start(timeout_s=300)
     store_url = region.store_url()
-    state = json.loads((region.state_dir / "region.json").read_text())
+    state = region.state()
     log_path = region.state_dir / "logs" / "agent-sim.log"
     with log_path.open("ab") as sim_log:
         simulator = subprocess.Popen(
@@ -378,8 +378,8 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
         up_s = time.monotonic() - started
         log(f"{args.machines:,} machines up after {up_s:.1f} s")
         pids = {**region.service_pids(), "agent-sim": simulator.pid}
-        if state.get("etcd_pid"):
-            pids["etcd"] = int(state["etcd_pid"])
+        if state.etcd_pid:
+            pids["etcd"] = state.etcd_pid
         results = asyncio.run(run_scale(region, args, pids))
         rss = {
             name: round(mib) for name, pid in pids.items() if (mib := peak_rss_mib(pid)) is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,10 +25,10 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
 
 
 def test_every_frontend_is_recorded_and_ready(region: LocalRegion) -> None:
-    state = json.loads((region.state_dir / "region.json").read_text())
-    assert state["urls"] == [region.url, f"http://127.0.0.1:{region.port + 2}"]
-    assert state["url"] == region.url
-    assert {"frontend", "frontend-1"} <= set(state["processes"])
+    state = region.state()
+    assert state.urls == [region.url, f"http://127.0.0.1:{region.port + 2}"]
+    assert state.url == region.url
+    assert {"frontend", "frontend-1"} <= set(state.processes)
     for number in range(2):
         with region.client(number) as client:
             assert client.get("/readyz").status_code == 200

@@ -6,7 +6,6 @@ The tests share one region and run in file order; the last one kills an agent fo
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import time
@@ -289,16 +288,14 @@ def test_the_cli_lists_every_shard_with_its_leader(region: LocalRegion) -> None:
 def test_every_service_serves_its_metrics_where_region_json_says(
     region: LocalRegion, client: httpx.Client
 ) -> None:
-    state = json.loads((region.state_dir / "region.json").read_text())
+    state = region.state()
     # Frontends serve theirs at GET /metrics, on the REST port.
-    assert set(state["metrics"]) == {name for name in state["processes"] if "frontend" not in name}
+    assert set(state.metrics) == {name for name in state.processes if "frontend" not in name}
     # Earlier tests of the module killed a scheduler leader and an agent for good.
     endpoints: dict[str, str] = {
-        name: url
-        for name, url in state["metrics"].items()
-        if process_alive(state["processes"][name])
+        name: url for name, url in state.metrics.items() if process_alive(state.processes[name])
     }
-    assert len(endpoints) >= len(state["metrics"]) - 2
+    assert len(endpoints) >= len(state.metrics) - 2
 
     def scrape(url: str) -> Scrape:
         response = httpx.get(url, timeout=10)

@@ -34,12 +34,12 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
 
 def restarted(region: LocalRegion, name: str, old_pid: int) -> int | None:
     """The service's new pid once `tether up` has started it again and it runs."""
-    pid = region.state()["processes"][name]
+    pid = region.state().processes[name]
     return pid if pid != old_pid and process_alive(pid) else None
 
 
 def kill(region: LocalRegion, name: str) -> int:
-    pid = region.state()["processes"][name]
+    pid = region.state().processes[name]
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not process_alive(pid), timeout_s=10, what=f"{name} to die")
     return int(pid)
@@ -59,7 +59,7 @@ def test_dead_services_are_restarted_and_nothing_runs_twice_for_long(region: Loc
     leader = next(s for s in client.get("/v1/region").json()["shards"] if s["leader"])
     scheduler = next(
         name
-        for name, pid in region.state()["processes"].items()
+        for name, pid in region.state().processes.items()
         if name.startswith("scheduler-") and f":{pid}:" in leader["leader"]
     )
     sampler = TwiceSampler(region.state_dir)
@@ -67,7 +67,7 @@ def test_dead_services_are_restarted_and_nothing_runs_twice_for_long(region: Loc
     try:
         for name in (agent, scheduler):
             kill_and_await_restart(region, name)
-            assert region.state()["restarts"][name] == 1
+            assert region.state().restarts[name] == 1
             # 0.5 s, or 1 s when it had run less than 10 s (a fast failure).
             assert f"{name} exited with code -9: restarting it in " in region.output()
             assert f"{name} restarted (pid" in region.output()
@@ -86,7 +86,7 @@ def test_dead_services_are_restarted_and_nothing_runs_twice_for_long(region: Loc
     finally:
         sampler.stop()
     assert sampler.samples > 10
-    assert region.state()["dead"] == []
+    assert region.state().dead == []
 
 
 def test_status_shows_the_restarts(region: LocalRegion) -> None:
@@ -104,7 +104,7 @@ def test_a_service_that_keeps_failing_is_given_up(region: LocalRegion) -> None:
         kill_and_await_restart(region, "frontend")
     kill(region, "frontend")
     wait_for(
-        lambda: "frontend" in region.state()["dead"],
+        lambda: "frontend" in region.state().dead,
         timeout_s=30,
         what="tether up to give up on the frontend",
     )
@@ -112,4 +112,4 @@ def test_a_service_that_keeps_failing_is_given_up(region: LocalRegion) -> None:
         "frontend exited with code -9: it failed 5 times in a row within 10s of starting"
         in region.output()
     )
-    assert region.state()["restarts"]["frontend"] == 5
+    assert region.state().restarts["frontend"] == 5

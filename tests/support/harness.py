@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from tether.model import ShardLeader, from_json
+from tether.model import REGION_FILE_NAME, RegionState, ShardLeader, from_json, read_region_state
 from tether.region.plan import FRONTEND_PORT_STEP
 from tether.region.supervisor import port_is_free
 from tether.store import keys, open_store
@@ -102,8 +101,8 @@ class LocalRegion:
 
     @property
     def urls(self) -> list[str]:
-        """Every frontend's URL, as `tether up` recorded them in the state file."""
-        return [str(url) for url in self.state()["urls"]]
+        """Every frontend's URL, as `tether up` recorded them in the region file."""
+        return self.state().urls
 
     @property
     def registry_address(self) -> str:
@@ -175,7 +174,7 @@ class LocalRegion:
         does; task processes keep running. The restarted ones go first: `tether up` stops
         the store it started (`--etcd`) and the agents, which they would outlive."""
         running = self.process is not None and self.process.poll() is None
-        if running and (self.state_dir / "region.json").exists():
+        if running and self.region_file.exists():
             self.service_pids_at_stop = list(self.service_pids().values())
         self._stop_restarted()
         if self.process is not None and self.process.poll() is None:
@@ -199,15 +198,21 @@ class LocalRegion:
                 process.wait()
         self.restarted.clear()
 
-    def state(self) -> dict[str, Any]:
-        """What `tether up` recorded in region.json: URLs, store, commands, pids, restarts."""
-        state: dict[str, Any] = json.loads((self.state_dir / "region.json").read_text())
+    @property
+    def region_file(self) -> Path:
+        return self.state_dir / REGION_FILE_NAME
+
+    def state(self) -> RegionState:
+        """What `tether up` recorded in its region file: URLs, store, commands, pids, restarts."""
+        state = read_region_state(self.region_file)
+        assert state is not None, f"tether up has written no {self.region_file}"
         return state
 
     def service_pids(self) -> dict[str, int]:
         """Service name -> pid: the state file's, or the process `restart()` started."""
-        pids = {str(name): int(pid) for name, pid in self.state()["processes"].items()}
-        return pids | {name: process.pid for name, process in self.restarted.items()}
+        return self.state().processes | {
+            name: process.pid for name, process in self.restarted.items()
+        }
 
     def restart(self, name: str) -> int:
         """Starts service `name` again with the command `tether up` recorded, on the region's
@@ -217,21 +222,21 @@ class LocalRegion:
         earlier = self.restarted.get(name)
         if earlier is not None:
             earlier.poll()  # reaps an earlier replacement that was killed in turn
-        log_path = Path(state["logs"]) / f"{name}.log"
+        log_path = state.logs / f"{name}.log"
         with log_path.open("ab") as log:
             self.restarted[name] = subprocess.Popen(
-                state["commands"][name],
+                state.commands[name],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**self.env(), "TETHER_STORE": state["store"]},
+                env={**self.env(), "TETHER_STORE": state.store},
                 start_new_session=True,
             )
         return self.restarted[name].pid
 
     def store_url(self) -> str:
         """The region's store, from its state file."""
-        return str(self.state()["store"])
+        return self.state().store
 
     def shard_leader(self, shard: str) -> ShardLeader | None:
         """The shard's leader record as the store holds it now."""

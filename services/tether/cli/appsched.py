@@ -14,8 +14,8 @@ from tether.cli.common import TOKEN_HINT, TokenOption, fail
 from tether.cli.serving import LogLevel
 from tether.model import check_name, parse_job_handle
 from tether.region.plan import RegionOptions
-from tether.region.supervisor import port_is_free, read_state
-from tether.sdk.settings import REGION_FILE, default_token
+from tether.region.supervisor import port_is_free
+from tether.sdk.settings import default_token, local_region
 from tether.service import configure_logging
 from tether.taskcontrol.appsched.base import ReferenceController
 from tether.taskcontrol.appsched.gang import GangController
@@ -89,9 +89,9 @@ class Registration:
 
 def default_registry_address() -> str:
     """The local region's registry, as `tether up` recorded it, else `tether up`'s default."""
-    recorded = (read_state(REGION_FILE) or {}).get("registry_address")
-    if isinstance(recorded, str) and recorded:
-        return recorded
+    region = local_region()
+    if region is not None:
+        return region.registry_address
     return f"{RegionOptions.host}:{RegionOptions.registry_port}"
 
 

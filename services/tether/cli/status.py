@@ -8,17 +8,17 @@ from pathlib import Path
 import typer
 from rich.console import RenderableType
 from rich.table import Table
+from rich.text import Text
 
-from tether.cli.common import TokenOption, UrlOption, client, counts, out
-from tether.region.supervisor import read_state
-from tether.sdk.settings import REGION_FILE
+from tether.cli.common import TokenOption, UrlOption, client, counts, err, out
+from tether.model import DEFAULT_STATE_DIR, REGION_FILE_NAME, RegionStateError, read_region_state
 
 
 def status(
     url: str | None = UrlOption,
     token: str | None = TokenOption,
     state_dir: Path = typer.Option(
-        REGION_FILE.parent,
+        DEFAULT_STATE_DIR,
         "--dir",
         help="The directory of a region `tether up` runs here, for its services' restarts.",
     ),
@@ -58,20 +58,24 @@ def status(
         console.print(allocators)
     else:
         console.print("[red]no allocator is running[/red]")
-    for part in local_services(state_dir / REGION_FILE.name):
+    try:
+        parts = local_services(state_dir / REGION_FILE_NAME)
+    except RegionStateError as error:
+        # The summary above came from the frontend; only the local services are unknown.
+        err().print(Text(f"warning: {error}", style="yellow"), soft_wrap=True)
+        parts = []
+    for part in parts:
         console.print(part)
 
 
 def local_services(state_file: Path) -> list[RenderableType]:
     """What `tether up` recorded of its services in `state_file`: a summary line and, when some
-    were restarted or do not run, a table of those; nothing without the file."""
-    state = read_state(state_file)
+    were restarted or do not run, a table of those; nothing without the file. Raises
+    RegionStateError when the file cannot be read."""
+    state = read_region_state(state_file)
     if state is None:
         return []
-    pids, restarts = state.get("processes"), state.get("restarts")
-    dead = state.get("dead")
-    if not isinstance(pids, dict) or not isinstance(restarts, dict) or not isinstance(dead, list):
-        return []
+    pids, restarts, dead = state.processes, state.restarts, state.dead
     restarted = sum(1 for count in restarts.values() if count)
     summary = (
         f"[bold]services[/bold]  {len(pids)}, {len(pids) - len(dead)} running, "

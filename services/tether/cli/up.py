@@ -12,11 +12,25 @@ from pathlib import Path
 from typing import Annotated, Final
 
 import typer
+from pydantic import Field, ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from tether.agent.cleanup import stop_tasks
 from tether.metrics_server import MetricsSettings
-from tether.model import DEFAULT_FENCING_S, Resources
+from tether.model import (
+    DEFAULT_FENCING_S,
+    DEFAULT_STATE_DIR,
+    REGION_FILE_NAME,
+    RegionState,
+    RegionStateError,
+    Resources,
+    TetherModel,
+    from_json,
+    read_region_state,
+    to_json,
+    write_region_state,
+)
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
 from tether.region.plan import (
     FRONTEND_PORT_STEP,
@@ -32,16 +46,13 @@ from tether.region.supervisor import (
     last_lines,
     port_is_free,
     process_alive,
-    read_state,
     wait_until_ready,
-    write_state,
 )
 from tether.service import connect_store
 from tether.store.etcd_server import EtcdServer
 
 console = Console(stderr=True)
 
-STATE_FILE = "region.json"
 _RESTARTS: Final = RestartPolicy()
 """How `tether up` restarts services (`--restart`)."""
 
@@ -57,7 +68,7 @@ def _raise_stop(signum: int, frame: object) -> None:
 def up(
     state_dir: Annotated[
         Path, typer.Option("--dir", help="Where the region keeps its store, logs and token.")
-    ] = Path(".tether"),
+    ] = DEFAULT_STATE_DIR,
     store: Annotated[
         str | None,
         typer.Option(
@@ -145,10 +156,18 @@ def up(
         _fail("--store and --etcd exclude each other: use an existing etcd, or start one")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
-    state_path = state_dir / STATE_FILE
-    previous = read_state(state_path)
-    if previous and isinstance(pid := previous.get("pid"), int) and process_alive(pid):
-        _fail(f"a region is already running from {state_dir} (pid {pid}); stop it: tether down")
+    state_path = state_dir / REGION_FILE_NAME
+    try:
+        previous = read_region_state(state_path)
+    except RegionStateError as error:
+        # Left by a `tether up` that did not stop cleanly, or edited: this run writes it anew.
+        console.print(f"[yellow]warning:[/] {escape(str(error))}; replacing it", soft_wrap=True)
+        previous = None
+    if previous is not None and process_alive(previous.pid):
+        _fail(
+            f"a region is already running from {state_dir} (pid {previous.pid}); "
+            "stop it: tether down"
+        )
     frontend_ports = [port + FRONTEND_PORT_STEP * k for k in range(frontends)]
     taken = next((p for p in frontend_ports if p > 65535 or not port_is_free(host, p)), None)
     if taken is not None:
@@ -186,27 +205,12 @@ def up(
             f"[/] in {state_dir} (store {store_url})"
         )
         supervisor.start(region_processes(options))
-        state = {
-            "pid": os.getpid(),
-            "url": options.url,
-            "urls": options.urls,
-            "docs_url": options.url + "/docs",
-            "registry_address": options.registry_address,
-            "admin_token_file": str(options.admin_token_file),
-            "store": store_url,
-            "etcd_pid": etcd_server.process.pid if etcd_server and etcd_server.process else 0,
-            "logs": str(options.log_dir),
-            "started_at": datetime.now(UTC).isoformat(),
-            # Where Prometheus scrapes each process; frontends serve GET /metrics (token).
-            "metrics": {
-                r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
-                for r in supervisor.processes
-                if r.spec.metrics_port
-            },
-            # How to start each again by hand, as an operator would after a crash.
-            "commands": {r.spec.name: r.spec.argv() for r in supervisor.processes},
-        }
-        write_state(state_path, state | _processes(supervisor))
+        started_at = datetime.now(UTC)
+
+        def state() -> RegionState:
+            return _state(options, supervisor, etcd_server, metrics_host, started_at)
+
+        write_region_state(state_path, state())
         token = options.admin_token_file.read_text().strip()
         with console.status("starting the region") as status:
             wait_until_ready(
@@ -222,7 +226,7 @@ def up(
             for line in happened:
                 console.print(f"[yellow]{datetime.now():%H:%M:%S}[/] {line}", soft_wrap=True)
             if happened:
-                write_state(state_path, state | _processes(supervisor))
+                write_region_state(state_path, state())
             time.sleep(0.25)
     except (KeyboardInterrupt, _Stop):
         console.print("stopping the region…")
@@ -253,33 +257,67 @@ async def _bootstrap(options: RegionOptions) -> BootstrapResult:
         )
 
 
+class _EtcdPorts(TetherModel):
+    """DIR/etcd.json: the ports of the etcd server `tether up --etcd` started last."""
+
+    client_port: int = Field(gt=0, le=65535)
+    peer_port: int = Field(gt=0, le=65535)
+
+
 def _start_etcd(state_dir: Path) -> EtcdServer:
     # The same ports each time, so that a resumed region's etcd keeps its advertised URLs.
     ports_file = state_dir / "etcd.json"
-    saved = read_state(ports_file) or {}
-    client_port, peer_port = saved.get("client_port"), saved.get("peer_port")
+    try:
+        saved: _EtcdPorts | None = from_json(_EtcdPorts, ports_file.read_bytes())
+    except (OSError, ValidationError):
+        saved = None  # the first start, or a file we cannot use: etcd gets free ports
     server = EtcdServer(
         data_dir=state_dir / "etcd",
-        client_port=client_port if isinstance(client_port, int) else None,
-        peer_port=peer_port if isinstance(peer_port, int) else None,
+        client_port=saved.client_port if saved else None,
+        peer_port=saved.peer_port if saved else None,
     )
     server.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         server.start()
     except RuntimeError as error:
         _fail(f"could not start etcd: {error}")
-    write_state(ports_file, {"client_port": server.client_port, "peer_port": server.peer_port})
+    ports = _EtcdPorts(client_port=server.client_port, peer_port=server.peer_port)
+    ports_file.write_bytes(to_json(ports))
     return server
 
 
-def _processes(supervisor: Supervisor) -> dict[str, object]:
-    """The region state's part that changes as services are restarted: each one's pid (of its
-    last start), restarts, and whether it runs."""
-    return {
-        "processes": {r.spec.name: r.process.pid for r in supervisor.processes},
-        "restarts": {r.spec.name: r.restarts for r in supervisor.processes},
-        "dead": sorted(r.spec.name for r in supervisor.processes if r.process.poll() is not None),
-    }
+def _state(
+    options: RegionOptions,
+    supervisor: Supervisor,
+    etcd_server: EtcdServer | None,
+    metrics_host: str,
+    started_at: datetime,
+) -> RegionState:
+    """What the region file records: where the region serves, and its services' processes as
+    they are now (pids of their last start, restarts, which ones do not run)."""
+    processes = supervisor.processes
+    return RegionState(
+        pid=os.getpid(),
+        url=options.url,
+        urls=options.urls,
+        docs_url=options.url + "/docs",
+        registry_address=options.registry_address,
+        admin_token_file=options.admin_token_file,
+        store=options.store_url,
+        etcd_pid=etcd_server.process.pid if etcd_server and etcd_server.process else 0,
+        logs=options.log_dir,
+        started_at=started_at,
+        # Frontends serve GET /metrics themselves (with the token), on their REST port.
+        metrics={
+            r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
+            for r in processes
+            if r.spec.metrics_port
+        },
+        commands={r.spec.name: r.spec.argv() for r in processes},
+        processes={r.spec.name: r.process.pid for r in processes},
+        restarts={r.spec.name: r.restarts for r in processes},
+        dead=sorted(r.spec.name for r in processes if r.process.poll() is not None),
+    )
 
 
 def _check_alive(supervisor: Supervisor) -> None:
@@ -305,15 +343,21 @@ def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
 def down(
     state_dir: Annotated[
         Path, typer.Option("--dir", help="The region's directory, as given to tether up.")
-    ] = Path(".tether"),
+    ] = DEFAULT_STATE_DIR,
     tasks: Annotated[
         bool, typer.Option("--tasks", help="Also stop every task process of the region.")
     ] = False,
 ) -> None:
     """Stop a region started with `tether up` (from another terminal)."""
-    state = read_state(state_dir.resolve() / STATE_FILE)
-    pid = state.get("pid") if state else None
-    if isinstance(pid, int) and process_alive(pid):
+    try:
+        state = read_region_state(state_dir.resolve() / REGION_FILE_NAME)
+    except RegionStateError as error:
+        console.print(
+            f"[yellow]warning:[/] {escape(str(error))}; it names no region to stop", soft_wrap=True
+        )
+        state = None
+    pid = state.pid if state else None
+    if pid is not None and process_alive(pid):
         os.kill(pid, signal.SIGTERM)
         with console.status(f"stopping the region (pid {pid})"):
             while process_alive(pid):

@@ -67,6 +67,15 @@ from tether.model.region import (
     ShardStatus,
     shard_for,
 )
+from tether.model.region_state import (
+    DEFAULT_REGION_FILE,
+    DEFAULT_STATE_DIR,
+    REGION_FILE_NAME,
+    RegionState,
+    RegionStateError,
+    read_region_state,
+    write_region_state,
+)
 from tether.model.resources import ZERO, InsufficientResources, ResourceOverflow, Resources
 from tether.model.task import (
     ALLOWED_TRANSITIONS,
@@ -88,6 +97,8 @@ from tether.model.topology import FaultDomain, Topology
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "DEFAULT_FENCING_S",
+    "DEFAULT_REGION_FILE",
+    "DEFAULT_STATE_DIR",
     "DRAIN_KINDS",
     "JOB_HANDLE_RULE",
     "MAX_MAINTENANCE_S",
@@ -95,6 +106,7 @@ __all__ = [
     "NAME_RULE",
     "ON_MACHINE_STATES",
     "OPEN_STATES",
+    "REGION_FILE_NAME",
     "RESERVED_ENV_PREFIX",
     "TERMINAL_STATES",
     "ZERO",
@@ -142,6 +154,8 @@ __all__ = [
     "Quantity",
     "Quota",
     "RegionConfig",
+    "RegionState",
+    "RegionStateError",
     "ResourceOverflow",
     "Resources",
     "RestartMode",
@@ -172,7 +186,9 @@ __all__ = [
     "new_token",
     "no_duplicates",
     "parse_job_handle",
+    "read_region_state",
     "shard_for",
     "to_json",
     "token_digest",
+    "write_region_state",
 ]

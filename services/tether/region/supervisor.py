@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import signal
 import socket
@@ -210,20 +209,6 @@ def port_is_free(host: str, port: int) -> bool:
 def process_alive(pid: int) -> bool:
     """Whether `pid` runs; a zombie (exited, not yet reaped by its parent) does not."""
     return start_ticks(pid) is not None
-
-
-def write_state(path: Path, state: dict[str, object]) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(state, indent=2) + "\n")
-    temporary.replace(path)
-
-
-def read_state(path: Path) -> dict[str, object] | None:
-    try:
-        loaded = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
 
 
 def last_lines(path: Path, lines: int = 15) -> str:

@@ -2,41 +2,43 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REGION_FILE = Path(".tether/region.json")
-"""Written by `tether up`: the local region's frontend `url` and its `admin_token_file`."""
+from tether.model import (
+    DEFAULT_REGION_FILE,
+    DEFAULT_STATE_DIR,
+    RegionState,
+    RegionStateError,
+    read_region_state,
+)
+
 DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_TOKEN_FILE = Path(".tether/admin.token")
+DEFAULT_TOKEN_FILE = DEFAULT_STATE_DIR / "admin.token"
 
 
-def _region_info() -> dict[str, Any]:
+def local_region() -> RegionState | None:
+    """What `tether up` recorded in `.tether/region.json`; None without a readable one."""
     # A missing or unreadable region file just means "no local region": the defaults apply,
     # and a failing request names the URL it tried.
     try:
-        info = json.loads(REGION_FILE.read_text())
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+        return read_region_state(DEFAULT_REGION_FILE)
+    except RegionStateError:
+        return None
 
 
 def default_url() -> str:
     """The local region's frontend URL from `.tether/region.json`, else DEFAULT_URL."""
-    url = _region_info().get("url")
-    return url if isinstance(url, str) and url else DEFAULT_URL
+    region = local_region()
+    return region.url if region else DEFAULT_URL
 
 
 def default_token() -> SecretStr | None:
     """The admin token of the local region: the file `.tether/region.json` names in
     `admin_token_file` (relative paths are relative to the current directory, like
     `.tether/` itself), else `.tether/admin.token`; None when there is none."""
-    named = _region_info().get("admin_token_file")
-    path = Path(named) if isinstance(named, str) and named else DEFAULT_TOKEN_FILE
+    region = local_region()
+    path = region.admin_token_file if region else DEFAULT_TOKEN_FILE
     try:
         token = path.read_text().strip()
     except OSError:

@@ -247,8 +247,8 @@ class Soak:
             "samples": sampler.samples,
             "settled": settle_s is not None,
             "settle_s": None if settle_s is None else round(settle_s, 1),
-            "services_restarted": sum(state["restarts"].values()),
-            "services_dead": state["dead"],
+            "services_restarted": sum(state.restarts.values()),
+            "services_dead": state.dead,
         }
 
     def _fault_restarts(self, sampler: TwiceSampler) -> list[str]:

@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup, TyperOption
 from typer.testing import Result
 
+from tests.support.region import write_region_file
 from tests.unit.cli.conftest import run
 from tether.cli import appsched
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
@@ -184,8 +185,7 @@ def test_a_refused_registration_is_one_line(
 def test_by_default_it_registers_with_the_local_region(elsewhere: Path) -> None:
     # `tether up` records where its registry listens; here, a port nobody listens on.
     address = f"127.0.0.1:{free_port()}"
-    (elsewhere / ".tether").mkdir()
-    (elsewhere / ".tether" / "region.json").write_text(json.dumps({"registry_address": address}))
+    write_region_file(elsewhere / ".tether", registry_address=address)
     line = error_line(appsched_run("rolling", "--job", "ml/train"))
     assert line.startswith(f"error: cannot reach the TaskController registry at {address}")
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.api import problem
+from tests.support.region import write_region_file
 from tests.unit.cli.conftest import FakeAPI, run
 
 
@@ -16,9 +16,8 @@ def test_settings_come_from_the_local_region_file(api: FakeAPI, tmp_path: Path) 
     token_file = tmp_path / "secrets" / "admin.token"
     token_file.parent.mkdir()
     token_file.write_text("region-admin\n")
-    (tmp_path / ".tether").mkdir()
-    (tmp_path / ".tether" / "region.json").write_text(
-        json.dumps({"url": "http://127.0.0.1:18080", "admin_token_file": str(token_file)})
+    write_region_file(
+        tmp_path / ".tether", url="http://127.0.0.1:18080", admin_token_file=str(token_file)
     )
     api.on("GET", "/v1/jobs", httpx.Response(200, json={"jobs": []}))
     result = run("job", "ls", env={"TETHER_URL": None, "TETHER_TOKEN": None})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 
 from tests.support.api import machine, region, shard
+from tests.support.region import write_region_file
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
 
 
@@ -95,12 +95,12 @@ def test_status_lists_the_services_tether_up_restarted_or_left_dead(
     api: FakeAPI, tmp_path: Path
 ) -> None:
     api.on("GET", "/v1/region", httpx.Response(200, json=region()))
-    state = {
-        "processes": {"frontend": 10, "agent-m1": 21, "health": 12},
-        "restarts": {"frontend": 0, "agent-m1": 2, "health": 0},
-        "dead": ["health"],
-    }
-    (tmp_path / "region.json").write_text(json.dumps(state))
+    write_region_file(
+        tmp_path,
+        processes={"frontend": 10, "agent-m1": 21, "health": 12},
+        restarts={"frontend": 0, "agent-m1": 2, "health": 0},
+        dead=["health"],
+    )
     result = run("status", "--dir", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "3, 2 running, 1 restarted" in result.stdout
@@ -108,3 +108,19 @@ def test_status_lists_the_services_tether_up_restarted_or_left_dead(
     assert ["agent-m1", "21", "2", "running"] in rows
     assert ["health", "12", "0", "dead"] in rows
     assert not any(row[:1] == ["frontend"] for row in rows)
+
+
+def test_status_warns_of_a_region_file_it_cannot_read_and_shows_the_rest(
+    api: FakeAPI, tmp_path: Path
+) -> None:
+    api.on("GET", "/v1/region", httpx.Response(200, json=region()))
+    (tmp_path / "region.json").write_text('{"processes": {}}')
+    result = run("status", "--dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert ["region", "local"] in [line.split() for line in result.stdout.splitlines()]
+    assert "services" not in result.stdout
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith(
+        f"warning: {tmp_path / 'region.json'} is not a region file written by `tether up`: "
+        "pid: Field required;"
+    )

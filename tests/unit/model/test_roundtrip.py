@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ from tether.model import (
     PrincipalRecord,
     Quota,
     RegionConfig,
+    RegionState,
     Resources,
     RestartMode,
     RestartPolicy,
@@ -382,6 +384,26 @@ control_statuses = st.builds(
     failures=quantities,
     updated_at=st.none() | timestamps,
 )
+paths = st.builds(lambda parts: Path("/", *parts), st.lists(names, max_size=3))
+service_names = st.lists(names, max_size=4)
+region_states = st.builds(
+    RegionState,
+    pid=st.integers(1, 2**22),
+    url=st.text(min_size=1, max_size=40),
+    urls=st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=3),
+    docs_url=st.text(min_size=1, max_size=40),
+    registry_address=st.text(min_size=1, max_size=40),
+    admin_token_file=paths,
+    store=st.text(min_size=1, max_size=40),
+    etcd_pid=st.integers(0, 2**22),
+    logs=paths,
+    started_at=timestamps,
+    metrics=st.dictionaries(names, st.text(min_size=1, max_size=40), max_size=4),
+    commands=st.dictionaries(names, st.lists(st.text(max_size=20), max_size=4), max_size=4),
+    processes=st.dictionaries(names, st.integers(1, 2**22), max_size=4),
+    restarts=st.dictionaries(names, st.integers(0, 100), max_size=4),
+    dead=service_names,
+)
 
 STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     Resources: resources,
@@ -417,6 +439,7 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     AgentHeartbeat: agent_heartbeats,
     ControllerRegistration: controller_registrations,
     ControlStatus: control_statuses,
+    RegionState: region_states,
 }
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from tests.support.region import write_region_file
 from tether.sdk import ClientSettings
 from tether.sdk.settings import DEFAULT_URL
 
@@ -19,11 +19,6 @@ def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def write_region(root: Path, **info: object) -> None:
-    (root / ".tether").mkdir(exist_ok=True)
-    (root / ".tether" / "region.json").write_text(json.dumps(info))
-
-
 def test_without_a_local_region_the_defaults_apply() -> None:
     settings = ClientSettings()
     assert settings.url == DEFAULT_URL == "http://127.0.0.1:8080"
@@ -34,15 +29,17 @@ def test_the_region_file_names_the_url_and_the_token_file(empty_dir: Path) -> No
     token_file = empty_dir / "elsewhere" / "admin.token"
     token_file.parent.mkdir()
     token_file.write_text("from-region-file\n")
-    write_region(empty_dir, url="http://127.0.0.1:18080", admin_token_file=str(token_file))
+    write_region_file(
+        empty_dir / ".tether", url="http://127.0.0.1:18080", admin_token_file=str(token_file)
+    )
     settings = ClientSettings()
     assert settings.url == "http://127.0.0.1:18080"
     assert settings.token is not None
     assert settings.token.get_secret_value() == "from-region-file"
 
 
-def test_the_admin_token_file_is_the_fallback(empty_dir: Path) -> None:
-    write_region(empty_dir, url="http://127.0.0.1:18080")
+def test_without_a_region_file_the_token_is_read_from_dot_tether(empty_dir: Path) -> None:
+    (empty_dir / ".tether").mkdir()
     (empty_dir / ".tether" / "admin.token").write_text("  fallback \n")
     settings = ClientSettings()
     assert settings.token is not None
@@ -52,7 +49,7 @@ def test_the_admin_token_file_is_the_fallback(empty_dir: Path) -> None:
 def test_environment_beats_the_region_file(
     empty_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_region(empty_dir, url="http://127.0.0.1:18080")
+    write_region_file(empty_dir / ".tether")
     (empty_dir / ".tether" / "admin.token").write_text("file-token")
     monkeypatch.setenv("TETHER_URL", "http://env.test")
     monkeypatch.setenv("TETHER_TOKEN", "env-token")
@@ -67,4 +64,10 @@ def test_an_unreadable_region_file_is_ignored(empty_dir: Path) -> None:
     (empty_dir / ".tether" / "region.json").write_text("{not json")
     assert ClientSettings().url == DEFAULT_URL
     (empty_dir / ".tether" / "region.json").write_text('["a list"]')
+    assert ClientSettings().url == DEFAULT_URL
+    # A file without every field `tether up` writes is not its file either.
+    (empty_dir / ".tether" / "region.json").write_text('{"url": "http://127.0.0.1:18080"}')
+    assert ClientSettings().url == DEFAULT_URL
+    (empty_dir / ".tether" / "region.json").unlink()
+    (empty_dir / ".tether" / "region.json").mkdir()
     assert ClientSettings().url == DEFAULT_URL
