@@ -86,6 +86,14 @@ class Broker(Service):
         self._maintenance_due = True
         self._maintenance_timer: asyncio.TimerHandle | None = None
         self._pending: set[str] = set()
+        self._queued_revision = 0
+        """The heartbeats mirror's revision when machines were last queued in `_pending`."""
+        self.heartbeats_handled = 0
+        """The heartbeats mirror's revision up to which every change has been acted on (or
+        skipped): a test that nothing was recorded for a heartbeat waits for it."""
+        self.maintained_revision = 0
+        """The machines mirror's revision that the last completed maintenance pass decided
+        from: a test that a machine was left as it was waits for a pass that saw it."""
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         # The frontend refuses maintenance of a datacenter without one: nobody would do it.
@@ -104,6 +112,7 @@ class Broker(Service):
         await self._notices.start()
         await self._heartbeats.start()
         self._pending.update(keys.last_segment(key) for key in self._heartbeats.items)
+        self._queued_revision = self._heartbeats.revision
         self._wake.set()
         self._worker = asyncio.create_task(self._work(), name=self.name)
         await self._registration.start()
@@ -122,6 +131,7 @@ class Broker(Service):
     async def _heartbeats_changed(self, changed: set[str]) -> None:
         # Only queued here: the mirror's watch must not wait for (or fail with) our writes.
         self._pending.update(keys.last_segment(key) for key in changed)
+        self._queued_revision = self._heartbeats.revision
         self._wake.set()
 
     async def _notices_changed(self, changed: set[str]) -> None:
@@ -167,6 +177,7 @@ class Broker(Service):
                     self._pending.add(machine_id)
                     _log.warning("store request failed, retrying in %ss: %s", RETRY_S, error)
                     await asyncio.sleep(RETRY_S)
+            self.heartbeats_handled = self._queued_revision
 
     def _scheduled(self) -> list[tuple[AdvanceNotice, int]]:
         """Every readable advance notice, with its mod revision."""
@@ -203,6 +214,7 @@ class Broker(Service):
         """Sets each machine of the datacenter to the state its maintenance calls for, and
         deletes the notices that are over."""
         now = datetime.now(UTC)
+        seen = self._machines.revision
         scheduled = self._scheduled()
         by_machine: dict[str, list[AdvanceNotice]] = {}
         for notice, _ in scheduled:
@@ -242,6 +254,7 @@ class Broker(Service):
             upcoming = check if upcoming is None else min(upcoming, check)
         if upcoming is not None:
             self._maintenance_changes_at(upcoming)
+        self.maintained_revision = seen
 
     async def _allocation_of(self, machine_id: str) -> tuple[int, bool]:
         """The mod revision of the machine's allocation record, and whether no task is

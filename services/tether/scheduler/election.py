@@ -89,6 +89,9 @@ class Election:
         self._ttl_s = ttl_s
         self._keeper: LeaseKeeper | None = None
         self._guard: asyncio.Task[None] | None = None
+        self.stood_by = 0
+        """How often a campaign found the key held and stood by: tests wait for it to know that
+        a replica tried and lost, since losing writes nothing."""
 
     async def campaign(self, *, defer_s: float = 0.0) -> Leadership:
         """Returns once this replica leads the shard. With `defer_s`, it announces itself and
@@ -149,6 +152,7 @@ class Election:
                 _log.info("shard %s: leading as %s", self.shard, self.identity)
                 return Leadership(Fence(self.key, value), keeper.lease, self.identity)
             _log.info("shard %s: standing by; %s leads", self.shard, _leader_identity(result))
+            self.stood_by += 1
             await first_of(self._deleted(result.revision + 1), keeper.lost.wait())
         return None
 

@@ -54,6 +54,12 @@ class Scheduler(Service):
         self.election = Election(store, shard, self._settings.lease_ttl_s, identity)
         self.leading = asyncio.Event()
         """Set while this replica leads and its mirrors are loaded."""
+        self.membership_checks = 0
+        """How often the replica found its shard missing from the region config."""
+        self.reconciled: dict[str, int] = {}
+        """Job handle -> the tasks mirror's revision that the job's last completed reconcile
+        planned from, in any term: a test that something was not done waits for a reconcile
+        that saw the records it would have acted on."""
         self._main: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -72,7 +78,13 @@ class Scheduler(Service):
             metrics.SCHEDULER_LEADER_TERMS.labels("started").inc()
             try:
                 await Term(
-                    self._store, self.shard, self._settings, leadership, self.leading, region
+                    self._store,
+                    self.shard,
+                    self._settings,
+                    leadership,
+                    self.leading,
+                    region,
+                    self.reconciled,
                 ).run()
             except Exception:
                 _log.exception("shard %s: leading failed; standing by again", self.shard)
@@ -101,6 +113,7 @@ class Scheduler(Service):
                 if waited:
                     _log.info("shard %s: added to the region; campaigning", self.shard)
                 return config
+            self.membership_checks += 1
             if not waited:
                 _log.warning(
                     "shard %s is not in the region config; waiting until an admin adds it "
@@ -123,8 +136,10 @@ class Term:
         leadership: Leadership,
         leading: asyncio.Event,
         region: RegionConfig,
+        reconciled: dict[str, int],
     ) -> None:
         self._settings = settings
+        self._reconciled = reconciled
         self._leadership = leadership
         self._leading = leading
         self._dirty: set[str] = set()
@@ -272,6 +287,7 @@ class Term:
         if view.operations and not plan.delete_job:
             self._start_control(handle)
         await self._catch_up(outcome)
+        self._reconciled[handle] = view.revision
 
     def _start_control(self, handle: str) -> None:
         under_way = self._controlling.get(handle)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.allocations import put_allocation
 from tests.support.machines import eventually, heartbeating, make_machine, read_machine
-from tether.broker.service import EMPTY_CHECK_S, Broker
+from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
 from tether.model import (
     MAX_MAINTENANCE_S,
@@ -109,9 +109,8 @@ async def test_a_capacity_shrink_below_the_allocation_is_recorded_with_a_warning
     assert (await store.range(keys.allocation_entries("m1"))).kvs == entries.kvs
 
 
-@pytest.mark.usefixtures("broker")
 async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
-    store: Store, caplog: pytest.LogCaptureFixture
+    store: Store, broker: Broker, caplog: pytest.LogCaptureFixture
 ) -> None:
     await store.put(keys.heartbeat("garbage"), b"{not json")
     with caplog.at_level(logging.ERROR, logger="tether.broker"):
@@ -122,10 +121,17 @@ async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
             await eventually(
                 lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
             )
-            # Give the others time to be (not) recorded. No barrier fits: the broker writes
-            # nothing for them, and handles pending heartbeats in no set order, so even a later
-            # machine's record does not show that these were handled.
-            await asyncio.sleep(0.3)
+            # The broker writes nothing for the others, and handles pending heartbeats in no set
+            # order, so even m1's record does not show that they were handled: the revision up
+            # to which it has handled heartbeats does.
+            heartbeats = (await store.range(keys.HEARTBEATS)).kvs
+            last = max(kv.mod_revision for kv in heartbeats)
+            await eventually(
+                lambda: asyncio.sleep(0, broker.heartbeats_handled),
+                lambda handled: handled >= last,
+                timeout_s=TIMEOUT_S,
+                what=f"the broker to handle the heartbeats up to revision {last}",
+            )
     assert await store.get(keys.machine("m2")) is None
     assert await store.get(keys.allocation("m2")) is None
     assert await store.get(keys.machine("garbage")) is None
@@ -246,9 +252,8 @@ def drain_notice(kind: MaintenanceKind, machine_id: str) -> AdvanceNotice:
     )
 
 
-@pytest.mark.usefixtures("broker")
 async def test_a_decommissioned_machine_drains_until_its_last_task_is_released(
-    store: Store,
+    store: Store, broker: Broker
 ) -> None:
     for machine_id in ("m1", "m2", "m3"):
         await store.put(keys.machine(machine_id), to_json(make_machine(machine_id)))
@@ -269,8 +274,19 @@ async def test_a_decommissioned_machine_drains_until_its_last_task_is_released(
     await wait_for_state(store, "m2", MachineState.DECOMMISSIONED)
     await wait_for_state(store, "m1", MachineState.DRAINING)
     await wait_for_state(store, "m3", MachineState.DRAINING)
-    # Looked at again (and again) while it holds the task: it keeps draining.
-    await asyncio.sleep(2 * EMPTY_CHECK_S)
+    # Looked at again while it holds the task, by the pass that its draining sets off (and
+    # then every EMPTY_CHECK_S): it keeps draining.
+    draining_at = max(
+        kv.mod_revision
+        for kv in (await store.range(keys.MACHINES)).kvs
+        if keys.last_segment(kv.key) in ("m1", "m3")
+    )
+    await eventually(
+        lambda: asyncio.sleep(0, broker.maintained_revision),
+        lambda seen: seen >= draining_at,
+        timeout_s=TIMEOUT_S,
+        what="a maintenance pass that saw m1 and m3 draining",
+    )
     assert await machine_state(store, "m1") is MachineState.DRAINING
     assert await machine_state(store, "m3") is MachineState.DRAINING
 

@@ -225,8 +225,11 @@ async def test_a_replica_of_a_shard_not_yet_added_waits_for_it(
 ) -> None:
     api = region.api
     async with replicas(store_url, "shard-5") as (replica,):
-        # Several of its looks at the region config (every 0.2 s) find no shard-5.
-        await asyncio.sleep(1.0)
+        # Two of its looks at the region config (every 0.2 s) find no shard-5.
+        await eventually(
+            lambda: asyncio.sleep(0, replica.membership_checks >= 2),
+            what="the replica to look at the region config twice",
+        )
         assert not replica.leading.is_set()
         assert await region.store.count(keys.shard_replicas("shard-5")) == 0
         added = await api.post("/admin/shards", headers=ADMIN, json={"id": "shard-5"})

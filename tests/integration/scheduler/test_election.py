@@ -106,7 +106,10 @@ async def test_clean_stop_hands_over_at_once(store_url: str) -> None:
         await first.start()
         await asyncio.wait_for(first.leading.wait(), 10)
         await second.start()
-        await asyncio.sleep(0.5)
+        await eventually(
+            lambda: asyncio.sleep(0, second.election.stood_by > 0),
+            what="the second replica to stand by",
+        )
         assert not second.leading.is_set()
 
         await first.stop()
@@ -137,7 +140,9 @@ async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
     try:
         old_term = await old.campaign()
         campaign = asyncio.create_task(new.campaign())
-        await asyncio.sleep(0.3)
+        await eventually(
+            lambda: asyncio.sleep(0, new.stood_by > 0), what="the new replica to stand by"
+        )
         assert not campaign.done()
 
         # The old leader's lease lapses (as in a partition): the standby takes over.

@@ -79,15 +79,14 @@ async def setup_region(store: Store) -> None:
     await store.put(keys.shard_assignment("other"), b"shard-1")
 
 
-@pytest.mark.usefixtures("scheduler")
-async def test_job_lifecycle(store: Store, allocator: FakeAllocator) -> None:
+async def test_job_lifecycle(store: Store, allocator: FakeAllocator, scheduler: Scheduler) -> None:
     await setup_region(store)
     await put(store, keys.job("ads", "web"), make_job("ads", "web", 3))
     await put(store, keys.job("other", "api"), make_job("other", "api", 2))
     tasks = await _placed(store, count=3)
     await _restart_after_failure(store, tasks[0])
     await _machine_down(store, allocator)
-    await _scale_down(store)
+    await _scale_down(store, scheduler)
     await _delete(store)
     # Another shard's job is never touched.
     assert await tasks_of(store, "other", "api") == {}
@@ -167,7 +166,7 @@ async def history(store: Store, task: Task, start: int) -> list[Task]:
     return versions
 
 
-async def _scale_down(store: Store) -> None:
+async def _scale_down(store: Store, scheduler: Scheduler) -> None:
     await put(store, keys.job("ads", "web"), make_job("ads", "web", 1, generation=2))
 
     async def stopping() -> dict[int, Task] | None:
@@ -181,8 +180,17 @@ async def _scale_down(store: Store) -> None:
         written = await assignment(store, tasks[index])
         assert written is not None
         assert written.desired is DesiredState.STOPPED
-    # Not removed until the agent says the process is gone.
-    await asyncio.sleep(0.7)
+    # Not removed until the agent says the process is gone: not even by a reconcile that saw
+    # both tasks stopping (the one that stopped them planned from the records before).
+    stopping_at = max(
+        kv.mod_revision
+        for kv in (await store.range(keys.tasks_of("ads", "web"))).kvs
+        if keys.task_of_key(kv.key)[2] in (1, 2)
+    )
+    await eventually(
+        lambda: asyncio.sleep(0, scheduler.reconciled.get("ads/web", 0) >= stopping_at),
+        what="a reconcile of the job with both tasks stopping",
+    )
     assert set(await tasks_of(store, "ads", "web")) == {0, 1, 2}
     for index in (1, 2):
         await report(store, tasks[index], TaskState.KILLED, exit_code=-15)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.machines import eventually
 from tether.store import StoreUnavailable, WatchEvent, open_store
 from tether.store.base import wait_limit
 from tether.store.etcd_server import EtcdCluster, EtcdServer
@@ -48,8 +49,13 @@ async def test_requests_and_leases_fail_over_and_a_restarted_member_catches_up(
         assert (await store.get("/k/before")) is not None
         await store.put("/k/during", b"2")
         assert time.monotonic() - started < 5
-        # Longer than the TTL: the lease is renewed through another member.
-        await asyncio.sleep(2)
+        # The lease is renewed through another member: a renewal sent after the kill succeeds.
+        await eventually(
+            lambda: asyncio.sleep(0, keeper.renewed_at),
+            lambda renewed_at: renewed_at > started,
+            timeout_s=5,
+            what="a renewal sent after the kill",
+        )
         assert not keeper.lost.is_set()
         assert (await store.get("/k/leased")) is not None
         await keeper.stop()

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
 
 import grpc
 import pytest
 
 from tests.support.allocator_builders import entitlement
 from tests.support.machines import eventually
-from tether.model import PrincipalRecord, Role, to_json, token_digest
+from tether.model import (
+    ControllerRegistration,
+    PrincipalRecord,
+    Role,
+    from_json,
+    to_json,
+    token_digest,
+)
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
 from tether.store import Store, keys, open_store
@@ -61,6 +69,11 @@ def bearer(token: str) -> tuple[tuple[str, str]]:
 
 async def stored_registrations(store: Store) -> list[str]:
     return [keys.last_segment(kv.key) for kv in (await store.range(keys.CONTROLLERS)).kvs]
+
+
+async def read_registration(store: Store, registration_id: str) -> ControllerRegistration | None:
+    kv = await store.get(keys.controller(registration_id))
+    return None if kv is None else from_json(ControllerRegistration, kv.value, stored=True)
 
 
 async def test_register_list_renew_unregister(
@@ -239,6 +252,8 @@ async def test_an_sdk_controller_registers_serves_and_unregisters(
     await controller.start("127.0.0.1:0", registry.address, ALICE, job_handle="ads/web", ttl_s=3)
     try:
         assert await stored_registrations(region) == [controller.registration_id]
+        registered = await read_registration(region, controller.registration_id)
+        assert registered is not None
         async with grpc.aio.insecure_channel(controller.address) as channel:
             stub = taskcontrol_pb2_grpc.TaskControllerStub(channel)
             pending = [
@@ -254,8 +269,16 @@ async def test_an_sdk_controller_registers_serves_and_unregisters(
             stale = await stub.Process(request)
             assert list(stale.acknowledged_operation_ids) == []
             assert controller.calls == [5]
-        # Renewed every second: it outlives its 3 s TTL.
-        await asyncio.sleep(4)
+        # Renewed every second: it outlives its 3 s TTL. A renewal made after that TTL ran out
+        # shows it (of a lapsed registration, it would have failed, and the controller
+        # registered again under another id).
+        outlived = registered.expires_at + timedelta(seconds=registered.ttl_s)
+        await eventually(
+            lambda: read_registration(region, controller.registration_id),
+            lambda renewed: renewed is not None and renewed.expires_at >= outlived,
+            timeout_s=10,
+            what="a renewal after the first TTL",
+        )
         assert await stored_registrations(region) == [controller.registration_id]
     finally:
         await controller.stop()
