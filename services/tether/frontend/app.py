@@ -28,6 +28,7 @@ from tether.frontend.api import (
     tasks,
 )
 from tether.frontend.settings import FrontendSettings
+from tether.frontend.shard_counts import ShardCounts
 from tether.frontend.storewait import StoreWaitLimit
 from tether.store import Store
 
@@ -69,22 +70,26 @@ def openapi_document() -> dict[str, Any]:
     return openapi.document(_api())
 
 
-def create_app(store: Store, settings: FrontendSettings) -> FastAPI:
-    """The REST API over `store`; the caller owns the store and closes it."""
+def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCounts) -> FastAPI:
+    """The REST API over `store`; the caller owns the store and closes it. `shard_counts`
+    (over the same store) run while the app does."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         allocators = Allocators(store, settings.allocator_timeout_s)
         app.state.allocators = allocators
+        await shard_counts.start()
         try:
             async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
                 app.state.agents = agents
                 yield
         finally:
+            await shard_counts.stop()
             await allocators.close()
 
     app = _api(lifespan=lifespan)
     app.state.store = store
+    app.state.shard_counts = shard_counts
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     problems.install(app)

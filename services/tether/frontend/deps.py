@@ -1,4 +1,5 @@
-"""FastAPI dependencies: the app's store, settings, agent HTTP client and allocator client."""
+"""FastAPI dependencies: the app's store, settings, agent HTTP client, allocator client and
+shard counts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import Depends, Request
 
 from tether.frontend.allocators import Allocators
 from tether.frontend.settings import FrontendSettings
+from tether.frontend.shard_counts import ShardCounts
 from tether.store import Store
 
 # Coroutines, though they never wait: FastAPI runs a plain function dependency in a worker
@@ -35,9 +37,16 @@ async def _allocators(request: Request) -> Allocators:
     return allocators
 
 
+async def _shard_counts(request: Request) -> ShardCounts:
+    counts: ShardCounts = request.app.state.shard_counts
+    return counts
+
+
 StoreDep = Annotated[Store, Depends(_store)]
 SettingsDep = Annotated[FrontendSettings, Depends(_settings)]
 AgentsDep = Annotated[httpx.AsyncClient, Depends(_agents)]
 """The HTTP client for agents' log endpoints, open while the app runs."""
 AllocatorsDep = Annotated[Allocators, Depends(_allocators)]
 """The client of the allocator replicas; its channels close with the app."""
+ShardCountsDep = Annotated[ShardCounts, Depends(_shard_counts)]
+"""What each shard holds, kept by this process's watches while the app runs."""

@@ -6,6 +6,7 @@ import logging
 
 from tether.frontend.app import create_app
 from tether.frontend.settings import FrontendSettings
+from tether.frontend.shard_counts import ShardCounts
 from tether.service import HttpServer, Service
 from tether.store import Store
 
@@ -23,8 +24,10 @@ class Frontend(Service):
     def __init__(self, store: Store, settings: FrontendSettings | None = None) -> None:
         self.store = store
         self.settings = settings or FrontendSettings()
+        self.shard_counts = ShardCounts(store, self.settings.shard_counts_wait_s)
+        """What each shard holds, counted from watches while the frontend serves."""
         self._http = HttpServer(
-            create_app(self.store, self.settings),
+            create_app(self.store, self.settings, self.shard_counts),
             self.settings.host,
             self.settings.port,
             name="frontend",

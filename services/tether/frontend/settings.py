@@ -22,6 +22,13 @@ class FrontendSettings(BaseSettings):
         description="How long a request waits for a store that cannot be reached before it is "
         "answered 503 (the store's own deadline, TETHER_STORE_TIMEOUT_S, if that is shorter).",
     )
+    shard_counts_wait_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a request that needs the shards' loads (GET /admin/shards, a new "
+        "entitlement's shard) waits for the frontend's first listing of what they hold before "
+        "it is answered 503; also the longest a shard move waits to see itself in the counts.",
+    )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
     )

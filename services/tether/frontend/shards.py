@@ -3,12 +3,13 @@ admin's actions on them (add, move an entitlement, fail over, drain)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tether.frontend import records
 from tether.frontend.problems import Conflict, NotFound
+from tether.frontend.shard_counts import ShardCounts
+from tether.frontend.shard_tally import mapped_shard
 from tether.model import RegionConfig, ShardLeader, ShardReplica, ShardStatus, to_json
 from tether.store import Delete, Put, Store, keys, mod_revision_is, value_is
 
@@ -45,8 +46,34 @@ class Move:
 
 
 async def shard_members(store: Store, config: RegionConfig) -> list[ShardLoad]:
-    """Every shard of the region config with its leader, standbys, status and entitlements
-    (nothing counted yet), in config order."""
+    """Every shard of the region config with its leader, standbys, status and entitlements as
+    the shard map holds them now (nothing counted), in config order."""
+    loads = await _elected(store, config)
+    by_shard = {load.shard: load for load in loads}
+    for kv in (await store.range(keys.SHARD_MAP)).kvs:
+        load = by_shard.get(mapped_shard(kv))
+        if load is not None:
+            load.entitlements.append(keys.last_segment(kv.key))
+    return loads
+
+
+async def shard_loads(store: Store, config: RegionConfig, counts: ShardCounts) -> list[ShardLoad]:
+    """Every shard of the region config with what it holds, in config order: its entitlements
+    and their jobs, tasks, operations and machines as this frontend's counts have them (no
+    record is read or counted for them here)."""
+    tally = await counts.tally()
+    loads = await _elected(store, config)
+    for load in loads:
+        held = tally.held(load.shard)
+        load.entitlements = list(held.entitlements)
+        load.jobs, load.tasks = held.jobs, held.tasks
+        load.machines, load.operations = held.machines, held.operations
+    return loads
+
+
+async def _elected(store: Store, config: RegionConfig) -> list[ShardLoad]:
+    """Every shard of the region config with its leader, standbys and status, in config
+    order."""
     loads = {shard: ShardLoad(shard, draining=shard in config.draining) for shard in config.shards}
     for kv in (await store.range(keys.SHARD_LEADERS)).kvs:
         leader = records.load(ShardLeader, kv)
@@ -62,30 +89,9 @@ async def shard_members(store: Store, config: RegionConfig) -> list[ShardLoad]:
         load = loads.get(status.shard)
         if load is not None and load.leader is not None and load.leader.identity == status.identity:
             load.status = status
-    for kv in (await store.range(keys.SHARD_MAP)).kvs:
-        shard = kv.value.decode().strip()
-        if shard in loads:
-            loads[shard].entitlements.append(keys.last_segment(kv.key))
     for load in loads.values():
         load.standbys.sort(key=lambda replica: replica.since)
     return list(loads.values())
-
-
-async def shard_loads(store: Store, config: RegionConfig) -> list[ShardLoad]:
-    """Every shard of the region config with what it holds, in config order."""
-    loads = await shard_members(store, config)
-    owned = Counter(
-        allocation.record.entitlement
-        for allocation in (await records.allocations(store)).values()
-        if allocation.record is not None and allocation.record.entitlement is not None
-    )
-    for load in loads:
-        for entitlement in load.entitlements:
-            load.machines += owned[entitlement]
-            load.jobs += await store.count(keys.jobs_of(entitlement))
-            load.tasks += await store.count(keys.tasks_of_entitlement(entitlement))
-            load.operations += await store.count(keys.operations_of_entitlement(entitlement))
-    return loads
 
 
 async def lease_expiry(store: Store, load: ShardLoad) -> datetime | None:
@@ -180,13 +186,19 @@ def _check_known(config: RegionConfig, shard: str) -> None:
 
 
 async def move_entitlement(
-    store: Store, config: RegionConfig, source: str, entitlement: str, target: str | None
+    store: Store,
+    counts: ShardCounts,
+    config: RegionConfig,
+    source: str,
+    entitlement: str,
+    target: str | None,
 ) -> Move:
     """Maps the entitlement from `source` to `target` (default: the least-loaded other shard).
 
     One compare-and-swap of the shard-map entry: the old leader's writes for the
     entitlement's jobs fail from that revision on, the new leader's mirror picks the jobs up
     and reconciles them from the store. Tasks keep running: nothing is released or restarted.
+    Returns once `counts` hold the move, so what this frontend answers next shows it.
     """
     _check_known(config, source)
     if target is not None:
@@ -204,26 +216,29 @@ async def move_entitlement(
     current = await store.get(key)
     if current is None:
         raise NotFound(f"no entitlement '{entitlement}' in the shard map")
-    if current.value.decode().strip() != source:
+    if mapped_shard(current) != source:
         raise Conflict(
-            f"entitlement '{entitlement}' is on shard '{current.value.decode().strip()}', "
-            f"not '{source}'"
+            f"entitlement '{entitlement}' is on shard '{mapped_shard(current)}', not '{source}'"
         )
     if target is None:
-        others = [load for load in await shard_loads(store, config) if load.shard != source]
+        loads = await shard_loads(store, config, counts)
+        others = [load for load in loads if load.shard != source]
         if not others:
             raise Conflict(f"shard '{source}' is the only shard; add one first")
         target = least_loaded(others)
     result = await store.txn([value_is(key, current.value)], [Put(key, target.encode())], [])
     if not result.succeeded:
         raise Conflict(f"entitlement '{entitlement}' moved meanwhile; look again")
+    await counts.wait_for(keys.SHARD_MAP, result.revision)
     return Move(entitlement, source, target, result.revision)
 
 
-async def drain(store: Store, source: str) -> list[Move]:
+async def drain(store: Store, counts: ShardCounts, source: str) -> list[Move]:
     """Marks the shard draining and moves each of its entitlements to the least-loaded shard
     that is not draining, one by one (so each move sees the loads the previous one made).
-    Refused, changing nothing, when no other shard with a leader could take them."""
+    Refused, changing nothing, when no other shard with a leader could take them. Its
+    entitlements are read from the shard map itself, not the counts: one created through
+    another frontend a moment ago must not stay behind."""
     before = await records.region_config(store)
     _check_known(before, source)
     members = await shard_members(store, before)
@@ -238,7 +253,7 @@ async def drain(store: Store, source: str) -> list[Move]:
         )
     config = await set_draining(store, source)
     return [
-        await move_entitlement(store, config, source, entitlement, None)
+        await move_entitlement(store, counts, config, source, entitlement, None)
         for entitlement in sorted(held)
     ]
 

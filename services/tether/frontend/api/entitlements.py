@@ -9,7 +9,7 @@ from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see, require_admin
 from tether.frontend.bodies import parse_model, read_body
-from tether.frontend.deps import SettingsDep, StoreDep
+from tether.frontend.deps import SettingsDep, ShardCountsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.quota import total_demand
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
@@ -56,7 +56,11 @@ async def list_entitlements(store: StoreDep, principal: CurrentPrincipal) -> Res
     openapi_extra=request_body(Entitlement, "The entitlement to create."),
 )
 async def create_entitlement(
-    request: Request, store: StoreDep, settings: SettingsDep, principal: CurrentPrincipal
+    request: Request,
+    store: StoreDep,
+    counts: ShardCountsDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
 ) -> Response:
     """Admin: create an entitlement and assign it to the least-loaded scheduler shard (fewest
     machines owned, then fewest tasks, then fewest entitlements)."""
@@ -65,7 +69,7 @@ async def create_entitlement(
     entitlement = parse_model(Entitlement, body, request.headers.get("content-type"))
     region = await records.region_config(store)
     key = keys.entitlement(entitlement.name)
-    shard = least_loaded(await shard_loads(store, region))
+    shard = least_loaded(await shard_loads(store, region, counts))
     created = await store.txn(
         [key_missing(key)],
         [
@@ -75,6 +79,8 @@ async def create_entitlement(
     )
     if not created.succeeded:
         raise Conflict(f"entitlement '{entitlement.name}' already exists")
+    # The next entitlement created through this frontend must count this one on its shard.
+    await counts.wait_for(keys.SHARD_MAP, created.revision)
     # Nothing can request or hold anything yet: jobs need the entitlement to exist first.
     view = EntitlementView(entitlement=entitlement, shard=shard, requested=ZERO, allocated=ZERO)
     return view.response(201, {"Location": f"/v1/entitlements/{entitlement.name}"})

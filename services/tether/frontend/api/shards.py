@@ -9,7 +9,7 @@ from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, require_admin
 from tether.frontend.bodies import parse_model, read_body
-from tether.frontend.deps import SettingsDep, StoreDep
+from tether.frontend.deps import SettingsDep, ShardCountsDep, StoreDep
 from tether.frontend.schemas.shards import (
     DrainView,
     FailoverView,
@@ -40,13 +40,16 @@ ShardId = Path(description="The shard's id, e.g. shard-0.")
 
 
 @router.get("", response_model=ShardList)
-async def list_shards(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_shards(
+    store: StoreDep, counts: ShardCountsDep, principal: CurrentPrincipal
+) -> Response:
     """Admin: every scheduler shard with its leader, standbys, lease expiry and last
     reconcile, and what it holds: entitlements, jobs, tasks, the machines its entitlements own
-    and its jobs' task operations."""
+    and its jobs' task operations (as this frontend's watches count them: 503 while it is
+    still listing them after its start)."""
     require_admin(principal)
     config = await records.region_config(store)
-    details = [await _detail(store, load) for load in await shard_loads(store, config)]
+    details = [await _detail(store, load) for load in await shard_loads(store, config, counts)]
     return ShardList(shards=details).response()
 
 
@@ -58,7 +61,11 @@ async def list_shards(store: StoreDep, principal: CurrentPrincipal) -> Response:
     openapi_extra=request_body(NewShard, 'The shard: {"id": "shard-2"}.'),
 )
 async def create_shard(
-    request: Request, store: StoreDep, settings: SettingsDep, principal: CurrentPrincipal
+    request: Request,
+    store: StoreDep,
+    counts: ShardCountsDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
 ) -> Response:
     """Admin: add a shard to the region. Replicas started for it (`tether scheduler --shard
     ID`) wait until then, and elect a leader once it is added; new entitlements join it while
@@ -67,7 +74,7 @@ async def create_shard(
     body = await read_body(request, settings.max_body_bytes)
     shard = parse_model(NewShard, body, request.headers.get("content-type")).id
     config = await add_shard(store, shard)
-    load = next(load for load in await shard_loads(store, config) if load.shard == shard)
+    load = next(load for load in await shard_loads(store, config, counts) if load.shard == shard)
     return (await _detail(store, load)).response(201, {"Location": "/admin/shards"})
 
 
@@ -82,6 +89,7 @@ async def create_shard(
 async def move(
     request: Request,
     store: StoreDep,
+    counts: ShardCountsDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
     shard: Name = ShardId,
@@ -93,7 +101,7 @@ async def move(
     body = await read_body(request, settings.max_body_bytes)
     wanted = parse_model(ShardMoveRequest, body, request.headers.get("content-type"))
     config = await records.region_config(store)
-    moved = await move_entitlement(store, config, shard, wanted.entitlement, wanted.to)
+    moved = await move_entitlement(store, counts, config, shard, wanted.entitlement, wanted.to)
     return _move_view(moved).response()
 
 
@@ -120,12 +128,12 @@ async def fail_over(
 
 @router.post("/{shard}/drain", response_model=DrainView, responses=problems(404, 409))
 async def drain_shard(
-    store: StoreDep, principal: CurrentPrincipal, shard: Name = ShardId
+    store: StoreDep, counts: ShardCountsDep, principal: CurrentPrincipal, shard: Name = ShardId
 ) -> Response:
     """Admin: move every entitlement of the shard to the least-loaded other shards and take
     no new ones (POST /admin/shards with its id undoes the latter). Tasks keep running."""
     require_admin(principal)
-    moves = await drain(store, shard)
+    moves = await drain(store, counts, shard)
     return DrainView(shard=shard, moves=[_move_view(moved) for moved in moves]).response()
 
 
