@@ -26,10 +26,13 @@ async def every(
     action: Callable[[], Awaitable[object]],
     *,
     wake: asyncio.Event | None = None,
+    now: bool = False,
 ) -> NoReturn:
     """Waits `interval_s` (or what it returns, asked before each wait), runs `action`, and so
-    on until cancelled; setting `wake` ends a wait early. `action` handles its own errors: one
-    that escapes ends the loop."""
+    on until cancelled; setting `wake` ends a wait early, and `now` runs `action` once before
+    the first wait. `action` handles its own errors: one that escapes ends the loop."""
+    if now:
+        await action()
     while True:
         pause = interval_s() if callable(interval_s) else interval_s
         if wake is None:

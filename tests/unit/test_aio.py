@@ -101,3 +101,15 @@ async def test_periodic_starts_once_and_stops() -> None:
     await second.stop()
     assert runs == stopped_at
     await periodic.stop()  # stopping twice is fine
+
+
+async def test_every_now_runs_once_before_the_first_wait() -> None:
+    ran = asyncio.Event()
+
+    async def action() -> None:
+        ran.set()
+
+    # An hour's interval: only the run before the first wait can set the event.
+    task = asyncio.create_task(every(3600, action, now=True))
+    await asyncio.wait_for(ran.wait(), 5)
+    await cancel_and_wait(task)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from tether import metrics
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, every
 from tether.model import OperationState, RegionConfig, ShardStatus, from_json, to_json
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
@@ -166,15 +166,16 @@ class Term:
             await self._state.start()  # marks every job it loads as dirty
             self._leading.set()
             await first_of(
-                self._leadership.lost.wait(), self._work(), self._resync(), self._report()
+                self._leadership.lost.wait(),
+                self._work(),
+                every(self._settings.resync_s, self._resync),
+                every(self._settings.status_interval_s, self._report, now=True),
             )
         finally:
             self._leading.clear()
             for timer in self._timers.values():
                 timer.cancel()
-            for task in self._controlling.values():
-                task.cancel()
-            await asyncio.gather(*self._controlling.values(), return_exceptions=True)
+            await cancel_and_wait(*self._controlling.values())
             await self._state.stop()
             await self._allocator.stop()
             await self._controllers.close()
@@ -199,32 +200,27 @@ class Term:
         self._mark(handle)
 
     async def _resync(self) -> None:
-        """Reconciles every job periodically: a safety net for missed changes."""
-        while True:
-            await asyncio.sleep(self._settings.resync_s)
-            for handle in self._state.handles():
-                self._mark(handle)
+        """Reconciles every job (every `resync_s`): a safety net for missed changes."""
+        for handle in self._state.handles():
+            self._mark(handle)
 
     async def _report(self) -> None:
-        """Writes the term's ShardStatus every `status_interval_s`, on the leader's lease and
+        """Writes the term's ShardStatus (every `status_interval_s`), on the leader's lease and
         fenced by the leader key, for operators (GET /admin/shards)."""
-        key = keys.shard_status(self._shard)
-        while True:
-            status = ShardStatus(
-                shard=self._shard,
-                identity=self._leadership.identity,
-                jobs=sum(1 for _ in self._state.handles()),
-                backlog=len(self._dirty),
-                reconciles=self._reconciles,
-                last_reconcile_at=self._last_reconcile_at,
-                updated_at=datetime.now(UTC),
-            )
-            put = Put(key, to_json(status), self._leadership.lease)
-            try:
-                await self._store.txn([self._leadership.fence.compare()], [put])
-            except StoreError as error:
-                _log.info("shard %s: reporting status failed: %s", self._shard, error)
-            await asyncio.sleep(self._settings.status_interval_s)
+        status = ShardStatus(
+            shard=self._shard,
+            identity=self._leadership.identity,
+            jobs=sum(1 for _ in self._state.handles()),
+            backlog=len(self._dirty),
+            reconciles=self._reconciles,
+            last_reconcile_at=self._last_reconcile_at,
+            updated_at=datetime.now(UTC),
+        )
+        put = Put(keys.shard_status(self._shard), to_json(status), self._leadership.lease)
+        try:
+            await self._store.txn([self._leadership.fence.compare()], [put])
+        except StoreError as error:
+            _log.info("shard %s: reporting status failed: %s", self._shard, error)
 
     async def _work(self) -> None:
         """Reconciles dirty jobs, a few at a time and each job by one worker at a time."""
