@@ -31,8 +31,9 @@ from tests.support.faults import (
     pids_by_index,
     read_key,
     task_processes,
+    write_key,
 )
-from tether.region.harness import (
+from tests.support.harness import (
     LocalRegion,
     all_running,
     get_json,
@@ -41,6 +42,7 @@ from tether.region.harness import (
     submit,
     wait_for,
 )
+from tether.model import Machine, MachineState, Resources, from_json, to_json
 from tether.region.supervisor import process_alive
 from tether.scheduler.allocator_client import replica_order
 from tether.store import keys
@@ -53,6 +55,8 @@ FENCING_WINDOW_S = 3.0
 poll once its assignment is gone (a sleeper dies at SIGTERM), plus the time to notice."""
 SECOND = "second"
 """An entitlement of its own, created by the module: a new one joins the least-loaded shard."""
+PROBE = "probe"
+"""The machine the health checker's test records without an agent, and removes again."""
 
 
 class Watchdog(threading.Thread):
@@ -278,13 +282,33 @@ def test_broker(faults: Faults) -> None:
 
 
 def test_health_checker(faults: Faults) -> None:
+    url = faults.region.store_url()
     faults.kill("health")
-    faults.restart("health")
-    # A restarted checker gives every machine the whole grace period before judging it: none
-    # may flap down meanwhile (settle() checks that no machine record changed). Whether it
-    # still marks a dead machine down, the agent's test, next, shows.
-    time.sleep(2 + 1)
-    faults.settle()
+    # A machine that died while the checker was dead (a record without a heartbeat). It has
+    # no capacity, so nothing is ever placed on it.
+    template = read_key(url, keys.machine(next(iter(faults.machines))))
+    assert template is not None
+    probe = from_json(Machine, template.value, stored=True).model_copy(
+        update={"id": PROBE, "hostname": f"{PROBE}.local", "capacity": Resources()}
+    )
+    write_key(url, keys.machine(PROBE), to_json(probe))
+    try:
+        faults.restart("health")
+
+        def probe_down() -> bool:
+            kv = read_key(url, keys.machine(PROBE))
+            return kv is not None and (
+                from_json(Machine, kv.value, stored=True).state is MachineState.DOWN
+            )
+
+        # The restarted checker still marks a dead machine down, once its grace period (counted
+        # from its start) is over. A live machine it took for dead (its heartbeat unseen, say)
+        # would have gone down in the same check, and settle() sees that only the probe's
+        # record changed. (That the grace counts from the start: tests/integration/health.)
+        wait_for(probe_down, timeout_s=15, what=f"the restarted checker to mark {PROBE} down")
+        faults.settle(machine_died=PROBE)
+    finally:
+        write_key(url, keys.machine(PROBE), None)
 
 
 def test_agent(faults: Faults) -> None:

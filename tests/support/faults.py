@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tether.region.harness import LocalRegion, tasks_of
+from tests.support.harness import LocalRegion, tasks_of
 from tether.region.supervisor import process_alive
 from tether.store import KeyValue, keys, open_store
 
@@ -38,6 +38,19 @@ def read_key(url: str, key: str) -> KeyValue | None:
             return await store.get(key)
 
     return asyncio.run(read())
+
+
+def write_key(url: str, key: str, value: bytes | None) -> None:
+    """Puts `value` under `key` in the store at `url`, or deletes the key if `value` is None."""
+
+    async def write() -> None:
+        async with open_store(url) as store:
+            if value is None:
+                await store.delete(key)
+            else:
+                await store.put(key, value)
+
+    asyncio.run(write())
 
 
 def machine_versions(url: str) -> dict[str, int]:
