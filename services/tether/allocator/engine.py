@@ -36,7 +36,7 @@ from tether.allocator.index import (
     tasks_by_row,
 )
 from tether.allocator.placement import Choice, Planner
-from tether.model import Entitlement, Job, Task, from_json, parse_job_handle
+from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
 from tether.store import Store, keys
 
 Entry = tuple[str, bytes]
@@ -512,7 +512,7 @@ class Engine:
             return from_json(Job, kv.value, stored=True)
         except ValidationError as error:
             raise CorruptRecord(
-                f"the record of job {job_handle} is not valid: {_problems(error)}"
+                f"the record of job {job_handle} is not valid: {problems_text(error)}"
             ) from None
 
     async def _entitlement(self, job: Job) -> Entitlement:
@@ -528,7 +528,7 @@ class Engine:
             return from_json(Entitlement, kv.value, stored=True)
         except ValidationError as error:
             raise CorruptRecord(
-                f"the record of entitlement {name} is not valid: {_problems(error)}"
+                f"the record of entitlement {name} is not valid: {problems_text(error)}"
             ) from None
 
 
@@ -556,13 +556,6 @@ def place_tentatively(
         for row, tasks in tasks_by_row(choice.placements).items()
     }
     return snapshot, entries
-
-
-def _problems(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, problem['loc'])) or 'value'}: {problem['msg']}"
-        for problem in error.errors(include_url=False)
-    )
 
 
 def _parse(job_handle: str) -> tuple[str, str]:

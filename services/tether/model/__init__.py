@@ -22,6 +22,7 @@ from tether.model.base import (
     check_name,
     from_json,
     no_duplicates,
+    problems_text,
     to_json,
 )
 from tether.model.entitlement import Entitlement, Principal, Quota
@@ -186,6 +187,7 @@ __all__ = [
     "new_token",
     "no_duplicates",
     "parse_job_handle",
+    "problems_text",
     "read_region_state",
     "shard_for",
     "to_json",

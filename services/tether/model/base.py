@@ -189,3 +189,15 @@ NO_DUPLICATES: Final = NoDuplicates()
 
 NameList = Annotated[list[Name], NO_DUPLICATES]
 """Names in a meaningful order, each at most once."""
+
+
+def problems_text(error: ValidationError, *, whole: str = "value", most: int | None = None) -> str:
+    """A validation error in one line, e.g. "spec.count: Input should be greater than 0";
+    `whole` names a problem of the whole value, and past `most` problems the rest are counted."""
+    problems = [
+        f"{'.'.join(map(str, problem['loc'])) or whole}: {problem['msg']}"
+        for problem in error.errors(include_url=False)
+    ]
+    shown = problems if most is None else problems[:most]
+    more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
+    return "; ".join(shown) + more

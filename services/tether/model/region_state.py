@@ -7,7 +7,7 @@ from typing import Annotated, Final
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from tether.model.base import NonEmptyStr, TetherModel, Timestamp, from_json
+from tether.model.base import NonEmptyStr, TetherModel, Timestamp, from_json, problems_text
 
 DEFAULT_STATE_DIR: Final = Path(".tether")
 """Where `tether up` keeps a region by default (`--dir`), relative to the current directory."""
@@ -76,8 +76,9 @@ def read_region_state(path: Path) -> RegionState | None:
     try:
         return from_json(RegionState, data)
     except ValidationError as error:
+        problems = problems_text(error, whole="file", most=3)
         raise RegionStateError(
-            f"{path} is not a region file written by `tether up`: {_problems(error)}"
+            f"{path} is not a region file written by `tether up`: {problems}"
         ) from None
 
 
@@ -87,12 +88,3 @@ def write_region_state(path: Path, state: RegionState) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(state.model_dump_json(indent=2) + "\n")
     temporary.replace(path)
-
-
-def _problems(error: ValidationError, most: int = 3) -> str:
-    problems = [
-        f"{'.'.join(map(str, problem['loc'])) or 'file'}: {problem['msg']}"
-        for problem in error.errors(include_url=False)
-    ]
-    more = f" (and {len(problems) - most} more)" if len(problems) > most else ""
-    return "; ".join(problems[:most]) + more
