@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,10 +25,8 @@ from tether.allocator.index.ownership import IndexListener, Ownership
 from tether.allocator.index.records import Header, Records
 from tether.allocator.index.tasks import HeldTasks, Shape
 from tether.allocator.index.topology import Topology
-from tether.model import Entitlement, Resources
+from tether.model import Entitlement
 from tether.store import KeyValue
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,92 +43,37 @@ class Snapshot:
     placements: Mapping[int, int]
 
 
-class _View(Generic[T]):
-    """A read-only attribute of the index that is an attribute of the same name of one of its
-    parts (the part named by `source`): placement reads the columns, only methods change them."""
+class AllocationIndex(Columns):
+    """Every machine of the region in columns, kept current from the store key by key.
 
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = name
-
-    @overload
-    def __get__(self, index: None, owner: type) -> _View[T]: ...
-    @overload
-    def __get__(self, index: AllocationIndex, owner: type) -> T: ...
-    def __get__(self, index: AllocationIndex | None, owner: type) -> _View[T] | T:
-        if index is None:
-            return self
-        value: T = getattr(getattr(index, self._source), self._name)
-        return value
-
-
-class AllocationIndex:
-    """Every machine of the region in columns, kept current from the store key by key."""
+    The columns (`Columns`: `state`, `owner`, `capacity`, ...) are numpy arrays that placement
+    reads directly, a million rows at a time, and that only the index's parts write: plain
+    attributes, because a property in front of each would cost the planner a tenth of its time.
+    """
 
     def __init__(self) -> None:
-        self._columns = columns = Columns()
-        self.topology = Topology()
+        super().__init__()
+        self.topology = topology = Topology()
+        self.dcs, self.msbs, self.racks = topology.dcs, topology.msbs, topology.racks
+        self.msb_dc, self.rack_msb = topology.msb_dc, topology.rack_msb
+        self.msb_racks = topology.msb_racks
         self.hardware, self.profiles = Codes(), Codes()
-        self._ownership = Ownership(columns)
+        self._ownership = Ownership(self)
         self.owners = self._ownership.owners
-        reader = MachineReader(self.topology, self.hardware, self.profiles)
-        self._machines = MachineRecords(columns, self._ownership, reader)
-        self._records = Records(columns, self._ownership, self.profiles)
-        self._tasks = HeldTasks(columns)
-        self._allocations = AllocationKeys(columns, self._records, self._tasks)
-
-    # --- the columns, read-only --------------------------------------------------------------
-
-    ids = _View[list[str]]("_columns")
-    row_of = _View[dict[str, int]]("_columns")
-    dimensions = _View[list[str]]("_columns")
-    dimension_of = _View[dict[str, int]]("_columns")
-    capacity = _View[I64]("_columns")
-    used = _View[I64]("_columns")
-    state = _View[npt.NDArray[np.int8]]("_columns")
-    dc = _View[I32]("_columns")
-    msb = _View[I32]("_columns")
-    rack = _View[I32]("_columns")
-    hw = _View[I32]("_columns")
-    profile = _View[I32]("_columns")
-    owner = _View[I32]("_columns")
-    revision = _View[I64]("_columns")
-    readable = _View[npt.NDArray[np.bool_]]("_columns")
-    task_count = _View[I32]("_columns")
-    idle_since = _View[npt.NDArray[np.float64]]("_columns")
-    attributes = _View[dict[str, I32]]("_columns")
-    attribute_values = _View[dict[str, Codes]]("_columns")
-    dcs = _View[Codes]("topology")
-    msbs = _View[Codes]("topology")
-    racks = _View[Codes]("topology")
-    msb_dc = _View[list[int]]("topology")
-    """The datacenter of each MSB code."""
-    rack_msb = _View[list[int]]("topology")
-    """The MSB of each rack code."""
-    msb_racks = _View[dict[int, list[int]]]("topology")
-    """The racks of each MSB code."""
+        reader = MachineReader(topology, self.hardware, self.profiles)
+        self._machines = MachineRecords(self, self._ownership, reader)
+        self._records = Records(self, self._ownership, self.profiles)
+        self._tasks = HeldTasks(self)
+        self._allocations = AllocationKeys(self, self._records, self._tasks)
 
     @property
     def rows(self) -> int:
         """How many rows are in use (machines and allocation records ever seen)."""
-        return len(self._columns.ids)
+        return len(self.ids)
 
     @property
     def listeners(self) -> list[IndexListener]:
         return self._ownership.listeners
-
-    def vector(self, resources: Resources) -> I64:
-        """`resources` as a row of the resource columns (new extra resources add a column)."""
-        return self._columns.vector(resources)
-
-    def numbers(self, attribute: str) -> npt.NDArray[np.float64]:
-        return self._columns.numbers(attribute)
-
-    def attribute_column(self, attribute: str) -> I32:
-        return self._columns.attribute_column(attribute)
 
     # --- machines ----------------------------------------------------------------------------
 
@@ -178,7 +121,7 @@ class AllocationIndex:
         keeping the rows' revisions (the commit's base); `joined` is the record of the rows
         that move from the free pool into an entitlement (those whose owner is NONE). Returns
         what `roll_back` needs to undo it."""
-        columns = self._columns
+        columns = self
         rows = np.unique(np.fromiter(placements.values(), np.intp, len(placements)))
         snapshot = Snapshot(
             rows,
@@ -202,15 +145,15 @@ class AllocationIndex:
     def confirm(self, rows: Iterable[int], revision: int) -> None:
         """The tentative records of `rows` were committed in transaction `revision`."""
         for row in rows:
-            if self._columns.revision[row] < revision:
-                self._columns.revision[row] = revision
+            if self.revision[row] < revision:
+                self.revision[row] = revision
 
     def roll_back(self, snapshot: Snapshot) -> None:
         """Undoes `place_tentatively`; the records too where the store's newer record did not
         replace them meanwhile."""
         for index, row in snapshot.placements.items():
             self._tasks.remove(row, snapshot.job, index)
-        unchanged = np.flatnonzero(self._columns.revision[snapshot.rows] == snapshot.revisions)
+        unchanged = np.flatnonzero(self.revision[snapshot.rows] == snapshot.revisions)
         for position in unchanged.tolist():
             header = (
                 int(snapshot.owners[position]),
@@ -286,13 +229,13 @@ class AllocationIndex:
 
     def live_rows(self) -> npt.NDArray[np.intp]:
         """Rows that have a machine record."""
-        return np.flatnonzero(self._columns.state[: self.rows] != ABSENT)
+        return np.flatnonzero(self.state[: self.rows] != ABSENT)
 
     def machines_present(self) -> list[str]:
         return [self.ids[row] for row in self.live_rows()]
 
     def records_present(self) -> list[str]:
         """Names under `allocations/` the index holds: machine ids and `<machine>/<task id>`."""
-        columns = self._columns
+        columns = self
         names = [columns.ids[row] for row in np.flatnonzero(columns.revision[: self.rows])]
         return names + self._tasks.entry_names()

@@ -85,15 +85,22 @@ class Pipeline:
 
     def room(self, rows: Rows) -> I64:
         """Per row, how many tasks of the job the capacity rules let it take."""
-        room = np.full(len(rows), _NO_ROOM_LIMIT, np.int64)
-        for counts in self._rooms:
+        if not self._rooms:
+            return np.full(len(rows), _NO_ROOM_LIMIT, np.int64)
+        room = self._rooms[0](rows)
+        for counts in self._rooms[1:]:
             room = np.minimum(room, counts(rows))
         return room
 
     def accepts(self, rows: Rows) -> Mask:
         """Per row, whether every rule lets it take one more task."""
-        mask: Mask = accepted_by_all(self.cached, rows) & self.masks(rows)
-        return mask & (self.room(rows) > 0)
+        # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
+        mask = accepted_by_all(self.cached, rows)
+        for accepts in self._masks:
+            mask &= accepts(rows)
+        if self._rooms:
+            mask &= self.room(rows) > 0
+        return mask
 
     def prune_msbs(self, msbs: list[int]) -> list[int]:
         for rule in self.filters:
