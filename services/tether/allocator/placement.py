@@ -364,8 +364,7 @@ class Planner:
         Going over a million machines takes a while, and jobs alike fail alike: the answer is
         kept for _REASON_TTL_S per signature and task size.
         """
-        spread = registry.SPREAD
-        key = self.rules.reason_key(spread.reads)
+        key = self.rules.reason_key()
         now = time.monotonic()
         known = self.cache.reasons.get(key)
         if known is not None and now - known[0] < _REASON_TTL_S:
@@ -379,10 +378,10 @@ class Planner:
             rows = rows[:: -(-machines // _REASON_ROWS)]
         filtered = apply_checks(rows, self.all_checks())
         if len(filtered.survivors):
-            level = self.job.spec.placement.spread
+            spread = self.job.spec.placement.spread
             reason = (
                 f"{len(filtered.survivors)} machines fit one task but not within the spread "
-                f"over {level.level.value} (max skew {level.max_skew}) or the entitlement's "
+                f"over {spread.level.value} (max skew {spread.max_skew}) or the entitlement's "
                 "machine quota"
             )
         else:

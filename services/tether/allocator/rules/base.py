@@ -5,7 +5,7 @@ the allocation cache's keys are derived from those declarations."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tether.allocator.index import AllocationIndex
-from tether.allocator.rules.checks import I64, Check, Mask, Rows, accepted_by_all
+from tether.allocator.rules.checks import I64, Check, Rows
 from tether.model import Entitlement, Job
 
 FreeOf = Callable[[Rows], npt.NDArray[np.int64]]
@@ -92,11 +92,6 @@ class Filter:
         """The rule's masks for this plan, in the order Explain reports them (none: the rule
         does not apply to the job)."""
         raise NotImplementedError
-
-    def accepts(self, plan: Plan, checks: Sequence[Check]) -> Callable[[Rows], Mask]:
-        """The rule's verdict in one mask, given its `checks` for the plan: by default every
-        check's; a rule whose checks share work may answer at once."""
-        return lambda rows: accepted_by_all(checks, rows)
 
     def room(self, plan: Plan) -> Callable[[Rows], I64] | None:
         """For a rule about capacity: per row, how many tasks of the job fit (None: the rule

@@ -64,24 +64,23 @@ class Pipeline:
             for check in checks
         ]
         """Cached checks alike for every entitlement: free-pool lists are built with these."""
-        self._masks = [
-            rule.accepts(plan, checks)
-            for rule, checks in bound
-            if checks and not rule.reads.cacheable and rule.room(plan) is None
+        rooms = [(checks, rule.room(plan)) for rule, checks in bound]
+        self._rooms = [room for checks, room in rooms if checks and room is not None]
+        """Per capacity rule, how many tasks each row takes (its checks are for Explain)."""
+        self._per_plan: list[Check] = [
+            check
+            for (rule, checks), (_, room) in zip(bound, rooms, strict=True)
+            if not rule.reads.cacheable and room is None
+            for check in checks
         ]
-        self._rooms = [
-            room for rule, checks in bound if checks and (room := rule.room(plan)) is not None
-        ]
+        """Checks of rules that read allocation facts, run on every plan's candidates."""
         self._parts = [(scorer, scorer.parts(plan)) for scorer in self.scorers]
 
     # --- feasibility -------------------------------------------------------------------------
 
     def masks(self, rows: Rows) -> Mask:
         """The per-plan rules that accept or reject (not those that count room)."""
-        mask = np.ones(len(rows), np.bool_)
-        for accepts in self._masks:
-            mask &= accepts(rows)
-        return mask
+        return accepted_by_all(self._per_plan, rows)
 
     def room(self, rows: Rows) -> I64:
         """Per row, how many tasks of the job the capacity rules let it take."""
@@ -96,8 +95,7 @@ class Pipeline:
         """Per row, whether every rule lets it take one more task."""
         # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
         mask = accepted_by_all(self.cached, rows)
-        for accepts in self._masks:
-            mask &= accepts(rows)
+        mask &= self.masks(rows)
         if self._rooms:
             mask &= self.room(rows) > 0
         return mask
@@ -148,10 +146,10 @@ class Pipeline:
         shared = (r for r in self._cacheable() if r.shared)
         return ("pool", *self._read(shared), *self._read(s.reads for s in self.scorers))
 
-    def reason_key(self, spread: Reads) -> Signature:
+    def reason_key(self) -> Signature:
         """What the reason a job fits nowhere depends on: every filter, and the spread."""
-        every = (rule.reads for rule in self.filters)
-        return ("reason", self.plan.entitlement.name, *self._read(every), *self._read([spread]))
+        reads = [*(rule.reads for rule in self.filters), registry.SPREAD.reads]
+        return ("reason", self.plan.entitlement.name, *self._read(reads))
 
     def _cacheable(self) -> list[Reads]:
         return [rule.reads for rule in self.filters if rule.reads.cacheable]
