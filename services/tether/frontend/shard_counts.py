@@ -5,17 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Final
 
 from tether.aio import cancel_and_wait
 from tether.frontend.problems import Unavailable
 from tether.frontend.shard_tally import KeyCount, OwnedMachines, ShardMap, ShardTally
-from tether.store import Store, StoreError, keys
+from tether.store import Store, keys
 from tether.store.feed import FeedSink, PrefixFeed
 
 log = logging.getLogger(__name__)
-
-_RETRY_S: Final = 0.5
 
 
 class ShardCounts:
@@ -80,18 +77,6 @@ class ShardCounts:
             log.warning("shard counts: %s not yet at revision %d", prefix, revision)
 
     async def _start_feeds(self) -> None:
-        await asyncio.gather(*(self._start_feed(feed) for feed in self._feeds.values()))
+        await asyncio.gather(*(feed.start(retry=True) for feed in self._feeds.values()))
         self._listed.set()
         log.info("shard counts listed in %.1f s", time.monotonic() - self._started_at)
-
-    @staticmethod
-    async def _start_feed(feed: PrefixFeed) -> None:
-        while True:
-            try:
-                await feed.start()
-                return
-            except StoreError as error:
-                log.warning(
-                    "listing %s for the shard counts failed, retrying: %s", feed.prefix, error
-                )
-                await asyncio.sleep(_RETRY_S)

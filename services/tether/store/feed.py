@@ -61,9 +61,11 @@ class PrefixFeed:
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, retry: bool = False) -> None:
+        """Lists the prefix (unless resuming), then follows it; with `retry`, a listing that
+        fails is tried again until it succeeds instead of raising the store's error."""
         if not self.revision:
-            await self._list()
+            await (self._relist() if retry else self._list())
         self._task = asyncio.create_task(self._follow(), name=f"feed {self.prefix}")
 
     async def stop(self) -> None:
