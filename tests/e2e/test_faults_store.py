@@ -41,6 +41,7 @@ and their old processes stopped a moment later (docs/faults.md, *A soak under fa
 def settled_pids(client: httpx.Client, handle: str, count: int) -> dict[int, int]:
     """The job's pids by index once all `count` tasks have run with them for QUIET_S."""
     since, last = time.monotonic(), None
+    deadline = since + 60
     while True:
         tasks = all_running(client, handle, count)
         now = {int(t["index"]): int(t["pid"]) for t in tasks} if tasks else None
@@ -48,7 +49,7 @@ def settled_pids(client: httpx.Client, handle: str, count: int) -> dict[int, int
             since, last = time.monotonic(), now
         elif time.monotonic() - since >= QUIET_S:
             return now
-        assert time.monotonic() - since < 60, f"{handle} did not settle: {now}"
+        assert time.monotonic() < deadline, f"{handle} did not settle within 60 s: {now}"
         time.sleep(0.5)
 
 

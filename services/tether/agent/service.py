@@ -37,7 +37,6 @@ from tether.store import (
     Get,
     KeyValue,
     Put,
-    RangeResult,
     Store,
     StoreError,
     key_exists,
@@ -587,12 +586,9 @@ class Agent(Service):
                 )
                 attempt.reported = state
                 return True
-            current, task_record = result.results
-            assert isinstance(current, RangeResult)
-            assert isinstance(task_record, RangeResult)
-            if not task_record.kvs:
+            if not result.kvs(1):
                 return False  # the task is gone: nothing to report, nothing to start
-            stored, fresh = _read_status(current.kvs[0] if current.kvs else None), True
+            stored, fresh = _read_status(result.kv(0)), True
         _log.warning("status of %s kept changing; will report %s later", task.task_id, state)
         return False
 

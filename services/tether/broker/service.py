@@ -42,7 +42,6 @@ from tether.store import (
     KeyValue,
     Op,
     Put,
-    RangeResult,
     Store,
     StoreError,
     keys,
@@ -266,7 +265,7 @@ class Broker(Service):
                 Get(keys.allocation_entries(machine_id), prefix=True),
             ],
         )
-        record, entries = _kv(result.results[0]), _kvs(result.results[1])
+        record, entries = result.kv(0), result.kvs(1)
         return (record.mod_revision if record else 0), not entries
 
     def _announced(self, machine_id: str) -> Machine | None:
@@ -324,10 +323,10 @@ class Broker(Service):
                     _log.info("machine %s: new in %s, recorded as up", machine_id, self.settings.dc)
                 else:
                     _log.info("machine %s: inventory updated", machine_id)
-                    self._warn_if_overcommitted(record, _kvs(result.results[1]))
+                    self._warn_if_overcommitted(record, result.kvs(1))
                 return
             # Someone else wrote meanwhile: decide again on what is there now.
-            recorded_kv, allocation_kv = _kv(result.results[0]), _kv(result.results[1])
+            recorded_kv, allocation_kv = result.kv(0), result.kv(1)
             allocation_revision = allocation_kv.mod_revision if allocation_kv else 0
         _log.error(
             "machine %s: gave up after %d conflicting writes; retrying on its next heartbeat",
@@ -354,13 +353,3 @@ class Broker(Service):
                 record.id,
                 "; ".join(shortfall),
             )
-
-
-def _kvs(result: object) -> Sequence[KeyValue]:
-    assert isinstance(result, RangeResult)
-    return result.kvs
-
-
-def _kv(result: object) -> KeyValue | None:
-    kvs = _kvs(result)
-    return kvs[0] if kvs else None

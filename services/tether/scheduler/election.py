@@ -203,9 +203,7 @@ class Election:
 
 
 def _leader_identity(result: TxnResult) -> str:
-    read = result.results[0]
-    assert isinstance(read, RangeResult)
-    for kv in read.kvs:
+    for kv in result.kvs(0):
         with contextlib.suppress(ValidationError):
             return from_json(ShardLeader, kv.value, stored=True).identity
     return "nobody"

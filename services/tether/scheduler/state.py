@@ -24,7 +24,7 @@ from tether.model import (
     parse_job_handle,
 )
 from tether.scheduler.reconciler import JobView, Stored
-from tether.store import Get, KeyValue, RangeResult, Store, keys
+from tether.store import Get, KeyValue, Store, keys
 from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
@@ -79,11 +79,6 @@ def _file(grouped: defaultdict[str, dict[K, V]], group: str, key: K, value: V | 
             del grouped[group]
     else:
         grouped[group][key] = value
-
-
-def _parsed(result: object) -> list[KeyValue]:
-    assert isinstance(result, RangeResult)
-    return result.kvs
 
 
 def _stored(kv: KeyValue, parse: Callable[[bytes], T]) -> Stored[T] | None:
@@ -230,7 +225,7 @@ class ShardState:
             keys.operations_of(entitlement, name),
         )
         result = await self._store.txn([], [Get(prefix, prefix=True) for prefix in prefixes])
-        tasks, statuses, operations = (_parsed(r) for r in result.results)
+        tasks, statuses, operations = (result.kvs(position) for position in range(3))
         return replace(
             view,
             tasks={stored.value.index: stored for stored in _records(tasks, _parser(Task))},
