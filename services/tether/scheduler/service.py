@@ -265,6 +265,7 @@ class Term:
         view = self._state.view(handle)
         if view is None:
             self._place_after.pop(handle, None)
+            self._reconciled.pop(handle, None)
             return
         now = datetime.now(UTC)
         plan = plan_job(view, now)
