@@ -210,8 +210,12 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
         for k, port in enumerate(options.frontend_ports)
     ]
     # Each process its own metrics port: a process's metrics are its own (frontends serve theirs
-    # at GET /metrics).
-    return [
-        spec if spec.role == "frontend" else replace(spec, metrics_port=free_port())
-        for spec in specs
-    ]
+    # at GET /metrics). None is bound until the processes start, so each is kept from the rest.
+    taken = {options.registry_port, *options.frontend_ports}
+    planned: list[ProcessSpec] = []
+    for spec in specs:
+        if spec.role != "frontend":
+            spec = replace(spec, metrics_port=free_port(avoid=taken))
+            taken.add(spec.metrics_port)
+        planned.append(spec)
+    return planned

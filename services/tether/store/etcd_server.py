@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -31,10 +31,11 @@ LISTEN_PORTS_FROM: Final = 10_000
 _EPHEMERAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
-def free_port() -> int:
+def free_port(avoid: Collection[int] = ()) -> int:
     """A loopback port nothing listens on, for a server that binds it later. It is chosen below
     the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be taken
-    meanwhile by any outgoing connection, and the server would then fail to start."""
+    meanwhile by any outgoing connection, and the server would then fail to start. Ports in
+    `avoid` are not chosen: ones picked for other servers that have not bound them yet."""
     try:
         first_ephemeral = int(_EPHEMERAL_PORT_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -42,6 +43,8 @@ def free_port() -> int:
     upper = max(first_ephemeral - 1, LISTEN_PORTS_FROM + 1_000)
     for _ in range(1_000):
         port = random.randint(LISTEN_PORTS_FROM, upper)
+        if port in avoid:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

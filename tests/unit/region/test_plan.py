@@ -70,11 +70,14 @@ def test_default_entitlement_quota_is_the_agents_total_capacity(tmp_path: Path) 
 def test_every_process_but_the_frontends_serves_metrics_on_a_port_of_its_own(
     tmp_path: Path,
 ) -> None:
-    specs = region_processes(RegionOptions(state_dir=tmp_path, store_url="sqlite:///x.db"))
+    # Enough agents that ports drawn at random, each unaware of the others, would repeat.
+    options = RegionOptions(state_dir=tmp_path, store_url="sqlite:///x.db", agents=600)
+    specs = region_processes(options)
     served = [spec for spec in specs if spec.role != "frontend"]
     ports = {spec.metrics_port for spec in served}
     assert len(ports) == len(served)
     assert 0 not in ports
+    assert not ports & {options.registry_port, *options.frontend_ports}
     for spec in served:
         assert spec.argv()[-2:] == ["--metrics-port", str(spec.metrics_port)]
     for frontend in (spec for spec in specs if spec.role == "frontend"):
