@@ -91,12 +91,19 @@ class ChoiceCache(IndexListener):
         return self._keys.setdefault(signature, len(self._keys))
 
     def owned(
-        self, key: int, owner: int, rules: Sequence[Check], build: Callable[[], Rows]
+        self,
+        key: int,
+        owner: int,
+        rules: Callable[[], Sequence[Check]],
+        build: Callable[[], Rows],
     ) -> Rows:
+        """The entitlement's machines that pass `rules` (asked for only when the entry is
+        built), of those `build` lists."""
         entry = self._owned.get(key)
         if entry is None:
             self.misses += 1
-            entry = self._owned[key] = OwnedEntry(rules, passes(rules, build()))
+            checks = rules()
+            entry = self._owned[key] = OwnedEntry(checks, passes(checks, build()))
             self._owned_by.setdefault(owner, set()).add(key)
         else:
             self.hits += 1

@@ -89,11 +89,13 @@ class Planner:
         self.job = job
         self.entitlement = entitlement
         self.owner = index.owners.code(entitlement.name)
-        # The quota first: a resource it names that no machine has yet gets its column before
-        # the task's vector is built, so both have every column.
-        index.vector(entitlement.quota.resources)
+        # Both vectors need every column: the quota's resources get theirs first, and a resource
+        # only the task names (rare) means reading the quota again.
+        quota = index.vector(entitlement.quota.resources)
         self.need = index.vector(job.spec.task.resources)
-        self.plan = Plan(index, job, entitlement, self.owner, self.need, self._free_rows)
+        if len(quota) < len(self.need):
+            quota = index.vector(entitlement.quota.resources)
+        self.plan = Plan(index, job, entitlement, self.owner, self.need, quota, self._free_rows)
         self.rules = Pipeline(self.plan)
         self.key = cache.key(self.rules.owned_key())
         self.pool_key = cache.key(self.rules.pool_key())
@@ -117,7 +119,10 @@ class Planner:
             # A pool chunk is checked per pulled machine: a set lookup per row beats np.isin's
             # sort there; a whole entitlement's rows go the other way.
             if len(rows) <= _POOL_CHUNK:
-                positions = [p for p, row in enumerate(rows.tolist()) if row in self._free]
+                listed = rows.tolist()
+                if self._free.keys().isdisjoint(listed):
+                    return free
+                positions = [p for p, row in enumerate(listed) if row in self._free]
             else:
                 positions = np.flatnonzero(np.isin(rows, list(self._free))).tolist()
             for position in positions:
@@ -130,7 +135,7 @@ class Planner:
         return self.cache.owned(
             self.key,
             self.owner,
-            self.rules.cached,
+            lambda: self.rules.cached,
             lambda: np.fromiter(index.owned_rows(self.owner), np.intp),
         )
 
@@ -286,9 +291,10 @@ class Planner:
 
     def _owned_domains(self, rows: Rows) -> dict[int, _Domain]:
         """The entitlement's `rows` that take a task, by domain, best first."""
-        room = self.rules.room(rows)
-        rows, room = rows[room > 0], room[room > 0]
         free = self._free_rows(rows)
+        room = self.rules.room(rows, free)
+        fitting = room > 0
+        rows, free, room = rows[fitting], free[fitting], room[fitting]
         scores = self.rules.scores(rows, pool=False)
         codes = self.spread.column[rows]
         order = best_first(rows, scores, free, first=(codes,))

@@ -73,13 +73,16 @@ class Reads:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What rules see of one placement: the index as it is, the job, its entitlement (and its
-    code), one task's resources, and the machines' free resources as the plan leaves them."""
+    code), one task's resources, the entitlement's quota, and the machines' free resources as the
+    plan leaves them."""
 
     index: AllocationIndex
     job: Job
     entitlement: Entitlement
     owner: int
     need: I64
+    quota: I64
+    """The entitlement's resource quota, a column per dimension like `need`."""
     free: FreeOf
 
 
@@ -87,15 +90,19 @@ class Filter:
     """A hard rule: machines it rejects never take a task of the job."""
 
     reads: ClassVar[Reads]
+    met_by_candidates: ClassVar[bool] = False
+    """Whether every machine the planner considers meets the rule by how it is drawn (the
+    entitlement's own machines and the free pool's): its checks then serve Explain only."""
 
     def checks(self, plan: Plan) -> list[Check]:
         """The rule's masks for this plan, in the order Explain reports them (none: the rule
         does not apply to the job)."""
         raise NotImplementedError
 
-    def room(self, plan: Plan) -> Callable[[Rows], I64] | None:
-        """For a rule about capacity: per row, how many tasks of the job fit (None: the rule
-        accepts or rejects a machine, it does not count). Its mask is then room > 0."""
+    def room(self, plan: Plan) -> Callable[[Rows, I64], I64] | None:
+        """For a rule about capacity: per row, how many tasks of the job fit, given the rows
+        and their free resources as the plan leaves them (None: the rule accepts or rejects a
+        machine, it does not count). Its mask is then room > 0."""
         return None
 
     def prune_msbs(self, plan: Plan, msbs: list[int]) -> list[int]:
@@ -117,10 +124,15 @@ class Scorer:
         """One (label, weight for Explain) per bit, the highest bit first."""
         raise NotImplementedError
 
+    def bits(self, plan: Plan) -> int:
+        """How many bits the scorer has for this plan (every plan asks; only Explain needs the
+        labels, which a scorer may spare itself writing here)."""
+        return len(self.parts(plan))
+
     def score(self, plan: Plan, rows: Rows) -> I64:
         """Per row, the scorer's bits (below 1 << len(parts))."""
         raise NotImplementedError
 
     def ranks(self, plan: Plan) -> bool:
         """Whether it can tell machines apart for this plan."""
-        return bool(self.parts(plan))
+        return self.bits(plan) > 0

@@ -13,6 +13,9 @@ Rows = npt.NDArray[np.intp]
 Mask = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
 
+UNLIMITED_ROOM = 1 << 20
+"""The room of a machine for a job that needs none of what a capacity rule counts."""
+
 
 @dataclass(frozen=True, slots=True)
 class Check:

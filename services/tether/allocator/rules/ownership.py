@@ -9,6 +9,7 @@ from tether.allocator.rules.checks import Check, listed
 
 class Ownership(Filter):
     reads = Reads(machine=frozenset({Fact.OWNER}))
+    met_by_candidates = True
 
     def checks(self, plan: Plan) -> list[Check]:
         index, owner = plan.index, plan.owner

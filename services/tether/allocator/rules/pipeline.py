@@ -3,6 +3,7 @@ machine's score, the order machines are taken in, and the cache keys, all from t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -12,14 +13,20 @@ import pydantic_core
 from tether.allocator.index import BASE_DIMENSIONS
 from tether.allocator.rules import registry
 from tether.allocator.rules.base import Filter, Plan, Reads, Scorer
-from tether.allocator.rules.checks import I64, Check, Mask, Rows, accepted_by_all
+from tether.allocator.rules.checks import (
+    I64,
+    UNLIMITED_ROOM,
+    Check,
+    Mask,
+    Rows,
+    accepted_by_all,
+)
 
 Signature = tuple[object, ...]
 """What a cached answer depends on; equal for jobs alike in it."""
 
 _CPU = BASE_DIMENSIONS.index("cpu")
 _MEMORY = BASE_DIMENSIONS.index("memory")
-_NO_ROOM_LIMIT = 1 << 20
 
 
 def best_first(
@@ -50,31 +57,40 @@ class Pipeline:
         self.plan = plan
         self.filters = registry.FILTERS if filters is None else filters
         self.scorers = registry.SCORERS if scorers is None else scorers
-        bound = [(rule, rule.checks(plan)) for rule in self.filters]
-        self.checks: list[Check] = [check for _, checks in bound for check in checks]
-        """Every check, in the order the rules apply (what Explain reports)."""
-        self.cached: list[Check] = [
-            check for rule, checks in bound if rule.reads.cacheable for check in checks
-        ]
-        """Checks of rules that read only a machine's record: their answer is cached."""
-        self.shared: list[Check] = [
-            check
-            for rule, checks in bound
-            if rule.reads.cacheable and rule.reads.shared
-            for check in checks
-        ]
-        """Cached checks alike for every entitlement: free-pool lists are built with these."""
-        rooms = [(checks, rule.room(plan)) for rule, checks in bound]
-        self._rooms = [room for checks, room in rooms if checks and room is not None]
+        # A plan binds only the checks it runs every time: the cached ones are needed when the
+        # cache misses, and all of them only for Explain (binding them all cost a tenth of a
+        # plan).
+        rooms = [(rule, rule.room(plan)) for rule in self.filters]
+        self._rooms = [room for _, room in rooms if room is not None]
         """Per capacity rule, how many tasks each row takes (its checks are for Explain)."""
         self._per_plan: list[Check] = [
             check
-            for (rule, checks), (_, room) in zip(bound, rooms, strict=True)
-            if not rule.reads.cacheable and room is None
-            for check in checks
+            for rule, room in rooms
+            if not rule.reads.cacheable and room is None and not rule.met_by_candidates
+            for check in rule.checks(plan)
         ]
         """Checks of rules that read allocation facts, run on every plan's candidates."""
-        self._parts = [(scorer, scorer.parts(plan)) for scorer in self.scorers]
+        self._bits = [(scorer, scorer.bits(plan)) for scorer in self.scorers]
+
+    @functools.cached_property
+    def checks(self) -> list[Check]:
+        """Every check, in the order the rules apply (what Explain reports)."""
+        return [check for rule in self.filters for check in rule.checks(self.plan)]
+
+    @functools.cached_property
+    def cached(self) -> list[Check]:
+        """Checks of rules that read only a machine's record: their answer is cached."""
+        return self._checks_of(rule for rule in self.filters if rule.reads.cacheable)
+
+    @functools.cached_property
+    def shared(self) -> list[Check]:
+        """Cached checks alike for every entitlement: free-pool lists are built with these."""
+        return self._checks_of(
+            rule for rule in self.filters if rule.reads.cacheable and rule.reads.shared
+        )
+
+    def _checks_of(self, rules: Iterable[Filter]) -> list[Check]:
+        return [check for rule in rules for check in rule.checks(self.plan)]
 
     # --- feasibility -------------------------------------------------------------------------
 
@@ -82,13 +98,16 @@ class Pipeline:
         """The per-plan rules that accept or reject (not those that count room)."""
         return accepted_by_all(self._per_plan, rows)
 
-    def room(self, rows: Rows) -> I64:
-        """Per row, how many tasks of the job the capacity rules let it take."""
+    def room(self, rows: Rows, free: I64 | None = None) -> I64:
+        """Per row, how many tasks of the job the capacity rules let it take (`free`: the rows'
+        free resources as the plan leaves them, when the caller has them already)."""
         if not self._rooms:
-            return np.full(len(rows), _NO_ROOM_LIMIT, np.int64)
-        room = self._rooms[0](rows)
+            return np.full(len(rows), UNLIMITED_ROOM, np.int64)
+        if free is None:
+            free = self.plan.free(rows)
+        room = self._rooms[0](rows, free)
         for counts in self._rooms[1:]:
-            room = np.minimum(room, counts(rows))
+            room = np.minimum(room, counts(rows, free))
         return room
 
     def accepts(self, rows: Rows) -> Mask:
@@ -111,9 +130,9 @@ class Pipeline:
         """Per row, every scorer's bits in registry order; a pool-only scorer's are 0 unless
         `pool` (the rows are free-pool machines)."""
         scores = np.zeros(len(rows), np.int64)
-        for scorer, parts in self._parts:
-            scores <<= np.int64(len(parts))
-            if parts and (pool or not scorer.pool_only):
+        for scorer, bits in self._bits:
+            scores <<= np.int64(bits)
+            if bits and (pool or not scorer.pool_only):
                 scores |= scorer.score(self.plan, rows)
         return scores
 
@@ -126,44 +145,44 @@ class Pipeline:
         machine, not only the free pool's."""
         explained: list[tuple[str, int, int]] = []
         below = 0
-        for scorer, parts in reversed(self._parts):
+        for scorer, bits in reversed(self._bits):
+            parts = scorer.parts(self.plan) if bits else []
             if not scorer.pool_only:
                 explained[:0] = [
                     (label, weight, below + len(parts) - 1 - position)
                     for position, (label, weight) in enumerate(parts)
                 ]
-            below += len(parts)
+            below += bits
         return explained
 
     # --- cache keys --------------------------------------------------------------------------
 
     def owned_key(self) -> Signature:
         """What the entitlement's machines that pass the cached checks depend on."""
-        return ("owned", self.plan.entitlement.name, *self._read(self._cacheable()))
+        return ("owned", self.plan.entitlement.name, self._read(self._cacheable()))
 
     def pool_key(self) -> Signature:
         """What a free-pool list depends on: the shared cached checks and the scores."""
-        shared = (r for r in self._cacheable() if r.shared)
-        return ("pool", *self._read(shared), *self._read(s.reads for s in self.scorers))
+        shared = [r for r in self._cacheable() if r.shared]
+        return ("pool", self._read([*shared, *(s.reads for s in self.scorers)]))
 
     def reason_key(self) -> Signature:
         """What the reason a job fits nowhere depends on: every filter, and the spread."""
         reads = [*(rule.reads for rule in self.filters), registry.SPREAD.reads]
-        return ("reason", self.plan.entitlement.name, *self._read(reads))
+        return ("reason", self.plan.entitlement.name, self._read(reads))
 
     def _cacheable(self) -> list[Reads]:
         return [rule.reads for rule in self.filters if rule.reads.cacheable]
 
-    def _read(self, reads: Iterable[Reads]) -> list[bytes]:
-        """The values of the job and entitlement fields `reads` name, as JSON."""
+    def _read(self, reads: Iterable[Reads]) -> bytes:
+        """The values of the job and entitlement fields `reads` name, as one JSON array (one
+        encoding per key: a plan derives two)."""
         spec, entitlement = self.plan.job.spec, self.plan.entitlement
-        values: list[bytes] = []
+        values: list[object] = []
         for read in reads:
-            values += [pydantic_core.to_json(_field(spec, path)) for path in read.job]
-            values += [
-                pydantic_core.to_json(_field(entitlement, path)) for path in read.entitlement
-            ]
-        return values
+            values += [_field(spec, path) for path in read.job]
+            values += [_field(entitlement, path) for path in read.entitlement]
+        return pydantic_core.to_json(values)
 
 
 def _field(model: object, path: str) -> object:

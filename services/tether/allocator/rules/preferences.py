@@ -21,6 +21,9 @@ class Preferences(Scorer):
             for preference, weight in zip(preferences, effective_weights(plan.job), strict=True)
         ]
 
+    def bits(self, plan: Plan) -> int:
+        return len(plan.job.spec.placement.preferences)
+
     def score(self, plan: Plan, rows: Rows) -> I64:
         preferences = plan.job.spec.placement.preferences
         scores = np.zeros(len(rows), np.int64)

@@ -13,8 +13,7 @@ from tether.model.resources import quantity_text
 def quota_text(plan: Plan, chosen: int) -> str | None:
     """Why one more task does not fit the entitlement's resource quota on top of its usage and
     `chosen` tasks of the request already planned, or None."""
-    index, need, entitlement = plan.index, plan.need, plan.entitlement
-    quota = index.vector(entitlement.quota.resources)
+    index, need, quota, entitlement = plan.index, plan.need, plan.quota, plan.entitlement
     usage = index.usage_of(entitlement.name) + need * chosen
     over = [
         f"{label}: {quantity_text(label, int(need[column]))} more, "
@@ -30,14 +29,16 @@ def quota_text(plan: Plan, chosen: int) -> str | None:
 
 def quota_room(plan: Plan) -> int:
     """How many more tasks the entitlement's resource quota allows."""
-    index, need = plan.index, plan.need
-    quota = index.vector(plan.entitlement.quota.resources)
-    usage = index.usage_of(plan.entitlement.name)
-    wanted = need > 0
-    if not wanted.any():
+    usage = plan.index.usage_of(plan.entitlement.name).tolist()
+    needed = [
+        (amount, quota, used)
+        for amount, quota, used in zip(plan.need.tolist(), plan.quota.tolist(), usage, strict=True)
+        if amount > 0
+    ]
+    if not needed:
         return 1 << 40
-    left = np.maximum(quota[wanted] - usage[wanted], 0)
-    return int((left // need[wanted]).min())
+    # A few dimensions: Python integers beat numpy's per-call cost here.
+    return int(min(max(quota - used, 0) // amount for amount, quota, used in needed))
 
 
 def quota_check(plan: Plan) -> Check:

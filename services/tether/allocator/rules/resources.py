@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tether.allocator.rules.base import Fact, Filter, FreeOf, Plan, Reads
-from tether.allocator.rules.checks import I64, Check, Rows
+from tether.allocator.rules.checks import I64, UNLIMITED_ROOM, Check, Rows
 from tether.model.resources import quantity_text
 
 
@@ -23,9 +23,8 @@ class Resources(Filter):
             if amount
         ]
 
-    def room(self, plan: Plan) -> Callable[[Rows], I64]:
-        # Every dimension from one read of the free resources.
-        return lambda rows: slots(plan.free(rows), plan.need)
+    def room(self, plan: Plan) -> Callable[[Rows, I64], I64]:
+        return _Slots(plan.need)
 
 
 def _check(label: str, column: int, need: int, free_of: FreeOf) -> Check:
@@ -41,10 +40,23 @@ def _check(label: str, column: int, need: int, free_of: FreeOf) -> Check:
     )
 
 
-def slots(free: I64, need: I64) -> I64:
-    """Per row of `free`, how many tasks of `need` fit."""
-    wanted = need > 0
-    if not wanted.any():
-        return np.full(len(free), 1 << 20, np.int64)
-    fitting: I64 = (np.maximum(free[:, wanted], 0) // need[wanted]).min(axis=1)
-    return fitting
+class _Slots:
+    """Per row of free resources, how many tasks of `need` fit.
+
+    Called for every chunk of the free pool a plan reads: the needed columns are found once,
+    and each is divided on its own (a division over a rows-by-2 block and a minimum along its
+    short axis cost three times as much in numpy)."""
+
+    def __init__(self, need: I64) -> None:
+        self._columns = [
+            (column, amount) for column, amount in enumerate(need.tolist()) if amount > 0
+        ]
+
+    def __call__(self, _: Rows, free: I64) -> I64:
+        if not self._columns:
+            return np.full(len(free), UNLIMITED_ROOM, np.int64)
+        (column, amount), *others = self._columns
+        room: I64 = free[:, column] // amount
+        for column, amount in others:
+            np.minimum(room, free[:, column] // amount, out=room)
+        return np.maximum(room, 0, out=room)
