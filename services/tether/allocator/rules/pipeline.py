@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -44,50 +45,86 @@ def best_first(
     return np.lexsort(keys)
 
 
+Field = tuple[bool, tuple[str, ...]]
+"""A field a rule reads: (of the job's spec, else of the entitlement; its attribute path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What the registered rules imply for every plan alike, worked out once per registry."""
+
+    per_plan: tuple[Filter, ...]
+    """Filters that read allocation facts, run on every plan's candidates (capacity rules and
+    those the candidates meet by how they are drawn aside)."""
+    cached: tuple[Filter, ...]
+    """Filters that read only a machine's record: their answer is cached."""
+    shared: tuple[Filter, ...]
+    """Cached filters alike for every entitlement: free-pool lists are built with these."""
+    owned_fields: tuple[Field, ...]
+    pool_fields: tuple[Field, ...]
+    reason_fields: tuple[Field, ...]
+
+
+@functools.lru_cache(maxsize=8)
+def _layout(filters: tuple[Filter, ...], scorers: tuple[Scorer, ...], spread: Reads) -> _Layout:
+    cached = tuple(rule for rule in filters if rule.reads.cacheable)
+    shared = tuple(rule for rule in cached if rule.reads.shared)
+    return _Layout(
+        per_plan=tuple(
+            rule for rule in filters if not rule.reads.cacheable and not rule.met_by_candidates
+        ),
+        cached=cached,
+        shared=shared,
+        owned_fields=_fields(rule.reads for rule in cached),
+        pool_fields=_fields([*(rule.reads for rule in shared), *(s.reads for s in scorers)]),
+        reason_fields=_fields([*(rule.reads for rule in filters), spread]),
+    )
+
+
+def _fields(reads: Iterable[Reads]) -> tuple[Field, ...]:
+    fields: list[Field] = []
+    for read in reads:
+        fields += [(True, tuple(path.split("."))) for path in read.job]
+        fields += [(False, tuple(path.split("."))) for path in read.entitlement]
+    return tuple(fields)
+
+
 class Pipeline:
     """Every registered filter and scorer bound to `plan`."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        filters: Sequence[Filter] | None = None,
-        scorers: Sequence[Scorer] | None = None,
-    ) -> None:
-        # Read at each plan, not at import: a test registers a rule by replacing the tuple.
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.filters = registry.FILTERS if filters is None else filters
-        self.scorers = registry.SCORERS if scorers is None else scorers
+        # Read at each plan, not at import: a test registers a rule by replacing the tuple.
+        self.filters = registry.FILTERS
+        self.scorers = registry.SCORERS
+        self._layout = _layout(self.filters, self.scorers, registry.SPREAD.reads)
         # A plan binds only the checks it runs every time: the cached ones are needed when the
         # cache misses, and all of them only for Explain (binding them all cost a tenth of a
         # plan).
         rooms = [(rule, rule.room(plan)) for rule in self.filters]
         self._rooms = [room for _, room in rooms if room is not None]
         """Per capacity rule, how many tasks each row takes (its checks are for Explain)."""
-        self._per_plan: list[Check] = [
-            check
-            for rule, room in rooms
-            if not rule.reads.cacheable and room is None and not rule.met_by_candidates
-            for check in rule.checks(plan)
-        ]
+        capacity = {rule for rule, room in rooms if room is not None}
+        self._per_plan: list[Check] = self._checks_of(
+            rule for rule in self._layout.per_plan if rule not in capacity
+        )
         """Checks of rules that read allocation facts, run on every plan's candidates."""
         self._bits = [(scorer, scorer.bits(plan)) for scorer in self.scorers]
 
     @functools.cached_property
     def checks(self) -> list[Check]:
         """Every check, in the order the rules apply (what Explain reports)."""
-        return [check for rule in self.filters for check in rule.checks(self.plan)]
+        return self._checks_of(self.filters)
 
     @functools.cached_property
     def cached(self) -> list[Check]:
         """Checks of rules that read only a machine's record: their answer is cached."""
-        return self._checks_of(rule for rule in self.filters if rule.reads.cacheable)
+        return self._checks_of(self._layout.cached)
 
     @functools.cached_property
     def shared(self) -> list[Check]:
         """Cached checks alike for every entitlement: free-pool lists are built with these."""
-        return self._checks_of(
-            rule for rule in self.filters if rule.reads.cacheable and rule.reads.shared
-        )
+        return self._checks_of(self._layout.shared)
 
     def _checks_of(self, rules: Iterable[Filter]) -> list[Check]:
         return [check for rule in rules for check in rule.checks(self.plan)]
@@ -159,33 +196,23 @@ class Pipeline:
 
     def owned_key(self) -> Signature:
         """What the entitlement's machines that pass the cached checks depend on."""
-        return ("owned", self.plan.entitlement.name, self._read(self._cacheable()))
+        return ("owned", self.plan.entitlement.name, self._read(self._layout.owned_fields))
 
     def pool_key(self) -> Signature:
         """What a free-pool list depends on: the shared cached checks and the scores."""
-        shared = [r for r in self._cacheable() if r.shared]
-        return ("pool", self._read([*shared, *(s.reads for s in self.scorers)]))
+        return ("pool", self._read(self._layout.pool_fields))
 
     def reason_key(self) -> Signature:
         """What the reason a job fits nowhere depends on: every filter, and the spread."""
-        reads = [*(rule.reads for rule in self.filters), registry.SPREAD.reads]
-        return ("reason", self.plan.entitlement.name, self._read(reads))
+        return ("reason", self.plan.entitlement.name, self._read(self._layout.reason_fields))
 
-    def _cacheable(self) -> list[Reads]:
-        return [rule.reads for rule in self.filters if rule.reads.cacheable]
-
-    def _read(self, reads: Iterable[Reads]) -> bytes:
-        """The values of the job and entitlement fields `reads` name, as one JSON array (one
-        encoding per key: a plan derives two)."""
+    def _read(self, fields: Iterable[Field]) -> bytes:
+        """The values of `fields` as one JSON array."""
         spec, entitlement = self.plan.job.spec, self.plan.entitlement
         values: list[object] = []
-        for read in reads:
-            values += [_field(spec, path) for path in read.job]
-            values += [_field(entitlement, path) for path in read.entitlement]
+        for of_job, path in fields:
+            value: object = spec if of_job else entitlement
+            for name in path:
+                value = getattr(value, name)
+            values.append(value)
         return pydantic_core.to_json(values)
-
-
-def _field(model: object, path: str) -> object:
-    for name in path.split("."):
-        model = getattr(model, name)
-    return model
