@@ -22,7 +22,8 @@ the moves off the cut-off machine) are reported. Progress goes to stderr.
 
 Needs root (network namespaces) and etcd (scripts/test and scripts/up install it).
 
-Usage: .venv/bin/python scripts/soak.py --minutes 30 [--clients 3] [--seed 0] [--dir DIR]
+Usage: .venv/bin/python scripts/soak.py --minutes 30 [--rounds N] [--clients 3] [--seed 0]
+                                        [--dir DIR]
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def main() -> None:
     parser.add_argument(
         "--minutes", type=float, default=30.0, help="how long faults and churn go on"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="stop sooner, once every kind of fault has been injected this many times",
+    )
     parser.add_argument("--clients", type=int, default=3, help="REST clients churning jobs")
     parser.add_argument("--seed", type=int, default=0, help="the fault injector's random seed")
     parser.add_argument(
@@ -59,8 +65,8 @@ def main() -> None:
         "--dir", type=Path, help="where the region lives (default: a new temporary directory)"
     )
     args = parser.parse_args()
-    if args.minutes <= 0 or args.clients < 1:
-        parser.error("--minutes must be positive and --clients at least 1")
+    if args.minutes <= 0 or args.clients < 1 or (args.rounds is not None and args.rounds < 1):
+        parser.error("--minutes must be positive, --clients and --rounds at least 1")
     if os.geteuid() != 0:
         parser.error("run it as root: it cuts an agent off in a network namespace (ip netns)")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="tether-soak-"))
@@ -72,6 +78,7 @@ def main() -> None:
 
     options = SoakOptions(
         minutes=args.minutes,
+        rounds=args.rounds,
         clients=args.clients,
         seed=args.seed,
         timings=FaultTimings(partition_s=args.partition_s),

@@ -58,8 +58,8 @@ class FaultTimings:
 
 
 class FaultInjector(threading.Thread):
-    """Injects faults until stopped, one at a time, every kind in each round in a random order
-    (`seed`), and undoes the one in progress when stopped."""
+    """Injects faults until stopped or `rounds` rounds are done, one at a time, every kind in
+    each round in a random order (`seed`), and undoes the one in progress when stopped."""
 
     def __init__(
         self,
@@ -70,6 +70,7 @@ class FaultInjector(threading.Thread):
         seed: int,
         timings: FaultTimings,
         log: Callable[[str], None],
+        rounds: int | None = None,
     ) -> None:
         super().__init__(name="fault-injector", daemon=True)
         self._region = region
@@ -78,6 +79,7 @@ class FaultInjector(threading.Thread):
         self._random = random.Random(seed)
         self._timings = timings
         self._log = log
+        self._rounds = rounds
         self._stopping = threading.Event()
         self.injected: list[Fault] = []
         self.skipped: Counter[str] = Counter()
@@ -100,7 +102,9 @@ class FaultInjector(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self._stopping.is_set():
+            done = 0
+            while not self._stopping.is_set() and done != self._rounds:
+                done += 1
                 kinds = list(FAULT_KINDS)
                 self._random.shuffle(kinds)
                 for kind in kinds:

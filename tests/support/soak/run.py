@@ -35,6 +35,8 @@ CHURN_STEPS = ("submit", "grow", "update", "shrink", "delete")
 @dataclass(frozen=True)
 class SoakOptions:
     minutes: float
+    rounds: int | None = None
+    """Stop sooner, once every kind of fault has been injected this many times."""
     clients: int = 3
     seed: int = 0
     timings: FaultTimings = field(default_factory=FaultTimings)
@@ -138,14 +140,15 @@ class Soak:
             seed=options.seed,
             timings=options.timings,
             log=lambda line: self.progress(f"fault: {line}"),
+            rounds=options.rounds,
         )
         for thread in (sampler, *churns, injector):
             thread.start()
         started = time.monotonic()
         try:
             deadline = started + options.minutes * 60
-            while (left := deadline - time.monotonic()) > 0:
-                time.sleep(min(left, 30.0))
+            while (left := deadline - time.monotonic()) > 0 and injector.is_alive():
+                injector.join(min(left, 30.0))
                 requests = sum(churn.requests for churn in churns)
                 self.progress(
                     f"{(time.monotonic() - started) / 60:.1f} of {options.minutes} min: "
