@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -53,22 +51,3 @@ async def heartbeating(
 async def read_machine(store: Store, machine_id: str) -> Machine | None:
     kv = await store.get(keys.machine(machine_id))
     return None if kv is None else from_json(Machine, kv.value, stored=True)
-
-
-async def eventually(
-    read: Callable[[], Awaitable[T]],
-    predicate: Callable[[T], bool],
-    *,
-    timeout_s: float,
-    what: str,
-    interval_s: float = 0.05,
-) -> T:
-    """Polls `read()` until `predicate` holds for its result; fails naming `what` on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await read()
-        if predicate(value):
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {value!r}")
-        await asyncio.sleep(interval_s)

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 import httpx
 import pytest
 
-from tests.support.machines import eventually
 from tests.support.region import create_region
+from tests.support.waiting import eventually
 from tether.agent.cleanup import kill_now
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent

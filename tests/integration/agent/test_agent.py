@@ -38,7 +38,7 @@ from tests.integration.agent.helpers import (
 from tests.integration.agent.helpers import (
     work_dir as work_dir,
 )
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.agent.procfs import start_ticks
 from tether.agent.workdir import TaskRef, WorkDir
 from tether.model import AgentHeartbeat, DesiredState, Machine, TaskState, from_json

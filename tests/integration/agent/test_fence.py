@@ -31,7 +31,7 @@ from tests.integration.agent.helpers import (
 from tests.integration.agent.helpers import (
     work_dir as work_dir,
 )
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.agent.procfs import start_ticks
 from tether.agent.workdir import Fence, ShimExit, TaskRef, WorkDir, read_record
 from tether.model import Machine, TaskState

@@ -32,7 +32,8 @@ from tests.integration.agent.helpers import (
     work_dir as work_dir,
 )
 from tests.support.allocations import put_allocation
-from tests.support.machines import eventually, read_machine
+from tests.support.machines import read_machine
+from tests.support.waiting import eventually
 from tether.agent.profile import CurrentProfile
 from tether.agent.workdir import WorkDir, read_record
 from tether.broker.service import Broker

@@ -24,7 +24,7 @@ from tests.integration.agent.helpers import (
 from tests.integration.agent.helpers import (
     region_config as region_config,
 )
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.agent.fanout import FleetStore
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent

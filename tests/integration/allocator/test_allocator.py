@@ -12,8 +12,8 @@ from prometheus_client import REGISTRY
 
 from tests.support.allocations import put_allocation, read_allocations
 from tests.support.allocator_builders import REGION_MSBS, job, machine, put_job
-from tests.support.machines import eventually
 from tests.support.metrics import scrape
+from tests.support.waiting import eventually
 from tether.allocator.engine import Engine
 from tether.allocator.index import AllocationIndex
 from tether.allocator.service import Allocator
@@ -311,7 +311,7 @@ async def test_only_the_request_whose_machine_changed_counts_a_conflict(region: 
         web_call = asyncio.create_task(engine.place("ads/web", [0], 1, ""))
         api_call = asyncio.create_task(engine.place("ads/api", [0], 1, ""))
         await eventually(
-            lambda: asyncio.sleep(0, engine.stats.places),
+            lambda: engine.stats.places,
             lambda places: places == 2,
             timeout_s=5,
             what="both requests queued",

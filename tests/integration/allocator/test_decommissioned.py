@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from tests.support.allocations import read_allocations
 from tests.support.allocator_builders import entitlement, machine
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
 from tether.model import Allocation, MachineState, to_json

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tests.support.allocations import Stored, put_allocation, read_allocations
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.allocator.service import Allocator
 from tether.model import Allocation, Resources, Task, TaskState, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb

@@ -15,8 +15,8 @@ import pytest
 
 from tests.support.allocations import Stored, put_allocation, read_allocations
 from tests.support.allocator_builders import entitlement, job, machine
-from tests.support.machines import eventually
 from tests.support.region import create_region
+from tests.support.waiting import eventually
 from tether.model import (
     Allocation,
     AllocatorEndpoint,

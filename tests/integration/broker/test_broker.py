@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -11,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.allocations import put_allocation
-from tests.support.machines import eventually, heartbeating, make_machine, read_machine
+from tests.support.machines import heartbeating, make_machine, read_machine
+from tests.support.waiting import eventually
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
 from tether.model import (
@@ -127,7 +127,7 @@ async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
             heartbeats = (await store.range(keys.HEARTBEATS)).kvs
             last = max(kv.mod_revision for kv in heartbeats)
             await eventually(
-                lambda: asyncio.sleep(0, broker.heartbeats_handled),
+                lambda: broker.heartbeats_handled,
                 lambda handled: handled >= last,
                 timeout_s=TIMEOUT_S,
                 what=f"the broker to handle the heartbeats up to revision {last}",
@@ -282,7 +282,7 @@ async def test_a_decommissioned_machine_drains_until_its_last_task_is_released(
         if keys.last_segment(kv.key) in ("m1", "m3")
     )
     await eventually(
-        lambda: asyncio.sleep(0, broker.maintained_revision),
+        lambda: broker.maintained_revision,
         lambda seen: seen >= draining_at,
         timeout_s=TIMEOUT_S,
         what="a maintenance pass that saw m1 and m3 draining",

@@ -26,8 +26,8 @@ from tests.integration.frontend.conftest import (
     seed_region,
 )
 from tests.integration.frontend.problems import assert_problem
-from tests.integration.scheduler.helpers import eventually
 from tests.support.allocations import put_allocation, read_allocations
+from tests.support.waiting import eventually
 from tether.frontend.service import Frontend
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator
@@ -13,7 +12,7 @@ import httpx
 
 from tests.integration.frontend.conftest import ADMIN, ALICE, SHARDS, Region, job_spec, lead
 from tests.integration.frontend.problems import assert_problem
-from tests.integration.scheduler.helpers import eventually
+from tests.support.waiting import eventually
 from tether.model import RegionConfig, from_json
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
@@ -227,7 +226,7 @@ async def test_a_replica_of_a_shard_not_yet_added_waits_for_it(
     async with replicas(store_url, "shard-5") as (replica,):
         # Two of its looks at the region config (every 0.2 s) find no shard-5.
         await eventually(
-            lambda: asyncio.sleep(0, replica.membership_checks >= 2),
+            lambda: replica.membership_checks >= 2,
             what="the replica to look at the region config twice",
         )
         assert not replica.leading.is_set()

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
-from tests.support.machines import eventually, heartbeating, make_machine, read_machine
+from tests.support.machines import heartbeating, make_machine, read_machine
+from tests.support.waiting import eventually
 from tether.health.service import HealthChecker
 from tether.health.settings import HealthSettings
 from tether.model import Machine, MachineState, to_json

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -67,17 +64,3 @@ async def put(store: Store, key: str, record: TetherModel) -> int:
 async def read(store: Store, key: str, model: type[M]) -> M | None:
     kv = await store.get(key)
     return None if kv is None else from_json(model, kv.value, stored=True)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0, what: str = "condition"
-) -> T:
-    """Polls `check` until it returns something other than None/False; fails after the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = await check()
-        if result is not None and result is not False:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.05)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.scheduler.helpers import eventually
+from tests.support.waiting import eventually
 from tether.model import ShardLeader, ShardReplica, Task, from_json
 from tether.scheduler.allocator_client import PlaceResult
 from tether.scheduler.election import Election
@@ -107,7 +107,7 @@ async def test_clean_stop_hands_over_at_once(store_url: str) -> None:
         await asyncio.wait_for(first.leading.wait(), 10)
         await second.start()
         await eventually(
-            lambda: asyncio.sleep(0, second.election.stood_by > 0),
+            lambda: second.election.stood_by > 0,
             what="the second replica to stand by",
         )
         assert not second.leading.is_set()
@@ -140,9 +140,7 @@ async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
     try:
         old_term = await old.campaign()
         campaign = asyncio.create_task(new.campaign())
-        await eventually(
-            lambda: asyncio.sleep(0, new.stood_by > 0), what="the new replica to stand by"
-        )
+        await eventually(lambda: new.stood_by > 0, what="the new replica to stand by")
         assert not campaign.done()
 
         # The old leader's lease lapses (as in a partition): the standby takes over.

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.scheduler.fake_allocator import FakeAllocator, serve_fake_allocator
-from tests.integration.scheduler.helpers import eventually, make_job, make_machine, put, read
+from tests.integration.scheduler.helpers import make_job, make_machine, put, read
+from tests.support.waiting import eventually
 from tether.model import (
     Assignment,
     DesiredState,
@@ -188,7 +189,7 @@ async def _scale_down(store: Store, scheduler: Scheduler) -> None:
         if keys.task_of_key(kv.key)[2] in (1, 2)
     )
     await eventually(
-        lambda: asyncio.sleep(0, scheduler.reconciled.get("ads/web", 0) >= stopping_at),
+        lambda: scheduler.reconciled.get("ads/web", 0) >= stopping_at,
         what="a reconcile of the job with both tasks stopping",
     )
     assert set(await tasks_of(store, "ads", "web")) == {0, 1, 2}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.store import StoreUnavailable, WatchEvent, open_store
 from tether.store.base import wait_limit
 from tether.store.etcd_server import EtcdCluster, EtcdServer
@@ -51,7 +51,7 @@ async def test_requests_and_leases_fail_over_and_a_restarted_member_catches_up(
         assert time.monotonic() - started < 5
         # The lease is renewed through another member: a renewal sent after the kill succeeds.
         await eventually(
-            lambda: asyncio.sleep(0, keeper.renewed_at),
+            lambda: keeper.renewed_at,
             lambda renewed_at: renewed_at > started,
             timeout_s=5,
             what="a renewal sent after the kill",

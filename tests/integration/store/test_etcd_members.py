@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.store import Put, key_missing
 from tether.store.base import wait_limit
 from tether.store.etcd import EtcdStore
@@ -59,7 +59,7 @@ async def test_a_member_that_stops_answering_is_left_and_requests_go_on(
             assert keys == ["/m/w/1", "/m/w/2", "/m/w/3"]
         # The lease is renewed through the new member: a renewal sent after the pause succeeds.
         await eventually(
-            lambda: asyncio.sleep(0, keeper.renewed_at),
+            lambda: keeper.renewed_at,
             lambda renewed_at: renewed_at > paused_at,
             timeout_s=5,
             what="a renewal sent after the pause",

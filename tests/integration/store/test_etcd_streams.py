@@ -8,7 +8,7 @@ import asyncio
 import re
 import urllib.request
 
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.store import KeyValue, Store, open_store
 from tether.store.etcd import EtcdStore
 from tether.store.etcd_server import EtcdServer

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from tests.support.allocator_builders import entitlement
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.model import (
     ControllerRegistration,
     PrincipalRecord,

@@ -11,7 +11,7 @@ from typing import cast
 import pydantic
 import pytest
 
-from tests.support.machines import eventually
+from tests.support.waiting import eventually
 from tether.agent.procfs import start_ticks
 from tether.agent.profile import (
     RETRY_MAX_S,
