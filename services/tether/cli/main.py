@@ -19,6 +19,7 @@ from tether.cli.services import SERVICE_COMMANDS, command
 
 LAZY_GROUPS: Final = {"appsched": "tether.cli.appsched:app"}
 """Command groups imported only when used, as `module:attribute` (a `typer.Typer`)."""
+_LAZY_NAMES: Final = (*SERVICE_COMMANDS, *LAZY_GROUPS)
 
 
 class _LazyCommands(TyperGroup):
@@ -27,14 +28,11 @@ class _LazyCommands(TyperGroup):
 
     def list_commands(self, ctx: Context) -> list[str]:
         listed = super().list_commands(ctx)
-        return [
-            *listed,
-            *(name for name in (*SERVICE_COMMANDS, *LAZY_GROUPS) if name not in listed),
-        ]
+        return [*listed, *(name for name in _LAZY_NAMES if name not in listed)]
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         found = super().get_command(ctx, cmd_name)
-        if found is None and (cmd_name in SERVICE_COMMANDS or cmd_name in LAZY_GROUPS):
+        if found is None and cmd_name in _LAZY_NAMES:
             found = _load(cmd_name)
             self.add_command(found, cmd_name)
         return found

@@ -26,32 +26,30 @@ def test_tether_offers_each_service_command(name: str) -> None:
     assert summary in helped.output
 
 
-def test_other_commands_import_no_service() -> None:
+def modules_after(call: str) -> tuple[str, str]:
+    """Runs `call` in a fresh interpreter; its output, and the Tether modules it loaded."""
     probe = (
-        "import sys; from tether.cli.main import app\n"
-        "try:\n    app(['version'])\nexcept SystemExit: pass\n"
+        f"import sys\ntry:\n    {call}\nexcept SystemExit: pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('tether.')))"
     )
     ran = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
-    loaded = ran.stdout.strip().splitlines()[-1]
+    return ran.stdout, ran.stdout.strip().splitlines()[-1]
+
+
+def test_other_commands_import_no_service() -> None:
+    _, loaded = modules_after("from tether.cli.main import app; app(['version'])")
     for service in ("agent", "allocator", "frontend", "scheduler", "broker", "health"):
         assert f"'tether.{service}.service'" not in loaded
     assert "'tether.cli.appsched'" not in loaded
 
 
 def test_a_service_runs_without_the_rest_of_the_cli() -> None:
-    probe = (
-        "import sys; from tether.cli.services import main\n"
-        "try:\n    main(['health', '--help'])\nexcept SystemExit: pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('tether.cli.')))"
+    output, loaded = modules_after(
+        "from tether.cli.services import main; main(['health', '--help'])"
     )
-    ran = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "Usage: tether health" in ran.stdout
-    loaded = ran.stdout.strip().splitlines()[-1]
+    assert "Usage: tether health" in output
     for other in ("tether.cli.frontend", "tether.cli.appsched", "tether.cli.jobs"):
         assert f"'{other}'" not in loaded
 

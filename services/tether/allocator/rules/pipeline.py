@@ -54,8 +54,8 @@ class _Layout:
     """What the registered rules imply for every plan alike, worked out once per registry."""
 
     per_plan: tuple[Filter, ...]
-    """Filters that read allocation facts, run on every plan's candidates (capacity rules and
-    those the candidates meet by how they are drawn aside)."""
+    """Filters that read allocation facts, run on every plan's candidates (those the candidates
+    meet by how they are drawn aside; a plan also sets aside the ones that count room)."""
     cached: tuple[Filter, ...]
     """Filters that read only a machine's record: their answer is cached."""
     shared: tuple[Filter, ...]
