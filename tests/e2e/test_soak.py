@@ -41,4 +41,7 @@ def test_every_kind_of_fault_once_loses_nothing_and_runs_nothing_twice(
     # Not 0 with the tests' short leases (docs/faults.md); reported, and bounded here so that a
     # region that restarts everything on every fault fails.
     assert report["task_restarts_from_control_plane_faults"] <= 20
-    assert report["samples"] > 500
+    # The count depends on the machine's speed; what matters is that the sampler kept looking
+    # (a second process that outlives a restart is seen) for the whole run.
+    assert report["samples"] > 100
+    assert report["mean_sample_interval_s"] < 0.5

@@ -120,9 +120,18 @@ class TwiceSampler(threading.Thread):
         self.attempts: dict[str, dict[int, str]] = {}
         """Task id -> attempt -> the machine it was seen running on."""
         self.samples = 0
+        self._first_wait = self._last_sample = 0.0
+
+    @property
+    def mean_interval_s(self) -> float:
+        """The mean seconds from one sample to the next (inf before the first): how short a
+        second process may live and still be missed."""
+        if not self.samples:
+            return float("inf")
+        return (self._last_sample - self._first_wait) / self.samples
 
     def run(self) -> None:
-        previous = time.monotonic()
+        previous = self._first_wait = time.monotonic()
         while not self._stopping.wait(self._interval_s):
             processes = task_processes(self._state_dir)
             now = time.monotonic()
@@ -132,7 +141,7 @@ class TwiceSampler(threading.Thread):
                 self.most[task_id] = max(count, self.most.get(task_id, 0))
                 if count > 1:
                     self.twice_s[task_id] = self.twice_s.get(task_id, 0.0) + now - previous
-            previous = now
+            previous = self._last_sample = now
             self.samples += 1
 
     def stop(self) -> None:

@@ -248,6 +248,7 @@ class Soak:
             "task_restarts_from_control_plane_faults": len(restarts),
             "task_restarts_sample": sorted(set(restarts))[:20],
             "samples": sampler.samples,
+            "mean_sample_interval_s": round(sampler.mean_interval_s, 3),
             "settled": settle_s is not None,
             "settle_s": None if settle_s is None else round(settle_s, 1),
             "services_restarted": sum(state.restarts.values()),
