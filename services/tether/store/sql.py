@@ -48,6 +48,7 @@ from tether.store.base import (
     WatchEvent,
     prefix_end,
 )
+from tether.store.sql_probe import Housekeeping, ProbeBusy, SqliteProbe
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ T = TypeVar("T")
 _PUT, _DELETE = 0, 1
 _WATCH_BATCH = 1_000
 _REAPER_INTERVAL_S = 0.25
+_EXPIRE_BATCH = 500
 # Lease ids are random 63-bit integers, like etcd's, so ids from many processes never collide.
 _LEASE_ID_BITS = 62
 
@@ -142,8 +144,8 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def _make_engine(url: str) -> Engine:
-    path = _sqlite_path(url)
+def _make_engine(url: str, path: Path | None) -> Engine:
+    """The engine for `url`, whose SQLite file is `path` (None: not SQLite)."""
     if path is None:
         return sa.create_engine(url, pool_size=8, pool_pre_ping=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +178,8 @@ class SqlStore(Store):
     def __init__(self, url: str, settings: StoreSettings | None = None) -> None:
         self.url = url
         self._settings = settings or StoreSettings(TETHER_STORE=url)
-        self._engine = _make_engine(url)
+        path = _sqlite_path(url)
+        self._engine = _make_engine(url, path)
         self._is_sqlite = self._engine.dialect.name == "sqlite"
         # One writer per process at a time: SQLite's own busy wait sleeps far too long.
         self._write_lock = threading.Lock()
@@ -187,6 +190,7 @@ class SqlStore(Store):
         self._seen_revision = 0
         self._active_watches = 0
         self._run_sync(self._create_schema)
+        self._probe = None if path is None else SqliteProbe(path)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -248,23 +252,49 @@ class SqlStore(Store):
         """Expires leases, compacts old history, and, while a watch is open, notices other
         processes' writes."""
         loop = asyncio.get_running_loop()
-        next_reap = 0.0
+        next_housekeeping = 0.0
         while not self._closed:
             try:
-                if loop.time() >= next_reap:
-                    next_reap = loop.time() + _REAPER_INTERVAL_S
-                    await loop.run_in_executor(self._executor, self._reap_and_compact_sync)
+                if loop.time() >= next_housekeeping:
+                    next_housekeeping = loop.time() + _REAPER_INTERVAL_S
+                    await self._keep_house()
                 if self._active_watches:
-                    revision = await loop.run_in_executor(
-                        self._executor, self._current_revision_sync
-                    )
-                    await self._observe_revision(revision)
+                    await self._notice_writes()
             except sa.exc.OperationalError as exc:
                 log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
             except RuntimeError:
                 return  # the executor was shut down by close()
             idle = _REAPER_INTERVAL_S if not self._active_watches else 0
             await asyncio.sleep(idle or self._settings.sql_poll_interval_s)
+
+    async def _keep_house(self) -> None:
+        """Expires the leases past their time and compacts when history has grown, looking on
+        the probe first where there is one (nearly always there is nothing to do)."""
+        try:
+            work = (
+                None
+                if self._probe is None
+                else self._probe.housekeeping(time.time(), _EXPIRE_BATCH)
+            )
+        except ProbeBusy:
+            work = None
+        if work is None or work.expired or self._compaction_point(work) is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._reap_and_compact_sync
+            )
+
+    async def _notice_writes(self) -> None:
+        """Wakes the watches if the store's revision has moved (another process wrote)."""
+        if self._probe is not None:
+            with contextlib.suppress(ProbeBusy):
+                revision = self._probe.revision_if_changed()
+                if revision is not None:
+                    await self._observe_revision(revision)
+                return
+        loop = asyncio.get_running_loop()
+        await self._observe_revision(
+            await loop.run_in_executor(self._executor, self._current_revision_sync)
+        )
 
     async def _observe_revision(self, revision: int) -> None:
         if revision > self._seen_revision:
@@ -526,7 +556,9 @@ class SqlStore(Store):
             expired = [
                 row.id
                 for row in conn.execute(
-                    sa.select(leases_table.c.id).where(leases_table.c.expires_at <= now).limit(500)
+                    sa.select(leases_table.c.id)
+                    .where(leases_table.c.expires_at <= now)
+                    .limit(_EXPIRE_BATCH)
                 )
             ]
             revision, compacted = conn.execute(
@@ -534,10 +566,17 @@ class SqlStore(Store):
             ).one()
         if expired:
             self._expire_sync(expired)
+        point = self._compaction_point(Housekeeping(expired, revision, compacted))
+        if point is not None:
+            self._compact_sync(point)
+
+    def _compaction_point(self, work: Housekeeping) -> int | None:
+        """The revision to compact to, if history has outgrown the retention by a tenth (so
+        that the cost is paid rarely)."""
         retention = self._settings.sql_event_retention
-        # Compact in steps of a tenth of the retention, so the cost is paid rarely.
-        if revision - max(compacted, 1) > retention + retention // 10:
-            self._compact_sync(revision - retention)
+        if work.revision - max(work.compacted, 1) > retention + retention // 10:
+            return work.revision - retention
+        return None
 
     # --- history -----------------------------------------------------------------------------
 
@@ -609,6 +648,8 @@ class SqlStore(Store):
         self._closed = True
         await self._wake_watches()
         await cancel_and_wait(self._background)
+        if self._probe is not None:
+            self._probe.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
         self._executor.shutdown(wait=True)
 

@@ -1,0 +1,94 @@
+"""The SQLite probe (store/sql_probe.py) against a real store file: it reports every commit and
+nothing else, lists expired leases, and says busy, never waits, when the file is locked."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from tether.store.sql import SqlStore
+from tether.store.sql_probe import ProbeBusy, SqliteProbe
+
+
+@pytest.fixture
+async def sql_store(tmp_path: Path) -> AsyncIterator[SqlStore]:
+    store = SqlStore(f"sqlite:///{tmp_path / 'region.db'}")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def probe(sql_store: SqlStore, tmp_path: Path) -> Iterator[SqliteProbe]:
+    opened = SqliteProbe(tmp_path / "region.db")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+async def test_the_probe_reports_the_revision_only_after_a_commit(
+    sql_store: SqlStore, probe: SqliteProbe
+) -> None:
+    assert probe.revision_if_changed() == await sql_store.revision()
+    assert probe.revision_if_changed() is None
+    revision = await sql_store.put("/p/a", b"1")
+    assert probe.revision_if_changed() == revision
+    assert probe.revision_if_changed() is None
+    # A lease is a commit that leaves the revision where it was: reported, unchanged.
+    await sql_store.lease_grant(5)
+    assert probe.revision_if_changed() == revision
+    assert probe.revision_if_changed() is None
+
+
+async def test_housekeeping_lists_the_leases_past_their_time(
+    sql_store: SqlStore, probe: SqliteProbe
+) -> None:
+    short = await sql_store.lease_grant(1)
+    long = await sql_store.lease_grant(60)
+    revision = await sql_store.put("/p/a", b"1", lease=long)
+    now = probe.housekeeping(time.time(), 500)
+    assert now.expired == []
+    assert (now.revision, now.compacted) == (revision, 0)
+    assert probe.housekeeping(time.time() + 2, 500).expired == [short]
+    assert sorted(probe.housekeeping(time.time() + 120, 500).expired) == sorted([short, long])
+    assert len(probe.housekeeping(time.time() + 120, 1).expired) == 1
+
+
+async def test_a_locked_file_makes_the_probe_busy_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "region.db"
+    store = SqlStore(f"sqlite:///{path}")
+    revision = await store.put("/p/a", b"1")
+    await store.close()
+    # An exclusive lock that stays until the connection closes (only with no other connection).
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("PRAGMA locking_mode=EXCLUSIVE")
+    locker.execute("BEGIN EXCLUSIVE")
+    locker.execute("COMMIT")
+    probe = SqliteProbe(path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProbeBusy, match="locked"):
+            probe.revision_if_changed()
+        with pytest.raises(ProbeBusy):
+            probe.housekeeping(time.time(), 500)
+        assert time.monotonic() - started < 1
+        locker.close()
+        assert probe.revision_if_changed() == revision
+    finally:
+        locker.close()
+        probe.close()
+
+
+def test_a_file_without_the_stores_tables_is_an_error_not_busy(tmp_path: Path) -> None:
+    probe = SqliteProbe(tmp_path / "empty.db")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="no such table"):
+            probe.revision_if_changed()
+    finally:
+        probe.close()
