@@ -107,9 +107,12 @@ async def test_failover_hands_leadership_to_the_standby(region: Region, store_ur
 
         assert await eventually(taken_over, timeout_s=5, what="the standby leading") == standby
         # The deposed leader stands back and stays a standby: it does not race to lead again.
-        view = await shard_view(api, "shard-0")
+        async def standing_back() -> dict[str, Any] | None:
+            view = await shard_view(api, "shard-0")
+            return view if [s["identity"] for s in view["standbys"]] == [previous] else None
+
+        view = await eventually(standing_back, timeout_s=5, what="the deposed leader standing by")
         assert view["leader"] == standby
-        assert [s["identity"] for s in view["standbys"]] == [previous]
 
 
 async def _with_standby(api: httpx.AsyncClient) -> dict[str, Any] | None:
