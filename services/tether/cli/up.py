@@ -13,10 +13,10 @@ from typing import Annotated, Final
 
 import typer
 from pydantic import Field, ValidationError
-from rich.console import Console
 from rich.markup import escape
 
 from tether.agent.cleanup import stop_tasks
+from tether.cli.common import err
 from tether.metrics_server import MetricsSettings
 from tether.model import (
     DEFAULT_FENCING_S,
@@ -50,8 +50,6 @@ from tether.region.supervisor import (
 )
 from tether.service import connect_store
 from tether.store.etcd_server import EtcdServer
-
-console = Console(stderr=True)
 
 _RESTARTS: Final = RestartPolicy()
 """How `tether up` restarts services (`--restart`)."""
@@ -152,6 +150,7 @@ def up(
     stops every service; task processes keep running until the next `tether up` adopts them
     (`tether down --tasks` stops them too).
     """
+    console = err()
     if store and etcd:
         _fail("--store and --etcd exclude each other: use an existing etcd, or start one")
     state_dir = state_dir.resolve()
@@ -231,7 +230,7 @@ def up(
     except (KeyboardInterrupt, _Stop):
         console.print("stopping the region…")
     except RegionError as error:
-        console.print(f"[red]error:[/] {error}")
+        console.print(f"[red]error:[/] {error}", soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -329,6 +328,7 @@ def _check_alive(supervisor: Supervisor) -> None:
 
 
 def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
+    console = err()
     console.print(
         f"[green]Region ready[/]: {len(supervisor.processes)} processes, logs in {options.log_dir}"
     )
@@ -349,6 +349,7 @@ def down(
     ] = False,
 ) -> None:
     """Stop a region started with `tether up` (from another terminal)."""
+    console = err()
     try:
         state = read_region_state(state_dir.resolve() / REGION_FILE_NAME)
     except RegionStateError as error:
@@ -364,7 +365,7 @@ def down(
                 time.sleep(0.2)
         console.print("Stopped the region's services.")
     else:
-        console.print(f"No region is running from {state_dir}.")
+        console.print(f"No region is running from {state_dir}.", soft_wrap=True)
     if tasks:
         agents_dir = state_dir.resolve() / "agents"
         with console.status("stopping task processes"):
@@ -373,5 +374,7 @@ def down(
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/] {message}")
+    console = err()
+    # soft_wrap: one line per message, however narrow the terminal, so it greps well.
+    console.print(f"[red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(2)
