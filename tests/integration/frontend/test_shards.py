@@ -106,6 +106,7 @@ async def test_failover_hands_leadership_to_the_standby(region: Region, store_ur
             return leader if leader not in (None, previous) else None
 
         assert await eventually(taken_over, timeout_s=5, what="the standby leading") == standby
+
         # The deposed leader stands back and stays a standby: it does not race to lead again.
         async def standing_back() -> dict[str, Any] | None:
             view = await shard_view(api, "shard-0")
