@@ -63,7 +63,7 @@ def test_down_leaves_a_region_whose_process_is_gone(tmp_path: Path) -> None:
 
 def test_messages_stay_one_line_on_a_narrow_terminal(tmp_path: Path) -> None:
     write_region_file(tmp_path, pid=os.getpid())
-    narrow = {"COLUMNS": "40"}
+    narrow: dict[str, str | None] = {"COLUMNS": "40"}
     refused = run("up", "--dir", str(tmp_path), env=narrow)
     assert refused.exit_code == 2
     assert len(refused.stderr.splitlines()) == 1, refused.stderr
