@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: store backends on a real etcd server and a real SQLite file."""
+"""Fixtures shared by every test (store backends on a real etcd server and a real SQLite file),
+and how `scripts/test` spreads the suite over two workers."""
 
 from __future__ import annotations
 
@@ -6,11 +7,32 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from xdist.remote import Producer
+from xdist.scheduler import LoadFileScheduling
+from xdist.scheduler.protocol import Scheduling
 
 from tether.store import Store, open_store
 from tether.store.etcd_server import EtcdServer
 
 STORE_BACKENDS = ("sql", "etcd")
+
+
+class _EndToEndTogether(LoadFileScheduling):  # type: ignore[misc]  # xdist has no types
+    """xdist's `--dist loadfile`, with every end-to-end module counted as one file: they run one
+    after another on one worker, so that two regions never start at once on two cores (a
+    region's start is CPU-bound, and the tests' timings assume it has the machine), while the
+    other worker takes the unit and integration modules, each whole."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "tests/e2e" if path.startswith("tests/e2e/") else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler for --dist loadfile
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return _EndToEndTogether(config, log)
 
 
 @pytest.fixture
