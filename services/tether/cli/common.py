@@ -62,14 +62,14 @@ def err() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def fail(message: str, details: Iterable[str] = ()) -> NoReturn:
-    """Print a red one-line error (and indented details) on stderr and exit with status 1."""
+def fail(message: str, details: Iterable[str] = (), *, status: int = 1) -> NoReturn:
+    """Print a red one-line error (and indented details) on stderr and exit with `status`."""
     console = err()
     # soft_wrap: one line per message, however narrow the terminal, so it greps well.
     console.print(Text(f"error: {message}", style="red"), soft_wrap=True)
     for detail in details:
         console.print(Text(f"  {detail}"), soft_wrap=True)
-    raise typer.Exit(1)
+    raise typer.Exit(status)
 
 
 @contextmanager

@@ -9,14 +9,14 @@ import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, NoReturn
 
 import typer
 from pydantic import Field, ValidationError
 from rich.markup import escape
 
 from tether.agent.cleanup import stop_tasks
-from tether.cli.common import err
+from tether.cli.common import err, fail
 from tether.metrics_server import MetricsSettings
 from tether.model import (
     DEFAULT_FENCING_S,
@@ -152,7 +152,7 @@ def up(
     """
     console = err()
     if store and etcd:
-        _fail("--store and --etcd exclude each other: use an existing etcd, or start one")
+        _usage_error("--store and --etcd exclude each other: use an existing etcd, or start one")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     state_path = state_dir / REGION_FILE_NAME
@@ -163,16 +163,18 @@ def up(
         console.print(f"[yellow]warning:[/] {escape(str(error))}; replacing it", soft_wrap=True)
         previous = None
     if previous is not None and process_alive(previous.pid):
-        _fail(
+        _usage_error(
             f"a region is already running from {state_dir} (pid {previous.pid}); "
             "stop it: tether down"
         )
     frontend_ports = [port + FRONTEND_PORT_STEP * k for k in range(frontends)]
     taken = next((p for p in frontend_ports if p > 65535 or not port_is_free(host, p)), None)
     if taken is not None:
-        _fail(f"port {taken} on {host} (for a frontend) is not free; choose another --port")
+        _usage_error(f"port {taken} on {host} (for a frontend) is not free; choose another --port")
     if registry_port in frontend_ports or not port_is_free(host, registry_port):
-        _fail(f"port {registry_port} on {host} is in use; choose another with --registry-port")
+        _usage_error(
+            f"port {registry_port} on {host} is in use; choose another with --registry-port"
+        )
 
     etcd_server = _start_etcd(state_dir) if etcd else None
     store_url = etcd_server.url if etcd_server else store or f"sqlite:///{state_dir / 'store.db'}"
@@ -230,8 +232,7 @@ def up(
     except (KeyboardInterrupt, _Stop):
         console.print("stopping the region…")
     except RegionError as error:
-        console.print(f"[red]error:[/] {error}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(str(error))
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         supervisor.stop()
@@ -279,7 +280,7 @@ def _start_etcd(state_dir: Path) -> EtcdServer:
     try:
         server.start()
     except RuntimeError as error:
-        _fail(f"could not start etcd: {error}")
+        _usage_error(f"could not start etcd: {error}")
     ports = _EtcdPorts(client_port=server.client_port, peer_port=server.peer_port)
     ports_file.write_bytes(to_json(ports))
     return server
@@ -373,8 +374,6 @@ def down(
         console.print(f"Stopped {stopped} task processes.")
 
 
-def _fail(message: str) -> None:
-    console = err()
-    # soft_wrap: one line per message, however narrow the terminal, so it greps well.
-    console.print(f"[red]error:[/] {message}", soft_wrap=True)
-    raise typer.Exit(2)
+def _usage_error(message: str) -> NoReturn:
+    """A mistake in how `tether up` was called: status 2, as click's own usage errors."""
+    fail(message, status=2)

@@ -268,33 +268,29 @@ class SqlStore(Store):
             await asyncio.sleep(idle or self._settings.sql_poll_interval_s)
 
     async def _keep_house(self) -> None:
-        """Expires the leases past their time and compacts when history has grown, looking on
-        the probe first where there is one (nearly always there is nothing to do)."""
-        try:
-            work = (
-                None
-                if self._probe is None
-                else self._probe.housekeeping(time.time(), _EXPIRE_BATCH)
-            )
-        except ProbeBusy:
-            work = None
-        if work is None or work.expired or self._compaction_point(work) is not None:
+        """Expires the leases past their time and compacts when history has grown (nearly
+        always there is nothing to do)."""
+        work = await self._look(
+            lambda probe: probe.housekeeping(time.time(), _EXPIRE_BATCH), self._housekeeping_sync
+        )
+        if work.expired or self._compaction_point(work) is not None:
             await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._reap_and_compact_sync
+                self._executor, self._do_housekeeping_sync, work
             )
 
     async def _notice_writes(self) -> None:
         """Wakes the watches if the store's revision has moved (another process wrote)."""
+        revision = await self._look(SqliteProbe.revision_if_changed, self._current_revision_sync)
+        if revision is not None:
+            await self._observe_revision(revision)
+
+    async def _look(self, on_probe: Callable[[SqliteProbe], T], slow: Callable[[], T]) -> T:
+        """`on_probe(probe)` on the event loop where there is a probe and the file is not
+        locked, else `slow()` (a pooled transaction) in a worker thread."""
         if self._probe is not None:
             with contextlib.suppress(ProbeBusy):
-                revision = self._probe.revision_if_changed()
-                if revision is not None:
-                    await self._observe_revision(revision)
-                return
-        loop = asyncio.get_running_loop()
-        await self._observe_revision(
-            await loop.run_in_executor(self._executor, self._current_revision_sync)
-        )
+                return on_probe(self._probe)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, slow)
 
     async def _observe_revision(self, revision: int) -> None:
         if revision > self._seen_revision:
@@ -550,7 +546,7 @@ class SqlStore(Store):
             conn.execute(leases_table.delete().where(leases_table.c.id.in_(leases)))
             return writer.finish() if writer.changed else revision
 
-    def _reap_and_compact_sync(self) -> None:
+    def _housekeeping_sync(self) -> Housekeeping:
         now = time.time()
         with self._read() as conn:
             expired = [
@@ -564,9 +560,12 @@ class SqlStore(Store):
             revision, compacted = conn.execute(
                 sa.select(meta_table.c.revision, meta_table.c.compacted)
             ).one()
-        if expired:
-            self._expire_sync(expired)
-        point = self._compaction_point(Housekeeping(expired, revision, compacted))
+        return Housekeeping(expired, revision, compacted)
+
+    def _do_housekeeping_sync(self, work: Housekeeping) -> None:
+        if work.expired:
+            self._expire_sync(work.expired)
+        point = self._compaction_point(work)
         if point is not None:
             self._compact_sync(point)
 
