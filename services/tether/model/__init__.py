@@ -25,7 +25,13 @@ from tether.model.base import (
     problems_text,
     to_json,
 )
-from tether.model.entitlement import Entitlement, Principal, Quota
+from tether.model.entitlement import (
+    DEFAULT_GRACE_S,
+    Entitlement,
+    PreemptionPolicy,
+    Principal,
+    Quota,
+)
 from tether.model.hostprofile import HostProfile
 from tether.model.job import (
     RESERVED_ENV_PREFIX,
@@ -37,6 +43,7 @@ from tether.model.job import (
     Job,
     JobKind,
     JobSpec,
+    OnFull,
     Placement,
     Preference,
     RestartMode,
@@ -59,6 +66,7 @@ from tether.model.operation import OPEN_STATES, OperationKind, OperationState, T
 from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
 from tether.model.region import (
     DEFAULT_FENCING_S,
+    DEFAULT_NON_PREEMPTIBLE_PRIORITY,
     AgentHeartbeat,
     AllocatorEndpoint,
     BrokerRegistration,
@@ -98,6 +106,8 @@ from tether.model.topology import FaultDomain, Topology
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "DEFAULT_FENCING_S",
+    "DEFAULT_GRACE_S",
+    "DEFAULT_NON_PREEMPTIBLE_PRIORITY",
     "DEFAULT_REGION_FILE",
     "DEFAULT_STATE_DIR",
     "DRAIN_KINDS",
@@ -144,11 +154,13 @@ __all__ = [
     "Name",
     "NameList",
     "NonEmptyStr",
+    "OnFull",
     "OperationKind",
     "OperationState",
     "Placement",
     "PlannedMaintenanceKind",
     "PositiveSeconds",
+    "PreemptionPolicy",
     "Preference",
     "Principal",
     "PrincipalRecord",

@@ -1,8 +1,8 @@
-"""Entitlements: a team's quota in the region, arranged in an org -> team hierarchy."""
+"""Entitlements: a team's quota in the region, arranged in a tree (org -> team -> sub-team)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -20,6 +20,10 @@ Principal = Annotated[
 ]
 """A user or service identity, such as "alice@example.com"."""
 
+DEFAULT_GRACE_S: Final = 30.0
+"""How long a preempted task has, by default, between its notice and its stop."""
+MAX_GRACE_S: Final = 3600.0
+
 
 class Quota(TetherModel):
     """What an entitlement may use: resources, whole machines by hardware type, or both."""
@@ -29,17 +33,39 @@ class Quota(TetherModel):
     """Machine count by hardware type."""
 
 
+class PreemptionPolicy(TetherModel):
+    """How the entitlement's tasks are preempted, and how much preempting its jobs may do."""
+
+    grace_s: float = Field(default=DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, allow_inf_nan=False)
+    """Seconds between a task's PREEMPT notice (its controller is told) and its stop; the
+    controller may let it go earlier, never later."""
+    max_per_minute: Quantity = 120
+    """Tasks this entitlement's jobs may preempt in any minute (its reclaims included)."""
+    max_per_job_per_hour: Quantity = 6
+    """Times one job of this entitlement may be preempted in any hour, against thrashing."""
+
+
 class Entitlement(TetherModel):
     """A quota owned by a team, and who may submit jobs against it."""
 
     name: Name
     parent: Name | None = None
-    """The parent entitlement; not the entitlement itself."""
+    """The parent entitlement; not the entitlement itself. A parent's quota bounds its whole
+    subtree, and its children may borrow each other's idle quota."""
     quota: Quota = Field(default_factory=Quota)
+    """Guaranteed: the entitlement gets this much back, by preemption if it was lent."""
+    borrowing_limit: Resources = Field(default_factory=Resources)
+    """How far beyond its quota the entitlement (its subtree) may use its siblings' idle quota;
+    only with a parent. Nothing by default: the quota is the ceiling."""
+    lending_limit: Resources | None = None
+    """The most of its quota its siblings may borrow while it is idle; None: all of it."""
+    preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
     host_profile: Name | None = None
     allowed_dcs: NameList = Field(default_factory=list)
     """Datacenters its tasks may run in; empty means all."""
-    weight: int = Field(default=1, ge=1)
+    weight: int = Field(default=1, ge=1, le=1000)
+    """Its share among its siblings when they compete for borrowed quota (weighted dominant
+    resource fairness)."""
     members: Annotated[list[Principal], NO_DUPLICATES] = Field(default_factory=list)
 
     @field_validator("parent")
@@ -48,3 +74,30 @@ class Entitlement(TetherModel):
         if parent is not None and parent == info.data.get("name"):
             raise PydanticCustomError("own_parent", "an entitlement cannot be its own parent")
         return parent
+
+    @field_validator("borrowing_limit")
+    @classmethod
+    def _borrows_with_parent(cls, limit: Resources, info: ValidationInfo) -> Resources:
+        if not limit.is_zero() and info.data.get("parent", 0) is None:
+            raise PydanticCustomError(
+                "borrowing_without_parent",
+                "only an entitlement with a parent can borrow: it borrows its siblings' idle quota",
+            )
+        return limit
+
+    @field_validator("lending_limit")
+    @classmethod
+    def _lends_own_quota(cls, limit: Resources | None, info: ValidationInfo) -> Resources | None:
+        quota = info.data.get("quota")
+        if limit is not None and quota is not None and not limit.fits_in(quota.resources):
+            raise PydanticCustomError(
+                "lending_over_quota",
+                "cannot lend more than its own quota ({over})",
+                {"over": "; ".join(limit.shortfall(quota.resources))},
+            )
+        return limit
+
+    @property
+    def lendable(self) -> Resources:
+        """The most of its quota others may borrow."""
+        return self.quota.resources if self.lending_limit is None else self.lending_limit

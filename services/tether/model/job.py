@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Annotated, Any, Literal, Self
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -254,17 +255,30 @@ class RegionTaskLimit:
         return json_schema
 
 
-def _deadline_schema(schema: dict[str, Any]) -> None:
-    # What _deadline_only_for_batch checks: without kind (a service) or with another kind than
-    # batch, a deadline must be absent or null.
+BATCH_ONLY: Final = ("deadline", "min_count", "expected_duration_s")
+"""JobSpec fields that only batch jobs may set."""
+
+
+def _batch_only_schema(schema: dict[str, Any]) -> None:
+    # What _batch_only checks: without kind (a service) or with another kind than batch, these
+    # fields must be absent or null.
     schema["if"] = {"properties": {"kind": {"not": {"const": JobKind.BATCH.value}}}}
-    schema["then"] = {"properties": {"deadline": {"type": "null"}}}
+    schema["then"] = {"properties": {field: {"type": "null"} for field in BATCH_ONLY}}
+
+
+class OnFull(enum.StrEnum):
+    """What a submission does when its entitlement cannot take it now."""
+
+    QUEUE = "queue"
+    """Wait in the entitlement's queue; admitted, whole, as soon as quota frees."""
+    REJECT = "reject"
+    """Refused with 409."""
 
 
 class JobSpec(TetherModel):
     """A job as its owner submits it."""
 
-    model_config = ConfigDict(json_schema_extra=_deadline_schema)
+    model_config = ConfigDict(json_schema_extra=_batch_only_schema)
 
     name: Name
     entitlement: Name
@@ -273,10 +287,21 @@ class JobSpec(TetherModel):
     task: TaskTemplate
     placement: Placement = Field(default_factory=Placement)
     priority: int = Field(default=100, ge=0, le=1000)
+    """Higher runs first: it orders the entitlement's queue, and a job may preempt strictly
+    lower priorities (up to the region's non_preemptible_priority, which are never preempted)."""
     kind: JobKind = JobKind.SERVICE
     update: UpdatePolicy = Field(default_factory=UpdatePolicy)
+    on_full: OnFull | None = None
+    """When the entitlement cannot take the job now: queue (the default for batch jobs) or
+    reject with 409 (the default for services)."""
     deadline: Timestamp | None = None
-    """Only for batch jobs."""
+    """Only for batch jobs: when it should be done. Orders the queue by its start deadline,
+    `deadline - expected_duration_s`; not in the past when submitted (the frontend checks)."""
+    expected_duration_s: PositiveSeconds | None = None
+    """Only for batch jobs: how long it runs once started."""
+    min_count: int | None = Field(default=None, ge=1)
+    """Only for batch jobs: an elastic job is admitted with at least this many tasks (at most
+    `count`), grows as quota frees and shrinks first under pressure. None: all or nothing."""
     at_most_once: bool = False
     """Never run two processes of one task at once, even across a partition: a task whose
     machine went silent is replaced only after the region's fencing period, by which time its
@@ -298,19 +323,48 @@ class JobSpec(TetherModel):
             )
         return count
 
-    @field_validator("deadline")
+    @field_validator(*BATCH_ONLY)
     @classmethod
-    def _deadline_only_for_batch(
-        cls, deadline: Timestamp | None, info: ValidationInfo
-    ) -> Timestamp | None:
+    def _batch_only(cls, value: object, info: ValidationInfo) -> object:
         kind = info.data.get("kind")
-        if deadline is not None and kind is not None and kind is not JobKind.BATCH:
+        if value is not None and kind is not None and kind is not JobKind.BATCH:
             raise PydanticCustomError(
-                "deadline_not_batch",
-                "only batch jobs may have a deadline, and this job's kind is '{kind}'",
-                {"kind": kind.value},
+                "batch_only",
+                "only batch jobs may set {field}, and this job's kind is '{kind}'",
+                {"field": info.field_name, "kind": kind.value},
             )
-        return deadline
+        return value
+
+    @field_validator("min_count")
+    @classmethod
+    def _min_within_count(cls, min_count: int | None, info: ValidationInfo) -> int | None:
+        count = info.data.get("count")
+        if min_count is not None and count is not None and min_count > count:
+            raise PydanticCustomError(
+                "min_count_above_count",
+                "must be at most count ({count})",
+                {"count": count},
+            )
+        return min_count
+
+    @property
+    def full_action(self) -> OnFull:
+        """`on_full`, or its default for the job's kind."""
+        if self.on_full is not None:
+            return self.on_full
+        return OnFull.QUEUE if self.kind is JobKind.BATCH else OnFull.REJECT
+
+    @property
+    def least_count(self) -> int:
+        """The fewest tasks it is admitted with: `min_count`, or all of them."""
+        return self.count if self.min_count is None else self.min_count
+
+    @property
+    def start_deadline(self) -> datetime | None:
+        """The latest time it can start and still meet its deadline (Cameo's order)."""
+        if self.deadline is None:
+            return None
+        return self.deadline - timedelta(seconds=self.expected_duration_s or 0.0)
 
     @property
     def handle(self) -> str:

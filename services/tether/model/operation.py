@@ -28,6 +28,7 @@ class OperationKind(enum.StrEnum):
     RESTART = "restart"
     MOVE = "move"
     UPDATE = "update"
+    PREEMPT = "preempt"
 
 
 class OperationState(enum.StrEnum):

@@ -19,6 +19,7 @@ from tether.model.base import (
 from tether.model.machine import Machine
 
 DEFAULT_FENCING_S: Final = 10.0
+DEFAULT_NON_PREEMPTIBLE_PRIORITY: Final = 500
 """How long an agent that cannot renew its lease keeps its at-most-once tasks running."""
 
 
@@ -35,6 +36,9 @@ class RegionConfig(TetherModel):
     """The fencing period of at-most-once tasks: an agent whose lease has not been renewed for
     this long kills them, and the scheduler replaces them only once this long (and a margin)
     has passed since their machine went down. Set when the region is created."""
+    non_preemptible_priority: int = Field(default=DEFAULT_NON_PREEMPTIBLE_PRIORITY, ge=0, le=1001)
+    """Tasks of jobs at this priority or above (the production band) are never preempted;
+    1001 protects none. Set when the region is created."""
     created_at: Timestamp
 
 

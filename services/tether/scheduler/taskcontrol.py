@@ -34,6 +34,7 @@ _KINDS: Mapping[OperationKind, pb.OperationKind.ValueType] = {
     OperationKind.RESTART: pb.OPERATION_KIND_RESTART,
     OperationKind.MOVE: pb.OPERATION_KIND_MOVE,
     OperationKind.UPDATE: pb.OPERATION_KIND_UPDATE,
+    OperationKind.PREEMPT: pb.OPERATION_KIND_PREEMPT,
 }
 _STATES: Mapping[OperationState, pb.OperationState.ValueType] = {
     OperationState.PENDING_APPROVAL: pb.OPERATION_STATE_PENDING_APPROVAL,

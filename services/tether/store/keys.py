@@ -18,6 +18,9 @@ ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
 QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator that grew it last
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
+ADMISSIONS = ROOT + "admissions/"  # <entitlement>/<job> -> Admission
+# tree root entitlement -> the decider that last admitted in the tree (compared by every admission)
+QUOTA_LEDGERS = ROOT + "quota-ledgers/"
 IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
 TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placement)
 TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
@@ -45,6 +48,8 @@ ALL_PREFIXES: tuple[str, ...] = (
     QUOTA_FENCES,
     HOST_PROFILES,
     JOBS,
+    ADMISSIONS,
+    QUOTA_LEDGERS,
     IDEMPOTENCY,
     TASKS,
     TASK_STATUS,
@@ -129,6 +134,19 @@ def job(entitlement_name: str, job_name: str) -> str:
 def jobs_of(entitlement_name: str) -> str:
     """The prefix of every job of one entitlement."""
     return _join(JOBS, entitlement_name) + "/"
+
+
+def admission(entitlement_name: str, job_name: str) -> str:
+    return _join(ADMISSIONS, entitlement_name, job_name)
+
+
+def admissions_of(entitlement_name: str) -> str:
+    """Prefix of every admission record of the entitlement's jobs."""
+    return _join(ADMISSIONS, entitlement_name) + "/"
+
+
+def quota_ledger(root_entitlement: str) -> str:
+    return _join(QUOTA_LEDGERS, root_entitlement)
 
 
 def idempotency(principal_digest: str, key: str) -> str:

@@ -39,9 +39,11 @@ from tether.model import (
     Machine,
     MachineState,
     MaintenanceKind,
+    OnFull,
     OperationKind,
     OperationState,
     Placement,
+    PreemptionPolicy,
     Preference,
     PrincipalRecord,
     Quota,
@@ -126,13 +128,26 @@ quotas = st.builds(
 )
 
 
+preemption_policies = st.builds(
+    PreemptionPolicy,
+    grace_s=st.floats(0, 3600),
+    max_per_minute=quantities,
+    max_per_job_per_hour=quantities,
+)
+
+
 @st.composite
 def entitlements(draw: st.DrawFn) -> Entitlement:
     name = draw(names)
+    parent = draw(st.none() | names.filter(lambda parent: parent != name))
+    quota = draw(quotas)
     return Entitlement(
         name=name,
-        parent=draw(st.none() | names.filter(lambda parent: parent != name)),
-        quota=draw(quotas),
+        parent=parent,
+        quota=quota,
+        borrowing_limit=draw(resources) if parent is not None else Resources(),
+        lending_limit=draw(st.none() | st.just(quota.resources) | st.just(Resources())),
+        preemption=draw(preemption_policies),
         host_profile=draw(st.none() | names),
         allowed_dcs=draw(unique_lists(names)),
         weight=draw(st.integers(1, 1000)),
@@ -207,17 +222,28 @@ update_policies = st.builds(UpdatePolicy, max_unavailable_percent=st.integers(1,
 @st.composite
 def job_specs(draw: st.DrawFn) -> JobSpec:
     kind = draw(st.sampled_from(JobKind))
+    count = draw(st.integers(1, limit_settings().max_tasks_per_job))
     return JobSpec(
         name=draw(names),
         entitlement=draw(names),
-        count=draw(st.integers(1, limit_settings().max_tasks_per_job)),
+        count=count,
         task=draw(task_templates),
         placement=draw(placements),
         priority=draw(st.integers(0, 1000)),
         kind=kind,
         update=draw(update_policies),
-        deadline=draw(st.none() | timestamps) if kind is JobKind.BATCH else None,
+        on_full=draw(st.none() | st.sampled_from(OnFull)),
+        **(draw(batch_fields(count)) if kind is JobKind.BATCH else {}),
     )
+
+
+@st.composite
+def batch_fields(draw: st.DrawFn, count: int) -> dict[str, Any]:
+    return {
+        "deadline": draw(st.none() | timestamps),
+        "expected_duration_s": draw(st.none() | positive_seconds),
+        "min_count": draw(st.none() | st.integers(1, count)),
+    }
 
 
 jobs = st.builds(
@@ -320,6 +346,7 @@ region_configs = st.builds(
     name=names,
     shards=unique_lists(names, min_size=1),
     draining=unique_lists(names),
+    non_preemptible_priority=st.integers(0, 1001),
     created_at=timestamps,
 )
 shard_leaders = st.builds(
@@ -411,6 +438,7 @@ STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
     HostProfile: host_profiles,
     Machine: machines,
     Quota: quotas,
+    PreemptionPolicy: preemption_policies,
     Entitlement: entitlements(),
     RestartPolicy: restart_policies,
     TaskTemplate: task_templates,

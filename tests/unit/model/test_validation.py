@@ -22,6 +22,7 @@ from tether.model import (
     JobKind,
     JobSpec,
     Machine,
+    OnFull,
     Resources,
     RestartPolicy,
     Task,
@@ -233,7 +234,7 @@ def test_malformed_env_var_names_are_rejected(env_name: str) -> None:
 def test_deadline_on_a_service_job_is_rejected() -> None:
     spec = job_json(deadline="2030-01-01T00:00:00Z")
     msg = error_at(job_errors(spec), ("deadline",))
-    assert "only batch jobs may have a deadline" in msg
+    assert "only batch jobs may set deadline" in msg
     assert "'service'" in msg
 
 
@@ -420,6 +421,79 @@ def test_entitlement_members_are_principals() -> None:
 def test_entitlement_weight_is_positive() -> None:
     errs = errors(lambda: from_json(Entitlement, '{"name": "team-a", "weight": 0}'))
     assert "greater than or equal to 1" in error_at(errs, ("weight",))
+
+
+def entitlement_errors(**fields: Any) -> list[Any]:
+    return errors(lambda: from_json(Entitlement, json.dumps({"name": "team-a", **fields})))
+
+
+def test_only_an_entitlement_with_a_parent_borrows() -> None:
+    msg = error_at(entitlement_errors(borrowing_limit={"cpu": 1}), ("borrowing_limit",))
+    assert "only an entitlement with a parent can borrow" in msg
+    child = from_json(
+        Entitlement, '{"name": "team-a", "parent": "org", "borrowing_limit": {"cpu": 1}}'
+    )
+    assert child.borrowing_limit.cpu == 1
+
+
+def test_an_entitlement_lends_at_most_its_quota() -> None:
+    errs = entitlement_errors(
+        quota={"resources": {"cpu": 4000}}, lending_limit={"cpu": 5000, "gpus": 1}
+    )
+    msg = error_at(errs, ("lending_limit",))
+    assert "cannot lend more than its own quota" in msg
+    assert "cpu: need 5000 millicores, 4000 free" in msg
+    assert "gpus: need 1, 0 free" in msg
+
+
+@pytest.mark.parametrize(
+    ("limit", "loc"),
+    [
+        ({"borrowing_limit": {"cpu": -1}}, ("borrowing_limit", "cpu")),
+        ({"lending_limit": {"memory_mib": -5}}, ("lending_limit", "memory_mib")),
+        ({"preemption": {"grace_s": -1}}, ("preemption", "grace_s")),
+        ({"preemption": {"grace_s": 3601}}, ("preemption", "grace_s")),
+        ({"preemption": {"max_per_minute": -1}}, ("preemption", "max_per_minute")),
+    ],
+)
+def test_negative_limits_are_rejected(limit: dict[str, Any], loc: LOC) -> None:
+    error_at(entitlement_errors(parent="org", **limit), loc)
+
+
+@pytest.mark.parametrize("field", ["min_count", "expected_duration_s"])
+def test_elastic_and_duration_fields_are_only_for_batch_jobs(field: str) -> None:
+    msg = error_at(job_errors(job_json(**{field: 1})), (field,))
+    assert f"only batch jobs may set {field}" in msg
+
+
+def test_min_count_is_at_most_count() -> None:
+    msg = error_at(job_errors(job_json(kind="batch", count=3, min_count=4)), ("min_count",))
+    assert "must be at most count (3)" in msg
+    spec = from_json(JobSpec, json.dumps(job_json(kind="batch", count=3, min_count=2)))
+    assert spec.least_count == 2
+
+
+def test_on_full_defaults_by_kind() -> None:
+    batch = from_json(JobSpec, json.dumps(job_json(kind="batch")))
+    service = from_json(JobSpec, json.dumps(job_json()))
+    assert (batch.full_action, service.full_action) == (OnFull.QUEUE, OnFull.REJECT)
+    rejecting = from_json(JobSpec, json.dumps(job_json(kind="batch", on_full="reject")))
+    assert rejecting.full_action is OnFull.REJECT
+    assert "'queue' or 'reject'" in error_at(job_errors(job_json(on_full="wait")), ("on_full",))
+
+
+def test_start_deadline_is_the_deadline_less_the_expected_duration() -> None:
+    spec = from_json(
+        JobSpec,
+        json.dumps(
+            job_json(kind="batch", deadline="2030-01-01T01:00:00Z", expected_duration_s=600)
+        ),
+    )
+    assert spec.start_deadline == datetime(2030, 1, 1, 0, 50, tzinfo=UTC)
+    no_duration = job_json(kind="batch", deadline="2030-01-01T01:00:00Z")
+    without = from_json(JobSpec, json.dumps(no_duration))
+    assert without.start_deadline == without.deadline
+    assert from_json(JobSpec, json.dumps(job_json(kind="batch"))).start_deadline is None
 
 
 def _machine(**overrides: Any) -> str:

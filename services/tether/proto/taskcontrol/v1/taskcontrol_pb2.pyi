@@ -56,6 +56,12 @@ class _OperationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Operati
     """Stop tasks and start them again on another machine (rebalancing, draining, maintenance)."""
     OPERATION_KIND_UPDATE: _OperationKind.ValueType  # 5
     """Restart tasks on a new package version or task template (a rolling update)."""
+    OPERATION_KIND_PREEMPT: _OperationKind.ValueType  # 6
+    """Stop tasks to make room for a job of higher priority, or to give back quota their
+    entitlement borrowed. Always has a deadline (the entitlement's grace period): approve it
+    earlier once the work is saved (a checkpoint); the deadline cannot be vetoed. A preempted
+    batch job goes back to its queue and starts again when quota frees.
+    """
 
 class OperationKind(_OperationKind, metaclass=_OperationKindEnumTypeWrapper):
     """What a task operation does to its tasks."""
@@ -74,6 +80,12 @@ OPERATION_KIND_MOVE: OperationKind.ValueType  # 4
 """Stop tasks and start them again on another machine (rebalancing, draining, maintenance)."""
 OPERATION_KIND_UPDATE: OperationKind.ValueType  # 5
 """Restart tasks on a new package version or task template (a rolling update)."""
+OPERATION_KIND_PREEMPT: OperationKind.ValueType  # 6
+"""Stop tasks to make room for a job of higher priority, or to give back quota their
+entitlement borrowed. Always has a deadline (the entitlement's grace period): approve it
+earlier once the work is saved (a checkpoint); the deadline cannot be vetoed. A preempted
+batch job goes back to its queue and starts again when quota frees.
+"""
 Global___OperationKind: _TypeAlias = OperationKind  # noqa: Y015
 
 class _OperationState:

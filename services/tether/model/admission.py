@@ -1,0 +1,104 @@
+"""Admission: a job's place in its entitlement's queue, what the decider granted it, and its
+history (queued, admitted, preempted, requeued)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from datetime import datetime
+from typing import Final
+
+from pydantic import Field
+
+from tether.model.base import JobHandle, Quantity, TetherModel, Timestamp
+from tether.model.job import JobSpec
+from tether.model.resources import Resources
+
+HISTORY_KEPT: Final = 32
+"""Events an admission record keeps, newest last."""
+
+
+class AdmissionState(enum.StrEnum):
+    """queued -> admitted -> (preempting -> queued again)."""
+
+    QUEUED = "queued"
+    """Waiting for quota; holds none."""
+    ADMITTED = "admitted"
+    """Its `admitted` tasks may run."""
+    PREEMPTING = "preempting"
+    """Chosen to make room: its tasks are being stopped, and it goes back to its queue, at its
+    place, once they are."""
+
+
+class AdmissionEventKind(enum.StrEnum):
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    RESIZED = "resized"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+
+
+class AdmissionEvent(TetherModel):
+    """One change of a job's admission."""
+
+    at: Timestamp
+    kind: AdmissionEventKind
+    detail: str = ""
+    by: JobHandle | None = None
+    """The job whose admission caused it (the preemptor)."""
+
+
+class Admission(TetherModel):
+    """What `admissions/<entitlement>/<job>` holds. The frontend creates it with the job; the
+    entitlement tree's decider (the scheduler leader of the tree's shard) changes it."""
+
+    job: JobHandle
+    state: AdmissionState = AdmissionState.QUEUED
+    priority: int = Field(ge=0, le=1000)
+    start_deadline: Timestamp | None = None
+    """The job's start deadline (Cameo): the queue's second key."""
+    queued_at: Timestamp
+    """When it joined the queue; kept when a preempted job goes back, so it keeps its place."""
+    task_resources: Resources
+    tasks: Quantity
+    """The job's count, kept in step with its spec by the frontend."""
+    least_tasks: Quantity
+    """The fewest tasks it is admitted with (`min_count`, else `tasks`)."""
+    admitted: Quantity = 0
+    """Tasks it may run now."""
+    admitted_at: Timestamp | None = None
+    reason: str = ""
+    """Why it waits, or what it waits for."""
+    preempted_by: JobHandle | None = None
+    preemptions: Quantity = 0
+    """Times it was preempted (not failures)."""
+    preempted_at: list[Timestamp] = Field(default_factory=list)
+    """Its preemptions in the last hour, for the rate limit."""
+    history: list[AdmissionEvent] = Field(default_factory=list, max_length=HISTORY_KEPT)
+    updated_at: Timestamp
+
+    @classmethod
+    def of(cls, spec: JobSpec, now: datetime) -> Admission:
+        """A new job's record: queued since `now`."""
+        return cls(
+            job=spec.handle,
+            priority=spec.priority,
+            start_deadline=spec.start_deadline,
+            queued_at=now,
+            task_resources=spec.task.resources,
+            tasks=spec.count,
+            least_tasks=spec.least_count,
+            history=[AdmissionEvent(at=now, kind=AdmissionEventKind.QUEUED)],
+            updated_at=now,
+        )
+
+    def order(self) -> tuple[int, float, float, str]:
+        """Its place in its entitlement's queue: priority (higher first), start deadline (none
+        last), time queued, name."""
+        deadline = math.inf if self.start_deadline is None else self.start_deadline.timestamp()
+        return (-self.priority, deadline, self.queued_at.timestamp(), self.job)
+
+    def with_event(self, event: AdmissionEvent, **changes: object) -> Admission:
+        """The record with `changes` and one more history event (the oldest dropped)."""
+        history = [*self.history, event][-HISTORY_KEPT:]
+        return self.model_copy(update={**changes, "history": history, "updated_at": event.at})

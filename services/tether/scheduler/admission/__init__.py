@@ -1,0 +1,2 @@
+"""Admission: the entitlement trees' queues, fair share and preemption, decided by the leader of
+the shard that holds each tree."""

@@ -1,0 +1,414 @@
+"""Entitlement trees' admission queues and the decisions on them, in memory and without I/O:
+the scheduler's decider and the contention simulator run exactly this.
+
+`put` and `remove` keep the state in step with the store (admission records, and how many
+tasks each job holds); `decide` admits what fits, in order, requeues preempted jobs whose tasks
+have stopped, and proposes preemptions for the heads that do not fit; `preempt` carries out a
+proposal once the placement check agrees. Every decision is applied to the state at once, as
+if already written: a caller whose write fails puts the stored records back.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tether.model import Entitlement
+from tether.model.admission import (
+    Admission,
+    AdmissionEvent,
+    AdmissionEventKind,
+    AdmissionState,
+)
+from tether.model.quota_tree import QuotaTree, Vector
+from tether.scheduler.admission.victims import Candidate, choose_victims
+
+QueueKey = tuple[bool, int, float, float, str]
+
+
+def _queue_key(record: Admission) -> QueueKey:
+    """The job's order, elastic growth after every job still waiting to start."""
+    growing = record.state is AdmissionState.ADMITTED and record.least_tasks < record.tasks
+    return (growing, *record.order())
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    """One job as the queues see it."""
+
+    entitlement: str
+    admission: Admission
+    revision: int
+    """The mod revision of its admission record (0: none is stored yet)."""
+    holding: int
+    """Tasks that hold resources or may claim them now: on a machine, or admitted and not
+    finished for good."""
+    demand: Vector | None = None
+    """Per task, over the tree's dimensions; None when no quota of the tree has a dimension it
+    needs (it can never be admitted). Set by `put`."""
+
+    @property
+    def handle(self) -> str:
+        return self.admission.job
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A job's new admission record, to write if its key is still at `revision`."""
+
+    admission: Admission
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """Preempting `victims` (handle -> tasks to take) would let `head` be admitted."""
+
+    head: str
+    victims: dict[str, int]
+    """Job handle -> tasks taken off its admission."""
+    tasks: int
+    """Tasks whose resources the preemption frees."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    decisions: list[Decision] = field(default_factory=list)
+    proposals: list[Proposal] = field(default_factory=list)
+
+
+class AdmissionQueues:
+    """The queues of every entitlement of some trees, and what each job holds."""
+
+    def __init__(self, entitlements: Iterable[Entitlement], non_preemptible_priority: int) -> None:
+        self.non_preemptible_priority = non_preemptible_priority
+        self.jobs: dict[str, QueuedJob] = {}
+        self._charged: dict[str, tuple[str, Vector]] = {}
+        self._waiting: defaultdict[str, list[tuple[QueueKey, str]]] = defaultdict(list)
+        # Handle -> the key it is queued under: a job is pushed again only when its key
+        # changes, and entries that no longer match are dropped as they reach the top.
+        self._in_heap: dict[str, QueueKey] = {}
+        self._preempting: set[str] = set()
+        # Entitlement -> (when, tasks) of the preemptions its jobs caused in the last minute.
+        self._recent: defaultdict[str, deque[tuple[datetime, int]]] = defaultdict(deque)
+        self.tree = QuotaTree(entitlements)
+
+    # --- keeping in step with the store ----------------------------------------------------
+
+    def set_entitlements(self, entitlements: Iterable[Entitlement]) -> None:
+        """A new tree (an entitlement was created, changed or deleted); charges every job
+        again."""
+        self.tree = QuotaTree(entitlements)
+        self._charged.clear()
+        self._waiting.clear()
+        self._in_heap.clear()
+        for job in list(self.jobs.values()):
+            self.put(job)
+
+    def put(self, job: QueuedJob) -> None:
+        """Adds or replaces a job."""
+        self._uncharge(job.handle)
+        self.jobs[job.handle] = job
+        if job.entitlement not in self.tree.nodes:
+            job.demand = None
+            return
+        job.demand = self.tree.vector(job.admission.task_resources)
+        if job.demand is not None and job.holding:
+            amount = tuple(d * job.holding for d in job.demand)
+            self.tree.use(job.entitlement, amount)
+            self._charged[job.handle] = (job.entitlement, amount)
+        state = job.admission.state
+        if state is AdmissionState.PREEMPTING:
+            self._preempting.add(job.handle)
+        else:
+            self._preempting.discard(job.handle)
+        key = _queue_key(job.admission)
+        if self._wants(job) and self._in_heap.get(job.handle) != key:
+            heapq.heappush(self._waiting[job.entitlement], (key, job.handle))
+            self._in_heap[job.handle] = key
+
+    def remove(self, handle: str) -> None:
+        self._uncharge(handle)
+        self._preempting.discard(handle)
+        self.jobs.pop(handle, None)
+
+    # --- deciding --------------------------------------------------------------------------
+
+    def decide(self, now: datetime) -> Outcome:
+        """Requeues preempted jobs whose tasks have stopped, admits the queues' heads while
+        they fit, and proposes preemptions for the heads that do not."""
+        outcome = Outcome()
+        owed = {
+            by for handle in self._preempting if (by := self.jobs[handle].admission.preempted_by)
+        }
+        for handle in sorted(self._preempting):
+            self._settle_preempted(self.jobs[handle], now, outcome)
+        blocked: dict[str, QueuedJob] = {}
+        while (head := self._next_head(blocked, owed)) is not None:
+            if not self._admit(head, now, outcome):
+                blocked[head.entitlement] = head
+        for head in sorted(blocked.values(), key=lambda job: job.admission.order()):
+            if head.handle in owed:
+                self._note(head, "waiting for the tasks it preempted to stop", now, outcome)
+                continue
+            proposal = self._proposal(head, now)
+            if proposal is not None:
+                outcome.proposals.append(proposal)
+            else:
+                self._note(head, self._why_waiting(head), now, outcome)
+        return outcome
+
+    def preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
+        """Marks the proposal's victims preempting (their tasks are stopped with notice), and
+        notes on the head what it waits for."""
+        head = self.jobs[proposal.head]
+        decisions = []
+        for handle, take in sorted(proposal.victims.items()):
+            victim = self.jobs[handle]
+            record = victim.admission
+            event = AdmissionEvent(
+                at=now,
+                kind=AdmissionEventKind.PREEMPTED,
+                detail=f"{take} task(s) preempted",
+                by=proposal.head,
+            )
+            recent = [at for at in record.preempted_at if now - at < timedelta(hours=1)]
+            changed = record.with_event(
+                event,
+                state=AdmissionState.PREEMPTING,
+                admitted=max(record.admitted - take, 0),
+                preempted_by=proposal.head,
+                preemptions=record.preemptions + 1,
+                preempted_at=[*recent, now],
+                reason=f"preempted for {proposal.head}",
+            )
+            decisions.append(self._apply(victim, changed))
+        self._recent[head.entitlement].append((now, proposal.tasks))
+        victims = ", ".join(sorted(proposal.victims))
+        reason = f"preempting {proposal.tasks} task(s) of {victims}; admitted once they stop"
+        outcome = Outcome()
+        self._note(head, reason, now, outcome)
+        return [*decisions, *outcome.decisions]
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _wants(self, job: QueuedJob) -> bool:
+        record = job.admission
+        if record.state is AdmissionState.QUEUED:
+            return True
+        return record.state is AdmissionState.ADMITTED and record.admitted < record.tasks
+
+    def _uncharge(self, handle: str) -> None:
+        charged = self._charged.pop(handle, None)
+        if charged is not None and charged[0] in self.tree.nodes:
+            self.tree.release(*charged)
+
+    def _apply(self, job: QueuedJob, record: Admission) -> Decision:
+        decision = Decision(record, job.revision)
+        holding = job.holding
+        if record.state is AdmissionState.ADMITTED:
+            holding = max(holding, record.admitted)
+        self.put(QueuedJob(job.entitlement, record, job.revision, holding))
+        return decision
+
+    def _next_head(self, blocked: dict[str, QueuedJob], owed: set[str]) -> QueuedJob | None:
+        """The next head to try: one owed the room it preempted for, then one that fits within
+        its guarantee, then, among those that must borrow, the one whose subtree has the
+        smallest weighted dominant share at the highest level where they differ."""
+        heads = []
+        for entitlement, heap in self._waiting.items():
+            if entitlement in blocked:
+                continue
+            while heap:
+                key, handle = heap[0]
+                job = self.jobs.get(handle)
+                if job is not None and self._wants(job) and key == _queue_key(job.admission):
+                    heads.append(job)
+                    break
+                heapq.heappop(heap)
+                if self._in_heap.get(handle) == key:
+                    del self._in_heap[handle]
+        if not heads:
+            return None
+        return min(heads, key=lambda job: self._precedence(job, owed))
+
+    def _precedence(self, job: QueuedJob, owed: set[str]) -> tuple[object, ...]:
+        guaranteed = self._within_guarantee(job)
+        shares = tuple(
+            self.tree.dominant_share(node.name)
+            for node in reversed(list(self.tree.path(job.entitlement)))
+        )
+        return (job.handle not in owed, not guaranteed, shares, job.admission.order())
+
+    def _within_guarantee(self, job: QueuedJob) -> bool:
+        """Whether the job's next step fits what its entitlement is guaranteed, were every
+        other subtree to give back what it borrows."""
+        asked = self._asked(job)
+        if asked is None or job.demand is None:
+            return False
+        room = self.tree.guaranteed_headroom(job.entitlement)
+        return all(d * asked <= r for d, r in zip(job.demand, room, strict=True))
+
+    def _asked(self, job: QueuedJob) -> int | None:
+        """The fewest more tasks the job needs to make progress; None if it never can."""
+        if job.demand is None:
+            return None
+        record = job.admission
+        if record.state is AdmissionState.QUEUED:
+            return record.least_tasks
+        # Admitted: a scale-up is admitted whole, an elastic job grows by one at a time.
+        return 1 if record.least_tasks < record.tasks else record.tasks - record.admitted
+
+    def _admit(self, job: QueuedJob, now: datetime, outcome: Outcome) -> bool:
+        asked = self._asked(job)
+        if asked is None or job.demand is None:
+            return False
+        record = job.admission
+        most = record.tasks - record.admitted
+        room = self.tree.headroom(job.entitlement)
+        fitting = min(
+            (r // d for d, r in zip(job.demand, room, strict=True) if d > 0), default=most
+        )
+        more = min(fitting, most)
+        if more < asked:
+            return False
+        admitted = record.admitted + more
+        if record.state is AdmissionState.QUEUED:
+            event = AdmissionEvent(
+                at=now, kind=AdmissionEventKind.ADMITTED, detail=f"{admitted} task(s)"
+            )
+        else:
+            event = AdmissionEvent(
+                at=now,
+                kind=AdmissionEventKind.RESIZED,
+                detail=f"{record.admitted} -> {admitted} task(s)",
+            )
+        changed = record.with_event(
+            event,
+            state=AdmissionState.ADMITTED,
+            admitted=admitted,
+            admitted_at=now if record.state is AdmissionState.QUEUED else record.admitted_at,
+            reason="",
+        )
+        outcome.decisions.append(self._apply(job, changed))
+        return True
+
+    def _settle_preempted(self, job: QueuedJob, now: datetime, outcome: Outcome) -> None:
+        """A preempted job goes back to its queue (or, shrunk, stays admitted) once no more
+        tasks than it is admitted hold resources."""
+        record = job.admission
+        if job.holding > record.admitted:
+            return
+        if record.admitted:
+            event = AdmissionEvent(
+                at=now,
+                kind=AdmissionEventKind.RESIZED,
+                detail=f"shrunk to {record.admitted} task(s)",
+            )
+            changed = record.with_event(event, state=AdmissionState.ADMITTED, reason="")
+        else:
+            event = AdmissionEvent(at=now, kind=AdmissionEventKind.REQUEUED, by=record.preempted_by)
+            changed = record.with_event(
+                event, state=AdmissionState.QUEUED, admitted_at=None, reason=""
+            )
+        outcome.decisions.append(self._apply(job, changed))
+
+    def _note(self, job: QueuedJob, reason: str, now: datetime, outcome: Outcome) -> None:
+        """Records why the head waits, if that changed."""
+        if job.admission.reason == reason:
+            return
+        changed = job.admission.model_copy(update={"reason": reason, "updated_at": now})
+        outcome.decisions.append(self._apply(job, changed))
+
+    def _why_waiting(self, job: QueuedJob) -> str:
+        if job.demand is None:
+            return "it needs a resource that no quota of its entitlement's tree has"
+        asked = self._asked(job) or 0
+        demand = tuple(d * asked for d in job.demand)
+        short = "; ".join(self.tree.shortfall(job.entitlement, demand))
+        return f"not enough quota for {asked} task(s): {short}"
+
+    def _proposal(self, head: QueuedJob, now: datetime) -> Proposal | None:
+        asked = self._asked(head)
+        if asked is None or head.demand is None:
+            return None
+        entitlement = self.tree.nodes[head.entitlement].entitlement
+        recent = self._recent[head.entitlement]
+        while recent and now - recent[0][0] >= timedelta(minutes=1):
+            recent.popleft()
+        budget = entitlement.preemption.max_per_minute - sum(tasks for _, tasks in recent)
+        if budget <= 0:
+            return None
+        # Only a job within its guarantee takes back what others borrowed; one that would
+        # borrow itself waits for quota to free, in fair-share order.
+        reclaims = self._within_guarantee(head)
+        candidates = list(self._candidates(head, now, reclaims=reclaims))
+        demand = tuple(d * asked for d in head.demand)
+        victims = choose_victims(self.tree, head.entitlement, demand, candidates, budget)
+        if not victims:
+            return None
+        taken: dict[str, int] = {}
+        for victim in victims:
+            taken[victim.job] = taken.get(victim.job, 0) + victim.take
+        return Proposal(head.handle, taken, sum(victim.frees for victim in victims))
+
+    def _candidates(self, head: QueuedJob, now: datetime, *, reclaims: bool) -> Iterable[Candidate]:
+        """Tasks that may be preempted for `head`, in the order they would go: elastic tasks
+        above their job's minimum first; then lower priority first, then the most recently
+        admitted (least work lost). In its own entitlement only strictly lower priorities (an
+        elastic job's extra tasks: not higher); elsewhere only jobs of subtrees that borrow,
+        whatever their priority. Never the protected band, never a job preempted too often."""
+        path = [node.name for node in self.tree.path(head.entitlement)]
+        on_path = set(path)
+        borrowing: set[str] = set()
+        for ancestor in path[1:] if reclaims else []:
+            for child in self.tree.nodes[ancestor].children:
+                if child not in on_path and any(self.tree.borrowed(child)):
+                    borrowing.update(node.name for node in self.tree.subtree(child))
+        priority = head.admission.priority
+        hour = timedelta(hours=1)
+        found = []
+        for job in self.jobs.values():
+            record = job.admission
+            if record.state is not AdmissionState.ADMITTED or job.demand is None:
+                continue
+            if record.priority >= self.non_preemptible_priority:
+                continue
+            limit = self.tree.nodes[job.entitlement].entitlement.preemption.max_per_job_per_hour
+            if sum(1 for at in record.preempted_at if now - at < hour) >= limit:
+                continue
+            own = job.entitlement == head.entitlement
+            if not own and job.entitlement not in borrowing:
+                continue
+            held = min(job.holding, record.admitted)
+            extra = max(held - record.least_tasks, 0)
+            # Least work lost: the most recently admitted first.
+            recency = -(record.admitted_at or now).timestamp()
+            if extra and (not own or record.priority <= priority):
+                found.append(
+                    Candidate(
+                        job.handle,
+                        job.entitlement,
+                        job.demand,
+                        frees=extra,
+                        take=extra,
+                        rank=(0, record.priority, recency, job.handle),
+                    )
+                )
+            if own and record.priority >= priority:
+                continue
+            found.append(
+                Candidate(
+                    job.handle,
+                    job.entitlement,
+                    job.demand,
+                    frees=held - extra,
+                    take=record.admitted - extra,
+                    rank=(1, record.priority, recency, job.handle),
+                )
+            )
+        found.sort(key=lambda candidate: candidate.rank)
+        return found
