@@ -38,8 +38,11 @@ async def every(
         if wake is None:
             await asyncio.sleep(pause)
         else:
+            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that arrives
+            # as the event is set, and the loop would then never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), pause)
+                async with asyncio.timeout(pause):
+                    await wake.wait()
             wake.clear()
         await action()
 

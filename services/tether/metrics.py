@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 import grpc
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 # Every metric registers with prometheus_client's default registry, which also carries the
@@ -76,6 +76,48 @@ SCHEDULER_LEADER_TERMS: Final = Counter(
     "tether_scheduler_leader_terms_total",
     "Terms as a shard's leader this replica started and lost; started - lost is 1 while it leads.",
     ["event"],
+)
+
+ADMISSION_PASS_SECONDS: Final = Histogram(
+    "tether_scheduler_admission_pass_seconds",
+    "One pass of a tree decider over its queues: admissions, requeues, preemption choices.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
+ADMISSION_WRITES: Final = Counter(
+    "tether_scheduler_admission_writes",
+    "Admission records a decider wrote, by outcome (a conflict: another decider was first).",
+    ["outcome"],
+)
+ADMISSIONS: Final = Counter(
+    "tether_scheduler_admissions",
+    "Jobs admitted from their queue (start), or admitted more tasks (grow).",
+    ["kind"],
+)
+QUEUE_WAIT_SECONDS: Final = Histogram(
+    "tether_scheduler_queue_wait_seconds",
+    "How long a job waited in its queue before it was admitted.",
+    buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
+PREEMPTIONS: Final = Counter(
+    "tether_scheduler_preempted_tasks",
+    "Tasks preempted, by reason: priority (in the preemptor's own entitlement) or reclaim "
+    "(quota its entitlement had lent).",
+    ["reason"],
+)
+QUEUED_JOBS: Final = Gauge(
+    "tether_scheduler_queued_jobs",
+    "Jobs waiting in an entitlement's queue, on the leader that decides for its tree.",
+    ["entitlement"],
+)
+QUOTA_BORROWED: Final = Gauge(
+    "tether_scheduler_quota_borrowed",
+    "What an entitlement's subtree uses beyond its quota, per resource dimension.",
+    ["entitlement", "dimension"],
+)
+QUOTA_LENT: Final = Gauge(
+    "tether_scheduler_quota_lent",
+    "The part of an entitlement's idle quota that its siblings' borrowing uses.",
+    ["entitlement", "dimension"],
 )
 
 AGENT_TASKS_STARTED: Final = Counter(

@@ -221,9 +221,11 @@ class HostProfiles:
                     error,
                     delay,
                 )
-                # A new target is tried at once; the same one after the pause.
+                # A new target is tried at once; the same one after the pause. (asyncio.timeout:
+                # wait_for can swallow a cancellation on Python 3.11.)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
 
     async def _switch(self, profile: str) -> None:
         started = time.monotonic()

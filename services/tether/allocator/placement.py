@@ -91,10 +91,12 @@ class Planner:
         self.owner = index.owners.code(entitlement.name)
         # Both vectors need every column: the quota's resources get theirs first, and a resource
         # only the task names (rare) means reading the quota again.
-        quota = index.vector(entitlement.quota.resources)
+        # What it may borrow counts: its tree's decider admitted the job within the tree.
+        ceiling = entitlement.ceiling
+        quota = index.vector(ceiling)
         self.need = index.vector(job.spec.task.resources)
         if len(quota) < len(self.need):
-            quota = index.vector(entitlement.quota.resources)
+            quota = index.vector(ceiling)
         self.plan = Plan(index, job, entitlement, self.owner, self.need, quota, self._free_rows)
         self.rules = Pipeline(self.plan)
         self.key = cache.key(self.rules.owned_key())

@@ -114,12 +114,14 @@ def list_jobs(
     if not jobs:
         out().print("no jobs")
         return
-    table = Table("handle", "count", "running", "generation", "tasks", "deleting")
+    table = Table("handle", "count", "running", "admission", "generation", "tasks", "deleting")
     for job in jobs:
+        record = job.admission
         table.add_row(
             job.handle,
             str(job.count),
             str(job.running),
+            "-" if record is None else f"{record.state} {record.admitted}/{record.tasks}",
             str(job.generation),
             counts(job.tasks),
             "yes" if job.deleting else "",
@@ -148,6 +150,7 @@ def show(
         ("deleting", "yes" if job.deleting else "no"),
         ("created", f"{job.created_at:%Y-%m-%d %H:%M:%S}"),
         ("updated", f"{job.updated_at:%Y-%m-%d %H:%M:%S}"),
+        ("admission", admission_text(job)),
         ("operations", counts(job.operations or {})),
         ("controller", _controller(job)),
     ):
@@ -166,6 +169,26 @@ def show(
     console = out()
     console.print(fields)
     console.print(table if tasks else "no tasks yet")
+
+
+def admission_text(job: JobView) -> str:
+    """Where the job is in its queue, e.g. "queued, 2nd in line: not enough quota ..."."""
+    record = job.admission
+    if record is None:
+        return "- (older than admission: all its tasks run)"
+    if record.state == "queued":
+        place = f", {ordinal(job.queue_position)} in line" if job.queue_position else ""
+        return f"queued{place}" + (f": {record.reason}" if record.reason else "")
+    text = f"{record.state}, {record.admitted} of {record.tasks} tasks"
+    if record.preemptions:
+        text += f"; preempted {record.preemptions} time(s), last for {record.preempted_by}"
+    return text
+
+
+def ordinal(place: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= place % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
+    return f"{place}{suffix}"
 
 
 def _controller(job: JobView) -> str:

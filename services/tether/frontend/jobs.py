@@ -1,4 +1,4 @@
-"""Job writes: submission (quota, idempotency) and compare-and-swap changes (scale, delete)."""
+"""Job writes: submission (admission, idempotency) and compare-and-swap changes (scale, delete)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ from typing import Final
 from pydantic import ValidationError
 
 from tether.frontend import records
+from tether.frontend.admission import admissions_of, check_submission, position
 from tether.frontend.bodies import spec_sha256
 from tether.frontend.operations import job_operations
-from tether.frontend.problems import Conflict, NotFound, OverQuota, validation_problem
-from tether.frontend.quota import quota_shortfall
+from tether.frontend.problems import Conflict, NotFound, validation_problem
 from tether.frontend.schemas.jobs import JobView
 from tether.model import (
     OPEN_STATES,
     ControlStatus,
-    Entitlement,
     Job,
     JobHandle,
     JobSpec,
@@ -32,6 +31,7 @@ from tether.model import (
     to_json,
     token_digest,
 )
+from tether.model.admission import Admission, AdmissionState
 from tether.store import Compare, Put, Store, key_missing, keys, mod_revision_is
 
 ATTEMPTS: Final = 5
@@ -55,13 +55,19 @@ class Submitted:
 async def job_view(store: Store, job: Job) -> JobView:
     """The job with its task counts, open operations and how its controller answers."""
     entitlement, name = job.spec.entitlement, job.spec.name
-    # At once: every request that answers with a job waits for these three reads.
-    tasks, operations, control = await asyncio.gather(
+    # At once: every request that answers with a job waits for these reads.
+    tasks, operations, control, admission = await asyncio.gather(
         records.job_tasks(store, entitlement, name),
         job_operations(store, entitlement, name),
         records.get(store, keys.control_status(entitlement, name), ControlStatus),
+        records.get(store, keys.admission(entitlement, name), Admission),
     )
-    view = JobView.of(job, tasks)
+    record = None if admission is None else admission.model
+    view = JobView.of(job, tasks, record)
+    if record is not None and record.state is AdmissionState.QUEUED:
+        view = view.model_copy(
+            update={"queue_position": position(await admissions_of(store, entitlement), job.handle)}
+        )
     open_by_state = Counter(
         operation.state.value for operation in operations if operation.state in OPEN_STATES
     )
@@ -71,22 +77,6 @@ async def job_view(store: Store, job: Job) -> JobView:
             "control": control.model if control is not None else None,
         }
     )
-
-
-async def _requested_by_others(store: Store, entitlement: str, excluding: str) -> list[JobSpec]:
-    # Jobs being deleted no longer count against the quota: their tasks are on their way out.
-    jobs = await records.scan(store, keys.jobs_of(entitlement), Job)
-    return [job.spec for job in jobs if not job.deleting and job.spec.name != excluding]
-
-
-async def _require_quota(store: Store, entitlement: Entitlement, spec: JobSpec) -> None:
-    specs = [*await _requested_by_others(store, entitlement.name, spec.name), spec]
-    shortfall = quota_shortfall(entitlement.quota.resources, specs)
-    if shortfall:
-        raise OverQuota(
-            f"the jobs of entitlement '{entitlement.name}' would request more than its quota "
-            f"(need: all its jobs with this one, free: the quota): {'; '.join(shortfall)}"
-        )
 
 
 async def _replay(store: Store, key: str, header: str, digest: str) -> Job | None:
@@ -112,11 +102,17 @@ async def _replay(store: Store, key: str, header: str, digest: str) -> Job | Non
 async def submit(
     store: Store,
     principal: PrincipalRecord,
-    entitlement: Entitlement,
     spec: JobSpec,
     idempotency_key: str | None,
 ) -> Submitted:
-    """Create the job at generation 1, with its idempotency record in the same transaction."""
+    """Create the job at generation 1, queued, with its admission and idempotency records in
+    the same transaction; 409 when it could never be admitted, or refuses to wait and cannot
+    start now; 422 for a deadline in the past."""
+    if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
+        raise validation_problem(
+            [{"loc": ("deadline",), "msg": f"is in the past ({spec.deadline.isoformat()})"}]
+        )
+    region = await records.region_config(store)
     job_key = keys.job(spec.entitlement, spec.name)
     digest = spec_sha256(spec)
     # Keyed by the principal's name, not its token: all of its tokens share one keyspace.
@@ -137,11 +133,13 @@ async def submit(
             raise Conflict(
                 f"job '{spec.handle}' already exists; scale it, or delete it first to replace it"
             )
-        await _require_quota(store, entitlement, spec)
+        await check_submission(store, region, spec)
         now = datetime.now(UTC)
         job = Job(spec=spec, generation=1, created_at=now, updated_at=now)
+        admission_key = keys.admission(spec.entitlement, spec.name)
+        # A record left by a job of the same name whose deletion did not finish is replaced.
         compares: list[Compare] = [key_missing(job_key)]
-        puts = [Put(job_key, to_json(job))]
+        puts = [Put(job_key, to_json(job)), Put(admission_key, to_json(Admission.of(spec, now)))]
         if idem_key is not None:
             compares.append(key_missing(idem_key))
             idem = IdempotencyRecord(job=spec.handle, spec_sha256=digest)
@@ -184,23 +182,42 @@ def with_count(spec: JobSpec, count: int) -> JobSpec:
         raise validation_problem(exc.errors()) from None
 
 
-async def scale(store: Store, entitlement: Entitlement, name: str, count: int) -> Job:
-    """Set the job's task count and bump its generation; 409 over quota or while deleting."""
-
-    async def rescale(job: Job) -> Job | None:
+async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
+    """Set the job's task count and bump its generation, keeping its admission record's count
+    in step; the tasks it gains wait for admission. 409 when they could never be admitted (or
+    the job refuses to wait and they cannot start now), or while deleting."""
+    job_key = keys.job(entitlement, name)
+    admission_key = keys.admission(entitlement, name)
+    for _ in range(ATTEMPTS):
+        current = await records.get(store, job_key, Job)
+        if current is None:
+            raise NotFound(f"job '{entitlement}/{name}' does not exist")
+        job = current.model
         if job.deleting:
             raise Conflict(f"job '{job.handle}' is being deleted and cannot be scaled")
         if job.spec.count == count:
-            return None
+            return job
         spec = with_count(job.spec, count)
+        admission = await records.get(store, admission_key, Admission)
         # Scaling down always goes through, even when a lowered quota is already exceeded.
         if count > job.spec.count:
-            await _require_quota(store, entitlement, spec)
-        return job.model_copy(
+            region = await records.region_config(store)
+            admitted = job.spec.count if admission is None else admission.model.admitted
+            await check_submission(store, region, spec, admitted=admitted)
+        scaled = job.model_copy(
             update={"spec": spec, "generation": job.generation + 1, "updated_at": datetime.now(UTC)}
         )
-
-    return await change_job(store, entitlement.name, name, rescale)
+        compares = [mod_revision_is(job_key, current.kv.mod_revision)]
+        puts = [Put(job_key, to_json(scaled))]
+        if admission is not None:
+            compares.append(mod_revision_is(admission_key, admission.kv.mod_revision))
+            resized = admission.model.model_copy(
+                update={"tasks": spec.count, "least_tasks": spec.least_count}
+            )
+            puts.append(Put(admission_key, to_json(resized)))
+        if (await store.txn(compares, puts)).succeeded:
+            return scaled
+    raise Conflict(f"job '{entitlement}/{name}' kept changing; try again")
 
 
 async def update_version(store: Store, entitlement: str, name: str, version: str) -> Job:

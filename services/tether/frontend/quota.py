@@ -1,10 +1,10 @@
-"""Quota arithmetic: what jobs request (count x task resources) against an entitlement's quota."""
+"""Quota arithmetic: what jobs request (count x task resources)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tether.model import ZERO, JobSpec, ResourceOverflow, Resources
+from tether.model import ZERO, JobSpec, Resources
 
 
 def demand(spec: JobSpec) -> Resources:
@@ -18,14 +18,3 @@ def total_demand(specs: Iterable[JobSpec]) -> Resources:
     for spec in specs:
         total = total + demand(spec)
     return total
-
-
-def quota_shortfall(quota: Resources, specs: Iterable[JobSpec]) -> list[str]:
-    """One line per dimension in which `specs` together request more than `quota`, e.g.
-    "cpu: need 3000 millicores, 2000 free" (need: all the jobs; free: the quota); empty when
-    they fit."""
-    try:
-        total = total_demand(specs)
-    except ResourceOverflow as exc:
-        return [f"{dimension}: beyond any quota" for dimension in exc.dimensions]
-    return total.shortfall(quota)

@@ -44,6 +44,8 @@ class AdmissionEvent(TetherModel):
     at: Timestamp
     kind: AdmissionEventKind
     detail: str = ""
+    tasks: Quantity = 0
+    """The tasks it concerned (admitted, preempted)."""
     by: JobHandle | None = None
     """The job whose admission caused it (the preemptor)."""
 

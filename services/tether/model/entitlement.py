@@ -7,8 +7,16 @@ from typing import Annotated, Final
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from tether.model.base import NO_DUPLICATES, Name, NameList, Quantity, TetherModel, TextRule
-from tether.model.resources import Resources
+from tether.model.base import (
+    MAX_QUANTITY,
+    NO_DUPLICATES,
+    Name,
+    NameList,
+    Quantity,
+    TetherModel,
+    TextRule,
+)
+from tether.model.resources import Resources, from_amounts
 
 Principal = Annotated[
     str,
@@ -96,6 +104,14 @@ class Entitlement(TetherModel):
                 {"over": "; ".join(limit.shortfall(quota.resources))},
             )
         return limit
+
+    @property
+    def ceiling(self) -> Resources:
+        """The most its tasks may hold: its quota plus what it may borrow."""
+        amounts = self.quota.resources.amounts()
+        for label, amount in self.borrowing_limit.amounts().items():
+            amounts[label] = min(amounts.get(label, 0) + amount, MAX_QUANTITY)
+        return from_amounts(amounts)
 
     @property
     def lendable(self) -> Resources:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tether.model.entitlement import Entitlement
-from tether.model.resources import ResourceOverflow, Resources, quantity_text
+from tether.model.resources import ResourceOverflow, Resources, from_amounts, quantity_text
 
 Vector = tuple[int, ...]
 """One amount per dimension of the tree, in `QuotaTree.dimensions` order."""
@@ -108,17 +108,8 @@ class QuotaTree:
 
     def resources(self, vector: Vector) -> Resources:
         """A vector as Resources (negative amounts count as 0)."""
-        amounts = dict(zip(self.dimensions, vector, strict=True))
-        return Resources(
-            cpu=max(amounts["cpu"], 0),
-            memory_mib=max(amounts["memory"], 0),
-            disk_gib=max(amounts["disk"], 0),
-            gpus=max(amounts["gpus"], 0),
-            extra={
-                label.removeprefix("extra/"): amount
-                for label, amount in amounts.items()
-                if label.startswith("extra/") and amount > 0
-            },
+        return from_amounts(
+            {label: max(amount, 0) for label, amount in zip(self.dimensions, vector, strict=True)}
         )
 
     def path(self, name: str) -> Iterator[Node]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from pydantic import Field, field_validator
@@ -86,7 +87,7 @@ class Resources(TetherModel):
             raise InsufficientResources([label for label, _, _ in deficits], other.shortfall(self))
         # Every dimension `other` has is also in self, or it would have been a deficit.
         theirs = other.amounts()
-        return _from_amounts(
+        return from_amounts(
             {label: amount - theirs.get(label, 0) for label, amount in self.amounts().items()}
         )
 
@@ -119,15 +120,17 @@ def _checked(amounts: dict[str, int]) -> Resources:
     overflowing = [label for label, amount in amounts.items() if amount > MAX_QUANTITY]
     if overflowing:
         raise ResourceOverflow(overflowing)
-    return _from_amounts(amounts)
+    return from_amounts(amounts)
 
 
-def _from_amounts(amounts: dict[str, int]) -> Resources:
+def from_amounts(amounts: Mapping[str, int]) -> Resources:
+    """Resources from amounts by label, as `Resources.amounts()` gives them; a missing label
+    counts as 0."""
     return Resources(
-        cpu=amounts["cpu"],
-        memory_mib=amounts["memory"],
-        disk_gib=amounts["disk"],
-        gpus=amounts["gpus"],
+        cpu=amounts.get("cpu", 0),
+        memory_mib=amounts.get("memory", 0),
+        disk_gib=amounts.get("disk", 0),
+        gpus=amounts.get("gpus", 0),
         extra={
             label.removeprefix(_EXTRA_PREFIX): amount
             for label, amount in amounts.items()

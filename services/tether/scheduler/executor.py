@@ -240,6 +240,7 @@ class Executor:
         # under the name keeps counting up for a controller registered for the handle.
         ops: list[Op] = [
             Delete(job_key),
+            Delete(keys.admission(entitlement, name)),
             Delete(keys.statuses_of(entitlement, name), prefix=True),
             Delete(keys.operations_of(entitlement, name), prefix=True),
         ]

@@ -10,6 +10,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from tether.model import (
     DEFAULT_FENCING_S,
+    DEFAULT_GRACE_S,
     OPEN_STATES,
     TERMINAL_STATES,
     AdvanceNotice,
@@ -29,6 +30,7 @@ from tether.model import (
     TaskStatus,
     current_status,
 )
+from tether.model.admission import Admission
 
 T = TypeVar("T")
 
@@ -71,6 +73,17 @@ class JobView:
     view, not copied)."""
     fencing_s: float = DEFAULT_FENCING_S
     """The region's fencing period (`RegionConfig.fencing_s`)."""
+    admission: Admission | None = None
+    """What the job's entitlement tree's decider granted it; None for a job older than
+    admission records, which runs all its tasks."""
+    preempt_grace_s: float = DEFAULT_GRACE_S
+    """Its entitlement's grace between a PREEMPT notice and the stop."""
+
+    @property
+    def live_count(self) -> int:
+        """How many of its tasks should run: its count, at most what it is admitted."""
+        count = self.job.value.spec.count
+        return count if self.admission is None else min(count, self.admission.admitted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +141,7 @@ def plan_job(view: JobView, now: datetime) -> Plan:
     job = view.job.value
     plan = Plan()
     if not job.deleting:
-        for index in range(job.spec.count):
+        for index in range(view.live_count):
             if index not in view.tasks:
                 plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
     for index, stored in sorted(view.tasks.items()):
@@ -231,10 +244,23 @@ def awaits_stop(view: JobView, stored_task: Stored[Task]) -> bool:
     )
 
 
+def awaits_preempt(view: JobView, stored_task: Stored[Task]) -> bool:
+    """Whether the task, healthy and beyond what its job is admitted now (it was preempted),
+    stops only once its PREEMPT operation is approved or its grace period is over."""
+    job, task = view.job.value, stored_task.value
+    return (
+        view.admission is not None
+        and not job.deleting
+        and view.live_count <= task.index < job.spec.count
+        and task.desired is DesiredState.RUNNING
+        and is_healthy(task, view.statuses.get(task.index))
+    )
+
+
 def _is_live(view: JobView, task: Task) -> bool:
-    """The task belongs to the job as it is now (not deleting, index within the count)."""
+    """The task belongs to the job as it is now (not deleting, index within what runs)."""
     job = view.job.value
-    return not job.deleting and task.index < job.spec.count
+    return not job.deleting and task.index < view.live_count
 
 
 def _proposal(
@@ -260,6 +286,20 @@ def _proposals(view: JobView, stored_task: Stored[Task], now: datetime) -> list[
         stop_id = f"stop-a{task.attempt}-t{task.index}"
         reason = f"the job shrinks to {job.spec.count} tasks"
         return [_proposal(task, OperationKind.STOP, stop_id, reason, now, attempt=task.attempt)]
+    if awaits_preempt(view, stored_task):
+        assert view.admission is not None
+        by = view.admission.preempted_by
+        return [
+            _proposal(
+                task,
+                OperationKind.PREEMPT,
+                f"preempt-a{task.attempt}-t{task.index}",
+                f"preempted for {by}" if by else "preempted",
+                now,
+                deadline=now + timedelta(seconds=view.preempt_grace_s),
+                attempt=task.attempt,
+            )
+        ]
     if not _is_live(view, task):
         return []
     proposals = []
@@ -309,6 +349,8 @@ def _applies(
         return False  # nothing runs to restart, update or move
     if operation.kind is OperationKind.STOP:
         return awaits_stop(view, stored_task)
+    if operation.kind is OperationKind.PREEMPT:
+        return awaits_preempt(view, stored_task)
     if not _is_live(view, task):
         return False
     if operation.kind is OperationKind.UPDATE:
@@ -354,7 +396,7 @@ def _execute(
             )
         )
         return
-    if operation.kind is OperationKind.STOP:
+    if operation.kind in (OperationKind.STOP, OperationKind.PREEMPT):
         stopped = _changed(task, desired=DesiredState.STOPPED, updated_at=now)
         write = TaskWrite(task.index, stored_task.revision, stopped, _assignment(job, stopped))
         plan.writes.append(replace(write, operation=done))
@@ -384,15 +426,21 @@ def _plan_task(
     if machine_down and job.spec.at_most_once and not (status and status.state in FINISHED):
         _plan_reclaim(view, stored, now, plan)
         return
-    if job.deleting or task.index >= job.spec.count:
+    if job.deleting or task.index >= view.live_count:
         if task.machine is None or machine_down or (status and status.state in FINISHED):
             plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
-        elif task.desired is not DesiredState.STOPPED and not awaits_stop(view, stored):
+        elif (
+            task.desired is not DesiredState.STOPPED
+            and not awaits_stop(view, stored)
+            and not awaits_preempt(view, stored)
+        ):
             stopped = _changed(task, desired=DesiredState.STOPPED, updated_at=now)
             plan.writes.append(
                 TaskWrite(task.index, stored.revision, stopped, _assignment(job, stopped))
             )
         return
+    if task.machine is None and task.state in FINISHED:
+        return  # a batch task done for good
     if machine_down:
         plan.release.append(
             TaskWrite(task.index, stored.revision, _lost(task, now), unassign=task.machine)
@@ -471,6 +519,13 @@ def _plan_restart(
     job: Job, stored: Stored[Task], status: TaskStatus, now: datetime, plan: Plan
 ) -> None:
     task, policy = stored.value, job.spec.task.restart
+    if finished_for_good(job, task, status) and job.spec.kind is JobKind.BATCH:
+        # Done: its machine and quota go to the next job at once.
+        done = _changed(
+            task, state=status.state, machine=None, message=_outcome(status), updated_at=now
+        )
+        plan.release.append(TaskWrite(task.index, stored.revision, done, unassign=task.machine))
+        return
     if not wants_restart(job, status.state):
         return
     if task.restarts >= policy.max_restarts:
@@ -487,10 +542,29 @@ def _plan_restart(
     if now < due:
         plan.wake(due)
         return
+    plan.writes.append(
+        _incarnation(job, stored, task.restarts + 1, f"restarted: {_outcome(status)}", now)
+    )
+
+
+def _outcome(status: TaskStatus) -> str:
+    """How the attempt ended, e.g. "failed with exit code 3"."""
     outcome = status.state.value
     if status.exit_code is not None:
         outcome += f" with exit code {status.exit_code}"
-    plan.writes.append(_incarnation(job, stored, task.restarts + 1, f"restarted: {outcome}", now))
+    return outcome
+
+
+def finished_for_good(job: Job, task: Task, status: TaskStatus | None) -> bool:
+    """Whether the task's process ended and it will not be restarted: done, or given up."""
+    if task.machine is None:
+        return task.state in FINISHED
+    current = current_status(task, status)
+    if current is None or current.state not in FINISHED:
+        return False
+    if not wants_restart(job, current.state):
+        return True
+    return task.restarts >= job.spec.task.restart.max_restarts
 
 
 def wants_restart(job: Job, finished: TaskState) -> bool:

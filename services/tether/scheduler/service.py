@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tether import metrics
 from tether.aio import cancel_and_wait, every
 from tether.model import OperationState, RegionConfig, ShardStatus, from_json, to_json
+from tether.scheduler.admission.decider import Decider
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, Outcome
@@ -146,7 +147,16 @@ class Term:
         self._wake = asyncio.Event()
         self._store = store
         self._shard = shard
-        self._state = ShardState(store, shard, self._mark, fencing_s=region.fencing_s)
+        self._state = ShardState(
+            store, shard, self._mark, fencing_s=region.fencing_s, reshaped=self._reshaped
+        )
+        self.decider = Decider(
+            store,
+            self._state,
+            leadership.fence,
+            leadership.identity,
+            region.non_preemptible_priority,
+        )
         self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)
         self._reconciles = 0
@@ -168,6 +178,7 @@ class Term:
             await first_of(
                 self._leadership.lost.wait(),
                 self._work(),
+                self._decide(),
                 every(self._settings.resync_s, self._resync),
                 every(self._settings.status_interval_s, self._report, now=True),
             )
@@ -183,6 +194,24 @@ class Term:
     def _mark(self, handle: str) -> None:
         self._dirty.add(handle)
         self._wake.set()
+        self.decider.touch(handle)
+
+    def _reshaped(self) -> None:
+        self.decider.reshaped()
+
+    async def _decide(self) -> None:
+        """Runs the trees' decider; a failed pass is logged and the next one starts afresh."""
+        while True:
+            try:
+                await self.decider.run()
+            except NotLeader as error:
+                _log.warning("admission: deposed: %s", error)
+                self._leadership.lost.set()
+                return
+            except Exception:
+                _log.exception("admission: a pass failed; deciding again shortly")
+                self.decider.reshaped()
+                await asyncio.sleep(_RETRY_S)
 
     def _later(self, handle: str, delay_s: float) -> None:
         """Reconciles the job again in `delay_s` (or earlier, if already due earlier)."""

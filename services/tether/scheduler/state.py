@@ -11,8 +11,10 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tether.model import (
+    DEFAULT_GRACE_S,
     AdvanceNotice,
     ControllerRegistration,
+    Entitlement,
     Job,
     Machine,
     MachineState,
@@ -23,6 +25,7 @@ from tether.model import (
     from_json,
     parse_job_handle,
 )
+from tether.model.admission import Admission
 from tether.scheduler.reconciler import JobView, Stored
 from tether.store import Get, KeyValue, Store, keys
 from tether.store.mirror import PrefixMirror
@@ -101,6 +104,10 @@ def _scope(registration: ControllerRegistration) -> str:
     return registration.job if registration.job is not None else registration.entitlement
 
 
+def _ignore(key: str, old: Stored[str] | None, new: Stored[str] | None) -> None:
+    """Ledgers are only read (before each admission decision), never acted on."""
+
+
 def _shard_id(value: bytes) -> str:
     return value.decode().strip()
 
@@ -110,19 +117,34 @@ def _parser(model: type[M]) -> Callable[[bytes], M]:
 
 
 class ShardState:
-    """Mirrors of `shards/map/`, `jobs/`, `tasks/`, `task-status/`, `machines/`, `operations/`,
-    `taskcontrollers/` and `maintenance/`; calls `mark(job handle)` for every job a change may
-    concern."""
+    """Mirrors of `shards/map/`, `entitlements/`, `jobs/`, `admissions/`, `tasks/`,
+    `task-status/`, `machines/`, `operations/`, `taskcontrollers/`, `maintenance/` and
+    `quota-ledgers/`; calls `mark(job handle)` for every job a change may concern, and
+    `reshaped()` when the entitlements or the shard map change."""
 
     def __init__(
-        self, store: Store, shard: str, mark: Callable[[str], None], *, fencing_s: float
+        self,
+        store: Store,
+        shard: str,
+        mark: Callable[[str], None],
+        *,
+        fencing_s: float,
+        reshaped: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self.shard = shard
         self._mark = mark
+        self._reshaped = reshaped
         self._fencing_s = fencing_s
         self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
+        self.entitlements = Records(
+            store, keys.ENTITLEMENTS, _parser(Entitlement), self._entitlement_changed
+        )
         self.jobs = Records(store, keys.JOBS, _parser(Job), self._job_changed)
+        self.admissions = Records(
+            store, keys.ADMISSIONS, _parser(Admission), self._admission_changed
+        )
+        self.ledgers = Records(store, keys.QUOTA_LEDGERS, bytes.decode, _ignore)
         self.tasks = Records(store, keys.TASKS, _parser(Task), self._task_changed)
         self.statuses = Records(store, keys.TASK_STATUS, _parser(TaskStatus), self._status_changed)
         self.machines_records = Records(
@@ -156,7 +178,10 @@ class ShardState:
     def _all(self) -> list[Records[Any]]:
         return [
             self.shard_map,
+            self.entitlements,
             self.jobs,
+            self.admissions,
+            self.ledgers,
             self.tasks,
             self.statuses,
             self.machines_records,
@@ -197,6 +222,7 @@ class ShardState:
         job = self.jobs.items.get(keys.job(entitlement, name))
         if job is None or not self.owns(handle):
             return None
+        record = self.entitlement(entitlement)
         return JobView(
             job=job,
             tasks=dict(self._tasks.get(handle, {})),
@@ -208,7 +234,24 @@ class ShardState:
             controlled=self.controller_for(handle) is not None,
             maintenance=self.maintenance,
             fencing_s=self._fencing_s,
+            admission=self.admission_of(handle),
+            preempt_grace_s=DEFAULT_GRACE_S if record is None else record.preemption.grace_s,
         )
+
+    def admission_of(self, handle: str) -> Admission | None:
+        entitlement, name = parse_job_handle(handle)
+        stored = self.admissions.items.get(keys.admission(entitlement, name))
+        return None if stored is None else stored.value
+
+    def entitlement(self, name: str) -> Entitlement | None:
+        stored = self.entitlements.items.get(keys.entitlement(name))
+        return None if stored is None else stored.value
+
+    def tasks_of(self, handle: str) -> dict[int, Stored[Task]]:
+        return self._tasks.get(handle, {})
+
+    def statuses_of(self, handle: str) -> dict[int, TaskStatus]:
+        return self._statuses.get(handle, {})
 
     async def consistent_view(self, handle: str) -> JobView | None:
         """The job's view with its tasks, statuses and operations read from the store at one
@@ -255,6 +298,17 @@ class ShardState:
         self, key: str, old: Stored[str] | None, new: Stored[str] | None
     ) -> None:
         self._mark_jobs_of(keys.last_segment(key))
+        self._reshaped()
+
+    def _entitlement_changed(
+        self, key: str, old: Stored[Entitlement] | None, new: Stored[Entitlement] | None
+    ) -> None:
+        self._reshaped()
+
+    def _admission_changed(
+        self, key: str, old: Stored[Admission] | None, new: Stored[Admission] | None
+    ) -> None:
+        self._mark(key.removeprefix(keys.ADMISSIONS))
 
     def _mark_jobs_of(self, entitlement: str) -> None:
         prefix = keys.jobs_of(entitlement)

@@ -91,18 +91,17 @@ class Pending:
 
 def unhealthy(view: JobView) -> list[int]:
     """Tasks of the job that should run and do not (by index)."""
-    job = view.job.value
     return [
         index
         for index, stored in sorted(view.tasks.items())
-        if index < job.spec.count and not is_healthy(stored.value, view.statuses.get(index))
+        if index < view.live_count and not is_healthy(stored.value, view.statuses.get(index))
     ]
 
 
 def default_acks(view: JobView, pending: Pending) -> list[str]:
-    """The built-in rule without a controller: at most the update policy's
-    `max_unavailable_percent` of the job's tasks (at least one) down at once, counting the
-    unhealthy ones and those of operations already approved."""
+    """The built-in rule without a controller: preemptions at once; otherwise at most the
+    update policy's `max_unavailable_percent` of the job's tasks (at least one) down at once,
+    counting the unhealthy ones and those of operations already approved."""
     job = view.job.value
     budget = max(1, math.floor(job.spec.count * job.spec.update.max_unavailable_percent / 100))
     down = set(unhealthy(view))
@@ -110,6 +109,10 @@ def default_acks(view: JobView, pending: Pending) -> list[str]:
         down.update(operation.tasks)
     acks = []
     for stored in pending.waiting:
+        if stored.value.kind is OperationKind.PREEMPT:
+            # Nobody to give notice to: the room is needed now.
+            acks.append(stored.value.id)
+            continue
         tasks = set(stored.value.tasks) - down
         if len(down) + len(tasks) > budget:
             break
@@ -204,7 +207,7 @@ def control_request(
         completed_operations=[_operation_message(view, s.value) for s in pending.completed],
         advance_notices=advance_notices(view, now),
         all_unhealthy_tasks=unhealthy_tasks,
-        task_count=view.job.value.spec.count,
+        task_count=view.live_count,
     )
 
 

@@ -49,6 +49,42 @@ class JobView(View):
     """Open task operations by state (only when showing one job)."""
     control: ControlView | None = None
     """How asking the job's TaskController goes (only when showing one job)."""
+    admission: AdmissionView | None = None
+    """Its place in its entitlement's queue and what it is admitted."""
+    queue_position: int | None = None
+    """1 for the next job its entitlement admits (only when showing one job)."""
+
+
+class AdmissionEventView(View):
+    """One change of a job's admission: queued, admitted, resized, preempted, requeued."""
+
+    at: datetime
+    kind: str
+    detail: str = ""
+    tasks: int = 0
+    by: str | None = None
+    """The preemptor, for `preempted` and `requeued`."""
+
+
+class AdmissionView(View):
+    """A job's admission: queued, admitted or preempting, and its history."""
+
+    job: str
+    state: str = "queued"
+    priority: int
+    start_deadline: datetime | None = None
+    queued_at: datetime
+    task_resources: ResourcesView
+    tasks: int
+    least_tasks: int
+    admitted: int = 0
+    admitted_at: datetime | None = None
+    reason: str = ""
+    preempted_by: str | None = None
+    preemptions: int = 0
+    preempted_at: list[datetime] = Field(default_factory=list)
+    history: list[AdmissionEventView] = Field(default_factory=list)
+    updated_at: datetime
 
 
 class ControlView(View):

@@ -18,7 +18,11 @@ from tether.model import (
     from_json,
     to_json,
 )
-from tether.store import Store
+from tether.model.admission import Admission
+from tether.store import Store, keys
+
+TASK_CPU = 100
+"""Millicores each task of `make_job` takes."""
 
 M = TypeVar("M", bound=TetherModel)
 T = TypeVar("T")
@@ -49,7 +53,7 @@ def make_job(
         version="1.0",
         command="sleep",
         args=["1000"],
-        resources=Resources(cpu=100, memory_mib=64),
+        resources=Resources(cpu=TASK_CPU, memory_mib=64),
         restart=RestartPolicy(backoff_initial_s=backoff_initial_s, backoff_max_s=2.0),
     )
     now = datetime.now(UTC)
@@ -64,3 +68,12 @@ async def put(store: Store, key: str, record: TetherModel) -> int:
 async def read(store: Store, key: str, model: type[M]) -> M | None:
     kv = await store.get(key)
     return None if kv is None else from_json(model, kv.value, stored=True)
+
+
+async def submit(store: Store, job: Job) -> None:
+    """What the frontend writes for a new job: its admission record, queued, and the job."""
+    spec = job.spec
+    await put(
+        store, keys.admission(spec.entitlement, spec.name), Admission.of(spec, job.created_at)
+    )
+    await put(store, keys.job(spec.entitlement, spec.name), job)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.api import JOB, problem, task
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
+from tether.cli.jobs import ordinal
 
 
 def tasks(*items: dict[str, object]) -> httpx.Response:
@@ -103,6 +104,16 @@ def test_ls_shows_a_table_and_filters(api: FakeAPI) -> None:
         "generation": 3,
         "deleting": True,
         "tasks": {"killed": 4},
+        "admission": {
+            "job": "team-b/batch",
+            "state": "queued",
+            "priority": 100,
+            "queued_at": "2030-01-01T00:00:00Z",
+            "task_resources": {"cpu": 100},
+            "tasks": 4,
+            "least_tasks": 4,
+            "updated_at": "2030-01-01T00:00:00Z",
+        },
     }
     api.on("GET", "/v1/jobs", httpx.Response(200, json={"jobs": [JOB, other]}))
     result = run("job", "ls", "--entitlement", "team-a")
@@ -113,13 +124,14 @@ def test_ls_shows_a_table_and_filters(api: FakeAPI) -> None:
         "handle",
         "count",
         "running",
+        "admission",
         "generation",
         "tasks",
         "deleting",
     ]
     assert rows == [
-        ["team-a/web", "2", "1", "1", "pending=1 running=1", ""],
-        ["team-b/batch", "4", "0", "3", "killed=4", "yes"],
+        ["team-a/web", "2", "1", "-", "1", "pending=1 running=1", ""],
+        ["team-b/batch", "4", "0", "queued 0/4", "3", "killed=4", "yes"],
     ]
 
 
@@ -156,6 +168,45 @@ def test_show_a_job_without_tasks(api: FakeAPI) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("no tasks yet\n")
     assert table_rows(result.stdout) == []
+
+
+def test_show_says_where_a_job_is_in_its_queue(api: FakeAPI) -> None:
+    queued = {
+        **JOB,
+        "queue_position": 2,
+        "admission": {
+            "job": "team-a/web",
+            "state": "queued",
+            "priority": 100,
+            "queued_at": "2030-01-01T00:00:00Z",
+            "task_resources": {"cpu": 100},
+            "tasks": 2,
+            "least_tasks": 2,
+            "reason": "",
+            "updated_at": "2030-01-01T00:00:00Z",
+        },
+    }
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=queued))
+    api.on("GET", "/v1/jobs/team-a/web/tasks", tasks())
+    result = run("job", "show", "team-a/web")
+    assert result.exit_code == 0, result.output
+    assert "queued, 2nd in line" in result.stdout
+    preempted = {
+        **queued,
+        "queue_position": None,
+        "admission": queued["admission"]
+        | {"state": "admitted", "admitted": 1, "preemptions": 1, "preempted_by": "team-a/ml"},
+    }
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=preempted))
+    result = run("job", "show", "team-a/web")
+    assert "admitted, 1 of 2 tasks; preempted 1 time(s), last for team-a/ml" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("place", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (22, "22nd")]
+)
+def test_ordinals(place: int, text: str) -> None:
+    assert ordinal(place) == text
 
 
 def test_show_an_unknown_job(api: FakeAPI) -> None:

@@ -14,6 +14,8 @@ from tether.model import (
     JobSpec,
     Machine,
     MachineState,
+    OperationKind,
+    OperationState,
     Resources,
     RestartMode,
     RestartPolicy,
@@ -23,6 +25,7 @@ from tether.model import (
     TaskTemplate,
     Topology,
 )
+from tether.model.admission import Admission, AdmissionState
 from tether.scheduler.reconciler import (
     JobView,
     Plan,
@@ -323,8 +326,91 @@ def test_batch_jobs_do_not_restart_exited_tasks() -> None:
         statuses=(exited, failed),
     )
 
-    write = only_write(plan_job(view, NOW + timedelta(minutes=1)))
-    assert write.index == 1
+    plan = plan_job(view, NOW + timedelta(minutes=1))
+    [restarted] = plan.writes
+    assert restarted.index == 1
+    # The one done gives its machine back, and stays done.
+    [done] = plan.release
+    assert (done.index, done.unassign) == (0, "m1")
+    assert done.task is not None
+    assert (done.task.state, done.task.machine) == (TaskState.EXITED, None)
+    assert done.task.message == "exited with exit code 0"
+    after = make_view(make_job(1, kind=JobKind.BATCH), Stored(done.task, 200))
+    assert is_idle(plan_job(after, NOW + timedelta(minutes=2)))
+
+
+def admitted(count: int, by: str | None = None) -> Admission:
+    return Admission(
+        job=HANDLE,
+        state=AdmissionState.ADMITTED if by is None else AdmissionState.PREEMPTING,
+        priority=100,
+        queued_at=NOW,
+        task_resources=Resources(cpu=100),
+        tasks=3,
+        least_tasks=3,
+        admitted=count,
+        preempted_by=by,
+        updated_at=NOW,
+    )
+
+
+def test_only_admitted_tasks_are_created() -> None:
+    queued = replace(make_view(make_job(3)), admission=admitted(0))
+    assert is_idle(plan_job(queued, NOW))
+    plan = plan_job(replace(queued, admission=admitted(2)), NOW)
+    assert [write.index for write in plan.writes] == [0, 1]
+
+
+def test_preempted_tasks_get_notice_then_stop_and_go() -> None:
+    running = [make_status(i, "m1", 1, TaskState.RUNNING) for i in range(3)]
+    tasks = [make_task(i, "m1", attempt=1) for i in range(3)]
+    view = replace(
+        make_view(make_job(3), *tasks, statuses=tuple(running)),
+        admission=admitted(1, by="ads/urgent"),
+        preempt_grace_s=30,
+    )
+    plan = plan_job(view, NOW)
+    assert not plan.writes
+    assert not plan.release
+    notices = [write.operation for write in plan.operations]
+    assert [(op.kind, op.tasks, op.deadline) for op in notices] == [
+        (OperationKind.PREEMPT, [1], NOW + timedelta(seconds=30)),
+        (OperationKind.PREEMPT, [2], NOW + timedelta(seconds=30)),
+    ]
+    assert notices[0].reason == "preempted for ads/urgent"
+    # At the deadline, whatever the controller says, the tasks stop.
+    stored_ops = {op.id: Stored(op, 300) for op in notices}
+    later = plan_job(replace(view, operations=stored_ops), NOW + timedelta(seconds=30))
+    stopped = sorted(write.index for write in later.writes)
+    assert stopped == [1, 2]
+    assert all(write.task and write.task.desired is DesiredState.STOPPED for write in later.writes)
+    assert all(
+        write.operation and write.operation.operation.state is OperationState.DONE
+        for write in later.writes
+    )
+    # Once stopped they are released and deleted; task 0 runs on.
+    killed = [running[0], *(make_status(i, "m1", 1, TaskState.KILLED) for i in (1, 2))]
+    gone = plan_job(
+        replace(view, statuses={s.index: s for s in killed}), NOW + timedelta(seconds=31)
+    )
+    assert sorted((write.index, write.task) for write in gone.release) == [(1, None), (2, None)]
+
+
+def test_grace_zero_stops_at_once() -> None:
+    running = [make_status(i, "m1", 1, TaskState.RUNNING) for i in range(2)]
+    view = replace(
+        make_view(
+            make_job(2), *(make_task(i, "m1", attempt=1) for i in range(2)), statuses=tuple(running)
+        ),
+        admission=admitted(0, by="ads/urgent"),
+        preempt_grace_s=0,
+    )
+    plan = plan_job(view, NOW)
+    assert sorted(write.index for write in plan.writes) == [0, 1]
+    assert all(
+        write.operation and write.operation.operation.kind is OperationKind.PREEMPT
+        for write in plan.writes
+    )
 
 
 def test_task_on_a_down_machine_is_lost_then_placed_again() -> None:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from tether.frontend import records
+from tether.frontend.admission import check_tree
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see, require_admin
 from tether.frontend.bodies import parse_model, read_body
@@ -15,7 +16,8 @@ from tether.frontend.quota import total_demand
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
 from tether.frontend.shards import least_loaded, shard_loads
 from tether.model import ZERO, Entitlement, Job, to_json
-from tether.store import Put, Store, key_missing, keys
+from tether.model.quota_tree import QuotaTree
+from tether.store import Put, Store, key_missing, keys, mod_revision_is
 
 router = APIRouter(prefix="/v1/entitlements", tags=["entitlements"], responses=AUTH_PROBLEMS)
 
@@ -62,23 +64,43 @@ async def create_entitlement(
     settings: SettingsDep,
     principal: CurrentPrincipal,
 ) -> Response:
-    """Admin: create an entitlement and assign it to the least-loaded scheduler shard (fewest
-    machines owned, then fewest tasks, then fewest entitlements)."""
+    """Admin: create an entitlement; a root goes to the least-loaded scheduler shard (fewest
+    machines owned, then fewest tasks, then fewest entitlements), a child to its tree's. 422
+    when its parent is unknown, or the quotas of its family would not fit its parent's."""
     require_admin(principal)
     body = await read_body(request, settings.max_body_bytes)
     entitlement = parse_model(Entitlement, body, request.headers.get("content-type"))
     region = await records.region_config(store)
     key = keys.entitlement(entitlement.name)
-    shard = least_loaded(await shard_loads(store, region, counts))
+    existing = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
+    if any(other.name == entitlement.name for other in existing):
+        raise Conflict(f"entitlement '{entitlement.name}' already exists")
+    check_tree(existing, entitlement)
+    compares = [key_missing(key)]
+    if entitlement.parent is None:
+        shard = least_loaded(await shard_loads(store, region, counts))
+    else:
+        # A tree's decider is the leader of its root's shard: its members live there too.
+        parent = keys.entitlement(entitlement.parent)
+        stored_parent = await store.get(parent)
+        root = QuotaTree(existing).root_of(entitlement.parent)
+        mapped = await store.get(keys.shard_assignment(root))
+        if stored_parent is None or mapped is None:
+            raise Conflict(f"entitlement '{entitlement.parent}' changed meanwhile; try again")
+        shard = mapped.value.decode()
+        # The parent must still be what the tree was checked against.
+        compares.append(mod_revision_is(parent, stored_parent.mod_revision))
     created = await store.txn(
-        [key_missing(key)],
+        compares,
         [
             Put(key, to_json(entitlement)),
             Put(keys.shard_assignment(entitlement.name), shard.encode()),
         ],
     )
     if not created.succeeded:
-        raise Conflict(f"entitlement '{entitlement.name}' already exists")
+        raise Conflict(
+            f"entitlement '{entitlement.name}' or its parent changed meanwhile; try again"
+        )
     # The next entitlement created through this frontend must count this one on its shard.
     await counts.wait_for(keys.SHARD_MAP, created.revision)
     # Nothing can request or hold anything yet: jobs need the entitlement to exist first.

@@ -23,6 +23,7 @@ from tether.frontend.problems import NotFound
 from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
 from tether.frontend.schemas.operations import OperationList, OperationRequest
 from tether.model import Entitlement, Job, JobSpec, Name
+from tether.model.admission import Admission
 from tether.store import Store, keys
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=AUTH_PROBLEMS)
@@ -63,8 +64,8 @@ async def submit_job(
     key = check_idempotency_key(idempotency_key)
     body = await read_body(request, settings.max_body_bytes)
     spec = parse_model(JobSpec, body, request.headers.get("content-type"))
-    entitlement = await authorize_entitlement(store, principal, spec.entitlement)
-    submitted = await jobs.submit(store, principal, entitlement.model, spec, key)
+    await authorize_entitlement(store, principal, spec.entitlement)
+    submitted = await jobs.submit(store, principal, spec, key)
     view = await jobs.job_view(store, submitted.job)
     return view.response(201 if submitted.created else 200, _location(submitted.job))
 
@@ -86,7 +87,13 @@ async def list_jobs(
             visible = {ent.name for ent in entitlements if can_see(principal, ent)}
             found = [job for job in found if job.spec.entitlement in visible]
     tasks = await records.tasks_by_job(store, entitlement)
-    return JobList(jobs=[JobView.of(job, tasks.get(job.handle, [])) for job in found]).response()
+    prefix = keys.ADMISSIONS if entitlement is None else keys.admissions_of(entitlement)
+    admissions = {record.job: record for record in await records.scan(store, prefix, Admission)}
+    return JobList(
+        jobs=[
+            JobView.of(job, tasks.get(job.handle, []), admissions.get(job.handle)) for job in found
+        ]
+    ).response()
 
 
 @router.get("/{ent}/{job}", response_model=JobView, responses=problems(404))
@@ -113,10 +120,10 @@ async def scale_job(
     job: JobName,
 ) -> Response:
     """Change the task count; the job's generation grows by one (unless the count is the same)."""
-    entitlement = await authorize_entitlement(store, principal, ent)
+    await authorize_entitlement(store, principal, ent)
     body = await read_body(request, settings.max_body_bytes)
     wanted = parse_model(ScaleRequest, body, request.headers.get("content-type"))
-    scaled = await jobs.scale(store, entitlement.model, job, wanted.count)
+    scaled = await jobs.scale(store, ent, job, wanted.count)
     return (await jobs.job_view(store, scaled)).response()
 
 

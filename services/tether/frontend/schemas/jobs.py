@@ -10,6 +10,7 @@ from pydantic import Field
 from tether.frontend.records import TaskRecords, state_counts
 from tether.frontend.schemas import View
 from tether.model import ControlStatus, Job, JobSpec, TaskState, TetherModel, Timestamp, Version
+from tether.model.admission import Admission
 from tether.model.job import RegionTaskLimit
 
 
@@ -34,9 +35,17 @@ class JobView(View):
     control: ControlStatus | None = None
     """How asking the job's TaskController goes (a single job's view only; None: it never had
     one to ask)."""
+    admission: Admission | None = None
+    """Its place in its entitlement's queue and what it is admitted (None: a job older than
+    admission, which runs all its tasks)."""
+    queue_position: int | None = None
+    """1 for the next job its entitlement admits; None when it is not waiting (a single job's
+    view only)."""
 
     @classmethod
-    def of(cls, job: Job, tasks: Sequence[TaskRecords]) -> JobView:
+    def of(
+        cls, job: Job, tasks: Sequence[TaskRecords], admission: Admission | None = None
+    ) -> JobView:
         counts = state_counts(records.state for records in tasks)
         return cls(
             handle=job.handle,
@@ -50,6 +59,7 @@ class JobView(View):
             spec=job.spec,
             tasks=counts,
             running=counts[TaskState.RUNNING.value],
+            admission=admission,
         )
 
 

@@ -46,6 +46,8 @@ class QueuedJob:
     holding: int
     """Tasks that hold resources or may claim them now: on a machine, or admitted and not
     finished for good."""
+    closed: bool = False
+    """Its job is being deleted: never admitted again, never a victim."""
     demand: Vector | None = None
     """Per task, over the tree's dimensions; None when no quota of the tree has a dimension it
     needs (it can never be admitted). Set by `put`."""
@@ -172,7 +174,8 @@ class AdmissionQueues:
             event = AdmissionEvent(
                 at=now,
                 kind=AdmissionEventKind.PREEMPTED,
-                detail=f"{take} task(s) preempted",
+                detail=f"{take} task(s) preempted for {proposal.head}",
+                tasks=take,
                 by=proposal.head,
             )
             recent = [at for at in record.preempted_at if now - at < timedelta(hours=1)]
@@ -197,6 +200,8 @@ class AdmissionQueues:
 
     def _wants(self, job: QueuedJob) -> bool:
         record = job.admission
+        if job.closed:
+            return False
         if record.state is AdmissionState.QUEUED:
             return True
         return record.state is AdmissionState.ADMITTED and record.admitted < record.tasks
@@ -211,7 +216,7 @@ class AdmissionQueues:
         holding = job.holding
         if record.state is AdmissionState.ADMITTED:
             holding = max(holding, record.admitted)
-        self.put(QueuedJob(job.entitlement, record, job.revision, holding))
+        self.put(QueuedJob(job.entitlement, record, job.revision, holding, job.closed))
         return decision
 
     def _next_head(self, blocked: dict[str, QueuedJob], owed: set[str]) -> QueuedJob | None:
@@ -278,13 +283,17 @@ class AdmissionQueues:
         admitted = record.admitted + more
         if record.state is AdmissionState.QUEUED:
             event = AdmissionEvent(
-                at=now, kind=AdmissionEventKind.ADMITTED, detail=f"{admitted} task(s)"
+                at=now,
+                kind=AdmissionEventKind.ADMITTED,
+                detail=f"{admitted} task(s)",
+                tasks=admitted,
             )
         else:
             event = AdmissionEvent(
                 at=now,
                 kind=AdmissionEventKind.RESIZED,
                 detail=f"{record.admitted} -> {admitted} task(s)",
+                tasks=more,
             )
         changed = record.with_event(
             event,
@@ -373,7 +382,7 @@ class AdmissionQueues:
         found = []
         for job in self.jobs.values():
             record = job.admission
-            if record.state is not AdmissionState.ADMITTED or job.demand is None:
+            if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
                 continue
             if record.priority >= self.non_preemptible_priority:
                 continue

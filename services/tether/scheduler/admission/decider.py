@@ -1,0 +1,296 @@
+"""The admission decider of the entitlement trees whose root maps to this leader's shard: it
+feeds their queues from the leader's mirrors, decides, and writes the decisions, fenced by the
+leader key, the root's shard-map entry and the tree's quota ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from tether import metrics
+from tether.aio import every
+from tether.model import Entitlement, Job, Task, TaskStatus, parse_job_handle, to_json
+from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.scheduler.admission.queues import AdmissionQueues, Decision, QueuedJob
+from tether.scheduler.election import Fence
+from tether.scheduler.executor import NotLeader
+from tether.scheduler.reconciler import Stored, finished_for_good
+from tether.scheduler.state import ShardState
+from tether.store import (
+    Compare,
+    Get,
+    Op,
+    Put,
+    RangeResult,
+    Store,
+    key_missing,
+    keys,
+    mod_revision_is,
+)
+
+_log = logging.getLogger(__name__)
+
+_CHUNK = 50
+"""Decisions per transaction (each one key, plus the fences and the ledger)."""
+
+
+class Decider:
+    """Decides admissions for the trees rooted on this shard, one pass at a time."""
+
+    def __init__(
+        self,
+        store: Store,
+        state: ShardState,
+        fence: Fence,
+        identity: str,
+        non_preemptible_priority: int,
+        *,
+        interval_s: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._state = state
+        self._fence = fence
+        self._identity = identity
+        self._interval_s = interval_s
+        self.queues = AdmissionQueues([], non_preemptible_priority)
+        self._roots: dict[str, str] = {}
+        """Entitlement -> its tree's root, for the trees decided here."""
+        self._touched: set[str] = set()
+        self._reshape = True
+        self._wake = asyncio.Event()
+        # Root -> the ledger revision our last write left, before the mirror shows it.
+        self._written: dict[str, int] = {}
+        self._gauges_due = 0.0
+        self.passes = 0
+        """Completed passes: a test that something was not admitted waits for one more."""
+
+    def touch(self, handle: str) -> None:
+        """Something of the job changed (its record, admission, tasks or statuses)."""
+        self._touched.add(handle)
+        self._wake.set()
+
+    def reshaped(self) -> None:
+        """The entitlements or the shard map changed: which trees are ours, and their quotas."""
+        self._reshape = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Decides after every change, and every `interval_s` (rate limits lapse by time)."""
+        await every(self._interval_s, self.decide_once, wake=self._wake, now=True)
+
+    async def decide_once(self) -> None:
+        if self._reshape:
+            self._reshape = False
+            self._rebuild()
+        else:
+            touched, self._touched = self._touched, set()
+            for handle in touched:
+                self._refresh(handle)
+        await self._catch_up()
+        # What the decisions are based on: a ledger that moves on after this refuses them.
+        seen = {root: self._ledger_revision(root) for root in set(self._roots.values())}
+        now = datetime.now(UTC)
+        with metrics.ADMISSION_PASS_SECONDS.time():
+            outcome = self.queues.decide(now)
+            decisions = list(outcome.decisions)
+            for proposal in outcome.proposals:
+                decisions += self.queues.preempt(proposal, now)
+        if decisions:
+            await self._write(decisions, seen)
+        if now.timestamp() >= self._gauges_due:
+            self._gauges_due = now.timestamp() + self._interval_s
+            self._report()
+        self.passes += 1
+
+    # --- the queues' state from the mirrors ------------------------------------------------
+
+    def _rebuild(self) -> None:
+        every = {
+            stored.value.name: stored.value for stored in self._state.entitlements.items.values()
+        }
+        self._roots = {
+            name: root
+            for name in every
+            if (root := _root(name, every)) is not None and self._state.owned_at(root) is not None
+        }
+        self.queues.set_entitlements(every[name] for name in self._roots)
+        handles = {stored.value.handle for stored in self._state.jobs.items.values()}
+        for handle in handles | set(self.queues.jobs):
+            self._refresh(handle)
+        self._touched.clear()
+
+    def _refresh(self, handle: str) -> None:
+        entitlement, name = parse_job_handle(handle)
+        job = self._state.jobs.items.get(keys.job(entitlement, name))
+        if entitlement not in self._roots or job is None:
+            self.queues.remove(handle)
+            return
+        stored = self._state.admissions.items.get(keys.admission(entitlement, name))
+        if stored is None:
+            # Older than admission records: it was admitted whole by the quota check of its day.
+            spec = job.value.spec
+            record = Admission.of(spec, job.value.created_at).model_copy(
+                update={"state": AdmissionState.ADMITTED, "admitted": spec.count}
+            )
+            revision = 0
+        else:
+            record, revision = stored.value, stored.revision
+        holding = holding_of(
+            job.value, record, self._state.tasks_of(handle), self._state.statuses_of(handle)
+        )
+        self.queues.put(QueuedJob(entitlement, record, revision, holding, job.value.deleting))
+
+    async def _catch_up(self) -> None:
+        """Waits until the admissions mirror holds every admission up to the newest ledger
+        revision of our trees: a decision must see every admission made before it."""
+        newest = max((stored.revision for stored in self._state.ledgers.items.values()), default=0)
+        await self._state.admissions.mirror.wait_for(newest)
+
+    def _ledger_revision(self, root: str) -> int:
+        stored = self._state.ledgers.items.get(keys.quota_ledger(root))
+        return max(0 if stored is None else stored.revision, self._written.get(root, 0))
+
+    # --- writing ---------------------------------------------------------------------------
+
+    async def _write(self, decisions: list[Decision], seen: Mapping[str, int]) -> None:
+        # A pass may change one job twice (admitted, then noted): its last record is the one.
+        latest = {decision.admission.job: decision for decision in decisions}
+        by_root: defaultdict[str, list[Decision]] = defaultdict(list)
+        for decision in latest.values():
+            entitlement, _ = parse_job_handle(decision.admission.job)
+            by_root[self._roots[entitlement]].append(decision)
+        for root, mine in by_root.items():
+            for start in range(0, len(mine), _CHUNK):
+                chunk = mine[start : start + _CHUNK]
+                if not await self._commit(root, chunk, seen.get(root, 0)):
+                    for decision in mine[start:]:
+                        self._refresh(decision.admission.job)
+                    break
+
+    async def _commit(self, root: str, decisions: list[Decision], seen: int) -> bool:
+        owned_at = self._state.owned_at(root)
+        if owned_at is None:
+            return False
+        ledger = keys.quota_ledger(root)
+        # A chunk after the first follows this pass's own write.
+        seen = max(seen, self._written.get(root, 0))
+        compares: list[Compare] = [
+            self._fence.compare(),
+            mod_revision_is(keys.shard_assignment(root), owned_at),
+            mod_revision_is(ledger, seen) if seen else key_missing(ledger),
+        ]
+        ops: list[Op] = [Put(ledger, self._identity.encode())]
+        for decision in decisions:
+            entitlement, name = parse_job_handle(decision.admission.job)
+            key = keys.admission(entitlement, name)
+            compares.append(
+                mod_revision_is(key, decision.revision) if decision.revision else key_missing(key)
+            )
+            ops.append(Put(key, to_json(decision.admission)))
+        record_keys = [
+            keys.admission(*parse_job_handle(decision.admission.job)) for decision in decisions
+        ]
+        reads = [Get(self._fence.key), Get(ledger), *(Get(key) for key in record_keys)]
+        result = await self._store.txn(compares, ops, reads)
+        if result.succeeded:
+            self._written[root] = result.revision
+            for decision in decisions:
+                job = self.queues.jobs.get(decision.admission.job)
+                if job is not None and job.admission == decision.admission:
+                    job.revision = result.revision
+            metrics.ADMISSION_WRITES.labels("written").inc(len(decisions))
+            for decision in decisions:
+                _count(decision, self._roots)
+            return True
+        leader, *found = result.results
+        assert isinstance(leader, RangeResult)
+        if not self._fence.holds_in(leader):
+            raise NotLeader(f"{self._fence.key} no longer holds this replica")
+        _log.info("tree %s: admissions changed under us; deciding again", root)
+        metrics.ADMISSION_WRITES.labels("conflict").inc(len(decisions))
+        # Wait for the mirrors to show what beat us: the ledger and the records as they are now
+        # (not the store's revision: a prefix's mirror only moves with changes under it).
+        newest = max(
+            (kv.mod_revision for read in found if isinstance(read, RangeResult) for kv in read.kvs),
+            default=0,
+        )
+        ledger_read = found[0]
+        assert isinstance(ledger_read, RangeResult)
+        await self._state.ledgers.mirror.wait_for(
+            max((kv.mod_revision for kv in ledger_read.kvs), default=0)
+        )
+        await self._state.admissions.mirror.wait_for(newest)
+        self._wake.set()
+        return False
+
+    def _report(self) -> None:
+        """The gauges: queue lengths, and what each entitlement borrows and lends."""
+        queued: dict[str, int] = dict.fromkeys(self._roots, 0)
+        for job in self.queues.jobs.values():
+            if job.admission.state is AdmissionState.QUEUED and not job.closed:
+                queued[job.entitlement] = queued.get(job.entitlement, 0) + 1
+        tree = self.queues.tree
+        for name, count in queued.items():
+            metrics.QUEUED_JOBS.labels(name).set(count)
+            if name not in tree.nodes:
+                continue
+            borrowed, lent = tree.borrowed(name), tree.lent(name)
+            for dimension, b, lend in zip(tree.dimensions, borrowed, lent, strict=True):
+                metrics.QUOTA_BORROWED.labels(name, dimension).set(b)
+                metrics.QUOTA_LENT.labels(name, dimension).set(lend)
+
+
+def _count(decision: Decision, roots: Mapping[str, str]) -> None:
+    """The counters of one decision written."""
+    record = decision.admission
+    event = record.history[-1] if record.history else None
+    if event is None or event.at != record.updated_at:
+        return
+    if event.kind is AdmissionEventKind.ADMITTED:
+        metrics.ADMISSIONS.labels("start").inc()
+        metrics.QUEUE_WAIT_SECONDS.observe((event.at - record.queued_at).total_seconds())
+    elif event.kind is AdmissionEventKind.RESIZED and record.state is AdmissionState.ADMITTED:
+        metrics.ADMISSIONS.labels("grow").inc()
+    elif event.kind is AdmissionEventKind.PREEMPTED and event.by is not None:
+        own = parse_job_handle(event.by)[0] == parse_job_handle(record.job)[0]
+        metrics.PREEMPTIONS.labels("priority" if own else "reclaim").inc(event.tasks)
+
+
+def _root(name: str, entitlements: Mapping[str, Entitlement]) -> str | None:
+    """The root of the entitlement's tree; None for one in a cycle of parents (a record written
+    before the frontend checked for them)."""
+    seen = {name}
+    current = entitlements[name]
+    while current.parent is not None and current.parent in entitlements:
+        if current.parent in seen:
+            _log.warning("entitlement %s is in a cycle of parents; not deciding for it", name)
+            return None
+        seen.add(current.parent)
+        current = entitlements[current.parent]
+    return current.name
+
+
+def holding_of(
+    job: Job,
+    admission: Admission,
+    tasks: Mapping[int, Stored[Task]],
+    statuses: Mapping[int, TaskStatus],
+) -> int:
+    """The tasks of the job that hold resources or may claim them: those on a machine, and
+    the admitted ones that are not finished for good (created yet or not)."""
+    admitted = 0 if job.deleting else min(admission.admitted, job.spec.count)
+    held = 0
+    below = 0
+    for index, stored in tasks.items():
+        task = stored.value
+        if index < admitted:
+            below += 1
+        on_machine = task.machine is not None
+        if on_machine or (
+            index < admitted and not finished_for_good(job, task, statuses.get(index))
+        ):
+            held += 1
+    return held + admitted - below

@@ -1,0 +1,196 @@
+"""Admission on a whole region (`tether up`, real task processes): jobs over quota queue and
+start in order; a high-priority job preempts a low one through TaskControl, with notice and a
+grace deadline, and the low one requeues and runs again later; no task runs twice at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.support.faults import TwiceSampler
+from tests.support.harness import LocalRegion, all_running, get_json, submit, wait_for
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
+from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+
+GRACE_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
+    """The region of this module: machines an entitlement no longer uses go back to the free
+    pool after a second (not five minutes), so each test's entitlement finds some."""
+    running = LocalRegion(
+        tmp_path_factory.mktemp("region") / "tether",
+        extra_env={
+            "TETHER_ALLOCATOR_IDLE_RETURN_S": "1",
+            "TETHER_ALLOCATOR_IDLE_CHECK_S": "0.5",
+        },
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.cleanup()
+
+
+def job(name: str, entitlement: str, count: int, *, seconds: int, **fields: Any) -> dict[str, Any]:
+    """A batch job whose tasks sleep `seconds` and exit."""
+    return {
+        "name": name,
+        "entitlement": entitlement,
+        "count": count,
+        "kind": "batch",
+        "task": {
+            "package": "sleeper",
+            "version": "1",
+            "command": "/bin/sh",
+            "args": ["-c", f"exec sleep {seconds}"],
+            "resources": {"cpu": 100, "memory_mib": 64},
+            "restart": {"mode": "on-failure", "backoff_initial_s": 0.5, "backoff_max_s": 2},
+        },
+        **fields,
+    }
+
+
+def create_entitlement(region: LocalRegion, name: str, tasks: int) -> None:
+    """An entitlement of the admin's with room for `tasks` of `job`'s tasks."""
+    body = {
+        "name": name,
+        "quota": {"resources": {"cpu": 100 * tasks, "memory_mib": 64 * tasks}},
+        "preemption": {"grace_s": GRACE_S},
+        "members": ["admin"],
+    }
+    with region.client() as client:
+        created = client.post("/v1/entitlements", json=body)
+        assert created.status_code == 201, created.text
+
+
+def admission(region: LocalRegion, handle: str) -> dict[str, Any]:
+    with region.client() as client:
+        found: dict[str, Any] = get_json(client, f"/v1/jobs/{handle}")["admission"]
+    return found
+
+
+def test_jobs_over_quota_queue_and_start_in_order(region: LocalRegion) -> None:
+    create_entitlement(region, "orderly", 4)
+    with region.client() as client:
+        first = submit(client, job("first", "orderly", 4, seconds=3))
+        second = submit(client, job("second", "orderly", 3, seconds=1))
+        third = submit(client, job("third", "orderly", 2, seconds=1))
+        wait_for(lambda: all_running(client, first, 4), timeout_s=60, what="the first job running")
+        assert get_json(client, f"/v1/jobs/{second}")["queue_position"] == 1
+        assert get_json(client, f"/v1/jobs/{third}")["queue_position"] == 2
+
+    def admitted_at(handle: str) -> datetime | None:
+        stamp = admission(region, handle)["admitted_at"]
+        return None if stamp is None else datetime.fromisoformat(stamp)
+
+    wait_for(lambda: admitted_at(third), timeout_s=60, what="the third job admitted")
+    times = [admitted_at(handle) for handle in (first, second, third)]
+    assert times == sorted(times)  # type: ignore[type-var]
+    # The second (3 tasks) waited for the first to finish; the third (2) for the second.
+    for handle in (second, third):
+        kinds = [event["kind"] for event in admission(region, handle)["history"]]
+        assert kinds == ["queued", "admitted"]
+
+
+class PreemptRecorder(taskcontrol_pb2_grpc.TaskControllerServicer):
+    """Records every PREEMPT operation it is told of, and approves none: the grace runs out."""
+
+    def __init__(self) -> None:
+        self.preempts: dict[str, pb.TaskOperation] = {}
+
+    async def Process(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.TaskControlRequest,
+        context: grpc.aio.ServicerContext[pb.TaskControlRequest, pb.TaskControlResponse],
+    ) -> pb.TaskControlResponse:
+        for operation in request.pending_operations:
+            if operation.kind == pb.OPERATION_KIND_PREEMPT:
+                self.preempts[operation.id] = operation
+        return pb.TaskControlResponse()
+
+
+class Controller:
+    """A controller registered for one job, serving on a loop in a thread of its own."""
+
+    def __init__(self, region: LocalRegion, handle: str) -> None:
+        self.recorder = PreemptRecorder()
+        self._region, self._handle = region, handle
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stopping: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),))
+
+    async def _run(self) -> None:
+        self._stopping = asyncio.Event()
+        server = grpc.aio.server()
+        taskcontrol_pb2_grpc.add_TaskControllerServicer_to_server(self.recorder, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        async with grpc.aio.insecure_channel(self._region.registry_address) as channel:
+            registry = taskcontrol_pb2_grpc.TaskControllerRegistryStub(channel)
+            await registry.Register(
+                pb.RegisterRequest(
+                    job_handle=self._handle, endpoint=f"127.0.0.1:{port}", ttl_seconds=60
+                ),
+                metadata=(("authorization", f"Bearer {self._region.token}"),),
+            )
+            self._ready.set()
+            await self._stopping.wait()
+        await server.stop(0)
+
+    def __enter__(self) -> PreemptRecorder:
+        self._thread.start()
+        assert self._ready.wait(30), "the controller did not register"
+        return self.recorder
+
+    def __exit__(self, *_: object) -> None:
+        assert self._stopping is not None
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(10)
+
+
+@pytest.mark.timeout(180)
+def test_a_high_priority_job_preempts_a_low_one_which_requeues_and_runs_later(
+    region: LocalRegion,
+) -> None:
+    create_entitlement(region, "contended", 4)
+    sampler = TwiceSampler(region.state_dir)
+    sampler.start()
+    try:
+        with region.client() as client:
+            low = submit(client, job("low", "contended", 4, seconds=3600, priority=100))
+            wait_for(lambda: all_running(client, low, 4), timeout_s=60, what="the low job running")
+            with Controller(region, low) as controller:
+                high = submit(client, job("high", "contended", 4, seconds=3600, priority=200))
+                # The low job's controller is told, with the grace period as the deadline.
+                wait_for(
+                    lambda: len(controller.preempts) == 4,
+                    timeout_s=30,
+                    what="PREEMPT for every low task",
+                )
+                for operation in controller.preempts.values():
+                    grace = operation.deadline.ToDatetime() - operation.created_at.ToDatetime()
+                    assert grace.total_seconds() == pytest.approx(GRACE_S, abs=0.01)
+                # It approves nothing: at the deadline the low tasks stop, and the high job runs.
+                wait_for(lambda: all_running(client, high, 4), timeout_s=60, what="the high job")
+            record = admission(region, low)
+            assert record["state"] == "queued"
+            assert (record["preemptions"], record["preempted_by"]) == (1, high)
+            kinds = [event["kind"] for event in record["history"]]
+            assert kinds == ["queued", "admitted", "preempted", "requeued"]
+            assert get_json(client, f"/v1/jobs/{low}")["queue_position"] == 1
+            # Once the high job is gone, the low one runs again.
+            assert client.delete(f"/v1/jobs/{high}").status_code == 202
+            wait_for(lambda: all_running(client, low, 4), timeout_s=60, what="the low job again")
+    finally:
+        sampler.stop()
+        sampler.join()
+    assert all(count == 1 for count in sampler.most.values()), sampler.most

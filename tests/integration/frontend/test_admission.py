@@ -1,0 +1,124 @@
+"""Submitting into a full entitlement over real HTTP: batch jobs queue with their position, a
+job that could never fit and a service that cannot start now are refused, bad fields are 422;
+entitlement trees are checked when an entitlement is created. No scheduler runs here, so
+nothing is admitted: every job stays queued."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.integration.frontend.conftest import ADMIN, ALICE, SHARDS, Region, job_spec, lead
+from tests.integration.frontend.problems import assert_problem
+from tether.model import from_json
+from tether.model.admission import Admission, AdmissionState
+from tether.store import keys
+
+
+def batch(name: str, count: int = 2, **fields: Any) -> dict[str, Any]:
+    return job_spec(name, count=count) | {"kind": "batch"} | fields
+
+
+async def test_batch_jobs_over_quota_queue_in_order_with_their_position(region: Region) -> None:
+    api = region.api
+    # team-a's quota is 4000 millicores; each task takes 1000.
+    for name in ("first", "second"):
+        created = await api.post("/v1/jobs", headers=ALICE, json=batch(name, 3))
+        assert created.status_code == 201, created.text
+        assert created.json()["admission"]["state"] == "queued"
+    urgent = await api.post("/v1/jobs", headers=ALICE, json=batch("urgent", 1, priority=500))
+    assert urgent.status_code == 201, urgent.text
+    positions = {}
+    for name in ("first", "second", "urgent"):
+        view = (await api.get(f"/v1/jobs/team-a/{name}", headers=ALICE)).json()
+        positions[name] = view["queue_position"]
+        assert view["admission"]["history"][0]["kind"] == "queued"
+    assert positions == {"urgent": 1, "first": 2, "second": 3}
+    kv = await region.store.get(keys.admission("team-a", "second"))
+    assert kv is not None
+    stored = from_json(Admission, kv.value, stored=True)
+    assert (stored.state, stored.tasks, stored.least_tasks) == (AdmissionState.QUEUED, 3, 3)
+    listed = (await api.get("/v1/jobs?entitlement=team-a", headers=ALICE)).json()["jobs"]
+    assert {job["admission"]["state"] for job in listed} == {"queued"}
+    # A service queues only when it says so.
+    service = await api.post("/v1/jobs", headers=ALICE, json=job_spec("web", count=1))
+    assert_problem(service, 409, "job 'team-a/second' waits ahead", "on_full: queue")
+    waits = job_spec("web", count=1) | {"on_full": "queue"}
+    assert (await api.post("/v1/jobs", headers=ALICE, json=waits)).status_code == 201
+
+
+async def test_a_job_that_could_never_fit_is_refused_and_nothing_is_written(
+    region: Region,
+) -> None:
+    revision = await region.store.revision()
+    huge = await region.api.post("/v1/jobs", headers=ALICE, json=batch("huge", 5))
+    assert_problem(huge, 409, "could never be admitted", "cpu: need 5000 millicores, 4000 free")
+    gpus = batch("gpu") | {"task": job_spec()["task"] | {"resources": {"cpu": 1, "gpus": 1}}}
+    assert_problem(
+        await region.api.post("/v1/jobs", headers=ALICE, json=gpus), 409, "gpus: need 2, 0 free"
+    )
+    assert await region.store.revision() == revision
+
+
+async def test_elastic_deadline_and_duration_fields_are_checked(region: Region) -> None:
+    api = region.api
+    revision = await region.store.revision()
+    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    for body, loc, fragment in (
+        (batch("late", deadline=past), "deadline", "is in the past"),
+        (batch("wide", 2, min_count=3), "min_count", "must be at most count (2)"),
+        (job_spec("svc") | {"expected_duration_s": 60}, "expected_duration_s", "only batch"),
+        (job_spec("svc") | {"min_count": 1}, "min_count", "only batch"),
+    ):
+        problem = assert_problem(await api.post("/v1/jobs", headers=ALICE, json=body), 422)
+        [error] = problem["errors"]
+        assert error["loc"] == [loc]
+        assert fragment in error["msg"]
+    assert await region.store.revision() == revision
+    # An elastic job asks only for its minimum to be possible.
+    elastic = batch("elastic", 8, min_count=2)
+    assert (await api.post("/v1/jobs", headers=ALICE, json=elastic)).status_code == 201
+
+
+async def test_entitlement_trees_are_checked_when_created(region: Region) -> None:
+    api = region.api
+
+    def child(name: str, parent: str, cpu: int, **fields: Any) -> dict[str, Any]:
+        return {"name": name, "parent": parent, "quota": {"resources": {"cpu": cpu}}, **fields}
+
+    await lead(region.store, *SHARDS)
+    org = {"name": "org", "quota": {"resources": {"cpu": 10_000}}}
+    assert (await api.post("/v1/entitlements", headers=ADMIN, json=org)).status_code == 201
+    made = await api.post("/v1/entitlements", headers=ADMIN, json=child("red", "org", 6000))
+    assert made.status_code == 201, made.text
+    org_shard = (await api.get("/v1/entitlements/org", headers=ADMIN)).json()["shard"]
+    assert made.json()["shard"] == org_shard
+    revision = await region.store.revision()
+    for body, loc, fragment in (
+        (child("blue", "nope", 1000), ["parent"], "no entitlement is named 'nope'"),
+        (
+            child("blue", "org", 5000),
+            ["quota", "resources"],
+            "the children of 'org' (blue, red) would be guaranteed more than its quota",
+        ),
+        (
+            child("blue", "org", 1000, borrowing_limit={"cpu": 9500}),
+            ["borrowing_limit"],
+            "exceed the quota of its parent 'org'",
+        ),
+        (
+            {"name": "top", "borrowing_limit": {"cpu": 1}},
+            ["borrowing_limit"],
+            "only an entitlement with a parent can borrow",
+        ),
+        (
+            child("blue", "org", 1000, lending_limit={"cpu": 2000}),
+            ["lending_limit"],
+            "cannot lend more than its own quota",
+        ),
+    ):
+        answer = await api.post("/v1/entitlements", headers=ADMIN, json=body)
+        problem = assert_problem(answer, 422)
+        assert [error["loc"] for error in problem["errors"]] == [loc], problem
+        assert fragment in problem["errors"][0]["msg"]
+    assert await region.store.revision() == revision

@@ -1,0 +1,75 @@
+"""Admission on a real store: a leading scheduler admits queued jobs in order as quota frees."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.scheduler.fake_allocator import FakeAllocator, serve_fake_allocator
+from tests.integration.scheduler.helpers import TASK_CPU, make_job, put, read, submit
+from tests.support.waiting import eventually
+from tether.model import Entitlement, Job, Quota, Resources
+from tether.model.admission import Admission, AdmissionState
+from tether.scheduler.service import Scheduler
+from tether.scheduler.settings import SchedulerSettings
+from tether.store import Store, keys, open_store
+
+REPO = Path(__file__).resolve().parents[3]
+SHARD = "shard-0"
+FAST = SchedulerSettings(lease_ttl_s=2, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
+
+
+@pytest.fixture
+async def allocator(store: Store) -> AsyncIterator[FakeAllocator]:
+    async with serve_fake_allocator(store) as fake:
+        yield fake
+
+
+async def admission(store: Store, handle: str) -> Admission:
+    entitlement, name = handle.split("/")
+    record = await read(store, keys.admission(entitlement, name), Admission)
+    assert record is not None
+    return record
+
+
+async def test_queued_jobs_are_admitted_in_order_as_quota_frees(
+    store: Store, store_url: str, allocator: FakeAllocator
+) -> None:
+    quota = Quota(resources=Resources(cpu=3 * TASK_CPU, memory_mib=1024))
+    await put(store, keys.entitlement("ads"), Entitlement(name="ads", quota=quota))
+    await store.put(keys.shard_assignment("ads"), SHARD.encode())
+    for name, count in (("first", 2), ("second", 2), ("small", 1)):
+        await submit(store, make_job("ads", name, count))
+    replica = Scheduler(open_store(store_url), SHARD, FAST)
+    await replica.start()
+    try:
+        await asyncio.wait_for(replica.leading.wait(), 10)
+
+        async def states() -> dict[str, tuple[AdmissionState, int]]:
+            found = {}
+            for name in ("first", "second", "small"):
+                record = await admission(store, f"ads/{name}")
+                found[name] = (record.state, record.admitted)
+            return found
+
+        await eventually(lambda: states(), lambda s: s["first"] == (AdmissionState.ADMITTED, 2))
+        head = await admission(store, "ads/second")
+        # The head does not fit, and nothing behind it overtakes it.
+        assert head.state is AdmissionState.QUEUED
+        assert "not enough quota for 2 task(s)" in head.reason
+        assert (await admission(store, "ads/small")).state is AdmissionState.QUEUED
+        assert len((await store.range(keys.tasks_of("ads", "second"))).kvs) == 0
+        # Deleting the first job frees its quota once its tasks are gone.
+        first = await read(store, keys.job("ads", "first"), Job)
+        assert first is not None
+        await put(store, keys.job("ads", "first"), first.model_copy(update={"deleting": True}))
+        admitted = (AdmissionState.ADMITTED, 2), (AdmissionState.ADMITTED, 1)
+        await eventually(lambda: states(), lambda s: (s["second"], s["small"]) == admitted)
+        await eventually(
+            lambda: store.range(keys.tasks_of("ads", "second")), lambda r: len(r.kvs) == 2
+        )
+    finally:
+        await replica.stop()
