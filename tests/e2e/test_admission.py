@@ -86,6 +86,19 @@ def test_jobs_over_quota_queue_and_start_in_order(region: LocalRegion) -> None:
         wait_for(lambda: all_running(client, first, 4), timeout_s=60, what="the first job running")
         assert get_json(client, f"/v1/jobs/{second}")["queue_position"] == 1
         assert get_json(client, f"/v1/jobs/{third}")["queue_position"] == 2
+        queue = get_json(client, "/v1/queues/orderly")
+        assert [job["job"] for job in queue["jobs"]] == [second, third]
+
+        def reported() -> dict[str, Any] | None:
+            uses = {use["name"]: use for use in get_json(client, "/v1/queues")["queues"]}
+            use = uses.get("orderly")
+            return use if use is not None and use["queued"] == 2 else None
+
+        use = wait_for(reported, timeout_s=30, what="the decider's report of orderly")
+        assert (use["admitted"], use["reserved"]["cpu"]) == (1, 400)
+        listed = region.cli("queue", "ls", "orderly")
+        assert listed.returncode == 0, listed.stderr
+        assert "orderly/second" in listed.stdout
 
     def admitted_at(handle: str) -> datetime | None:
         stamp = admission(region, handle)["admitted_at"]

@@ -26,6 +26,7 @@ from tether.sdk import (
     RUNNING,
     JobView,
     PlacementView,
+    QueueView,
     TaskView,
     TetherAPIError,
     TetherClient,
@@ -210,6 +211,8 @@ def explain(
 ) -> None:
     """Explain a job's placement, as an allocator sees it now (e.g. why tasks stay pending).
 
+    A job waiting in its entitlement's queue first says where it is in line, which jobs are
+    ahead, which dimension is short and by how much, and whether preempting would help.
     Shows how many machines each hard rule rejected, in the order the rules apply;
     how many fitting machines match each preference of the job;
     the machines holding its tasks, and their rank for one more task
@@ -217,10 +220,38 @@ def explain(
     """
     with client(url, token) as tether:
         view = tether.explain(handle)
-    if as_json:
-        typer.echo(view.model_dump_json(indent=2))
-        return
+        if as_json:
+            typer.echo(view.model_dump_json(indent=2))
+            return
+        job = tether.get_job(handle)
+        if job.admission is not None and job.admission.state == "queued":
+            _print_waiting(job, tether.get_queue(job.entitlement))
     _print_placement(view)
+
+
+def _print_waiting(job: JobView, queue: QueueView) -> None:
+    """Why a queued job waits: its place, the jobs ahead of it, the head's shortfall and
+    whether preempting would help."""
+    console = out()
+    ahead = [entry for entry in queue.jobs if entry.job != job.handle]
+    place = next((entry.position for entry in queue.jobs if entry.job == job.handle), None)
+    if place is None:
+        console.print(f"[bold]{job.handle}[/bold] is no longer waiting", soft_wrap=True)
+        return
+    ahead = ahead[: place - 1]
+    console.print(
+        f"[bold]{job.handle}[/bold] waits in {job.entitlement}'s queue, {ordinal(place)} in line",
+        soft_wrap=True,
+    )
+    if ahead:
+        shown = ", ".join(entry.job for entry in ahead[:5])
+        more = f" and {len(ahead) - 5} more" if len(ahead) > 5 else ""
+        console.print(f"  ahead of it: {shown}{more}", soft_wrap=True)
+        console.print(
+            f"  the first waits because: {ahead[0].reason or '(deciding)'}", soft_wrap=True
+        )
+    elif job.admission is not None:
+        console.print(f"  it waits because: {job.admission.reason or '(deciding)'}", soft_wrap=True)
 
 
 def _print_placement(view: PlacementView) -> None:

@@ -12,7 +12,7 @@ from typer._click import Command, Context
 from typer.core import TyperGroup
 
 from tether import __version__
-from tether.cli import jobs, machines, maintenance, profiles, shards, status, tasks
+from tether.cli import jobs, machines, maintenance, profiles, queues, shards, status, tasks
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
 from tether.cli.services import SERVICE_COMMANDS, command
@@ -61,6 +61,7 @@ app = typer.Typer(
 )
 app.add_typer(store_commands.app, name="store")
 app.add_typer(jobs.app, name="job")
+app.add_typer(queues.app, name="queue")
 app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.add_typer(maintenance.app, name="maintenance")

@@ -10,7 +10,7 @@ from typing import Final
 
 from pydantic import Field
 
-from tether.model.base import JobHandle, Quantity, TetherModel, Timestamp
+from tether.model.base import JobHandle, Name, NonEmptyStr, Quantity, TetherModel, Timestamp
 from tether.model.job import JobSpec
 from tether.model.resources import Resources
 
@@ -104,3 +104,35 @@ class Admission(TetherModel):
         """The record with `changes` and one more history event (the oldest dropped)."""
         history = [*self.history, event][-HISTORY_KEPT:]
         return self.model_copy(update={**changes, "history": history, "updated_at": event.at})
+
+
+class EntitlementUse(TetherModel):
+    """What one entitlement of a tree reserves, borrows and lends, as its decider sees it."""
+
+    name: Name
+    parent: Name | None = None
+    weight: int = Field(ge=1)
+    quota: Resources
+    reserved: Resources
+    """What its subtree reserves: its jobs' tasks that hold resources or may claim them, and
+    at least the part of each child's quota the child does not lend."""
+    borrowed: Resources
+    """What its subtree reserves beyond its quota."""
+    lent: Resources
+    """The part of its idle quota its siblings' borrowing uses."""
+    dominant_share: float = Field(ge=0)
+    """Its reservation's largest fraction of its parent's quota, divided by its weight."""
+    queued: Quantity
+    """Jobs waiting in its queue."""
+    admitted: Quantity
+    """Jobs admitted (or being preempted)."""
+
+
+class QueueStatus(TetherModel):
+    """What `queue-status/<root>` holds: every entitlement of the tree, written by its decider
+    every few seconds and after admitting, on the decider's leader lease."""
+
+    root: Name
+    decider: NonEmptyStr
+    entitlements: list[EntitlementUse]
+    updated_at: Timestamp

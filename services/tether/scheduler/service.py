@@ -156,6 +156,7 @@ class Term:
             leadership.fence,
             leadership.identity,
             region.non_preemptible_priority,
+            lease=leadership.lease,
         )
         self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)

@@ -17,6 +17,7 @@ from tether.model import parse_job_handle
 from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_error
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
+    EntitlementUseView,
     HostProfileView,
     JobView,
     MachineDrainView,
@@ -26,6 +27,7 @@ from tether.sdk.views import (
     OperationView,
     PlacementView,
     PrincipalToken,
+    QueueView,
     RegionView,
     ShardDetailView,
     ShardDrainView,
@@ -173,6 +175,15 @@ class TetherClient:
         """Why the job's tasks are placed where they are, or why they cannot be placed, as an
         allocator sees it now: each hard rule's rejections, the preferences, the chosen machines."""
         return _view(PlacementView, self._request("GET", f"{_job_path(handle)}/placement"))
+
+    def list_queues(self) -> list[EntitlementUseView]:
+        """What each entitlement you may see reserves, borrows and lends, and its jobs waiting,
+        as its tree's decider last reported."""
+        return _views(EntitlementUseView, self._request("GET", "/v1/queues"), "queues")
+
+    def get_queue(self, entitlement: str) -> QueueView:
+        """The entitlement's waiting jobs in the order it admits them, and its use."""
+        return _view(QueueView, self._request("GET", f"/v1/queues/{entitlement}"))
 
     def list_tasks(self, handle: str) -> list[TaskView]:
         """Every task of the job with its effective state."""

@@ -344,3 +344,42 @@ class PrincipalToken(View):
     name: str
     roles: list[str]
     token: str
+
+
+class EntitlementUseView(View):
+    """What one entitlement reserves, borrows and lends, and its jobs waiting and admitted."""
+
+    name: str
+    parent: str | None = None
+    weight: int
+    quota: ResourcesView
+    reserved: ResourcesView
+    borrowed: ResourcesView
+    lent: ResourcesView
+    dominant_share: float
+    queued: int
+    admitted: int
+
+
+class QueuedJobView(View):
+    """A job waiting in its entitlement's queue."""
+
+    position: int
+    job: str
+    priority: int
+    start_deadline: datetime | None
+    queued_at: datetime
+    waiting_s: float
+    tasks: int
+    least_tasks: int
+    requested: ResourcesView
+    reason: str
+
+
+class QueueView(View):
+    """One entitlement's queue in order, and its use (None before its decider reported)."""
+
+    entitlement: str
+    use: EntitlementUseView | None
+    reported_at: datetime | None
+    jobs: list[QueuedJobView]

@@ -21,6 +21,9 @@ JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
 ADMISSIONS = ROOT + "admissions/"  # <entitlement>/<job> -> Admission
 # tree root entitlement -> the decider that last admitted in the tree (compared by every admission)
 QUOTA_LEDGERS = ROOT + "quota-ledgers/"
+QUEUE_STATUS = (
+    ROOT + "queue-status/"
+)  # tree root entitlement -> QueueStatus, on its decider's lease
 IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
 TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placement)
 TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
@@ -50,6 +53,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     JOBS,
     ADMISSIONS,
     QUOTA_LEDGERS,
+    QUEUE_STATUS,
     IDEMPOTENCY,
     TASKS,
     TASK_STATUS,
@@ -147,6 +151,10 @@ def admissions_of(entitlement_name: str) -> str:
 
 def quota_ledger(root_entitlement: str) -> str:
     return _join(QUOTA_LEDGERS, root_entitlement)
+
+
+def queue_status(root_entitlement: str) -> str:
+    return _join(QUEUE_STATUS, root_entitlement)
 
 
 def idempotency(principal_digest: str, key: str) -> str:

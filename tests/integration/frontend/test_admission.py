@@ -8,10 +8,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.integration.frontend.conftest import ADMIN, ALICE, SHARDS, Region, job_spec, lead
+from tests.integration.frontend.conftest import (
+    ADMIN,
+    ALICE,
+    MALLORY,
+    SHARDS,
+    Region,
+    job_spec,
+    lead,
+)
 from tests.integration.frontend.problems import assert_problem
-from tether.model import from_json
-from tether.model.admission import Admission, AdmissionState
+from tether.model import Resources, from_json, to_json
+from tether.model.admission import Admission, AdmissionState, EntitlementUse, QueueStatus
 from tether.store import keys
 
 
@@ -122,3 +130,55 @@ async def test_entitlement_trees_are_checked_when_created(region: Region) -> Non
         assert [error["loc"] for error in problem["errors"]] == [loc], problem
         assert fragment in problem["errors"][0]["msg"]
     assert await region.store.revision() == revision
+
+
+async def test_a_queue_lists_its_waiting_jobs_in_order(region: Region) -> None:
+    api = region.api
+    deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    for body in (
+        batch("plain", 3),
+        batch("soon", 3, deadline=deadline, expected_duration_s=600),
+        batch("elastic", 4, min_count=2, priority=200),
+    ):
+        assert (await api.post("/v1/jobs", headers=ALICE, json=body)).status_code == 201
+    queue = (await api.get("/v1/queues/team-a", headers=ALICE)).json()
+    assert queue["entitlement"] == "team-a"
+    assert queue["use"] is None  # no scheduler here reports it
+    order = [(job["position"], job["job"]) for job in queue["jobs"]]
+    assert order == [(1, "team-a/elastic"), (2, "team-a/soon"), (3, "team-a/plain")]
+    elastic, soon, plain = queue["jobs"]
+    assert (elastic["tasks"], elastic["least_tasks"]) == (4, 2)
+    assert elastic["requested"]["cpu"] == 4000
+    assert soon["start_deadline"] is not None
+    assert plain["start_deadline"] is None
+    assert all(job["waiting_s"] >= 0 for job in queue["jobs"])
+    assert_problem(await api.get("/v1/queues/team-a", headers=MALLORY), 403)
+    assert_problem(await api.get("/v1/queues/nope", headers=ADMIN), 404)
+
+
+async def test_the_queue_list_shows_what_the_deciders_reported_to_members(
+    region: Region,
+) -> None:
+    now = datetime.now(UTC)
+    uses = [
+        EntitlementUse(
+            name=name,
+            weight=1,
+            quota=Resources(cpu=4000),
+            reserved=Resources(cpu=1000),
+            borrowed=Resources(),
+            lent=Resources(),
+            dominant_share=0.25,
+            queued=2,
+            admitted=1,
+        )
+        for name in ("team-a", "team-b")
+    ]
+    status = QueueStatus(root="team-a", decider="test", entitlements=uses, updated_at=now)
+    await region.store.put(keys.queue_status("team-a"), to_json(status))
+    mine = (await region.api.get("/v1/queues", headers=ALICE)).json()["queues"]
+    assert [(use["name"], use["queued"], use["reserved"]["cpu"]) for use in mine] == [
+        ("team-a", 2, 1000)
+    ]
+    everything = (await region.api.get("/v1/queues", headers=ADMIN)).json()["queues"]
+    assert [use["name"] for use in everything] == ["team-a", "team-b"]

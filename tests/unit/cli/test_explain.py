@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api import problem
+from tests.support.api import JOB, problem
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
 from tether.cli.jobs import index_ranges
 
@@ -52,6 +52,54 @@ UNPLACEABLE: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def job(api: FakeAPI) -> None:
+    """The job explained, admitted (older than admission: no record)."""
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB))
+
+
+def queued_at(position: int) -> dict[str, Any]:
+    return {
+        "position": position,
+        "job": f"team-a/j{position}",
+        "priority": 100,
+        "start_deadline": None,
+        "queued_at": "2030-01-01T00:00:00Z",
+        "waiting_s": 65.0,
+        "tasks": 2,
+        "least_tasks": 2,
+        "requested": {"cpu": 2000},
+        "reason": "not enough quota for 2 task(s): cpu: need 2000 millicores, 500 free; "
+        "preempting would not help: no job it may preempt"
+        if position == 1
+        else "",
+    }
+
+
+def test_explain_says_why_a_queued_job_waits(api: FakeAPI) -> None:
+    admission = {
+        "job": "team-a/web",
+        "state": "queued",
+        "priority": 100,
+        "queued_at": "2030-01-01T00:00:00Z",
+        "task_resources": {"cpu": 1000},
+        "tasks": 2,
+        "least_tasks": 2,
+        "updated_at": "2030-01-01T00:00:00Z",
+    }
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB | {"admission": admission}))
+    waiting = [queued_at(1), queued_at(2), queued_at(3) | {"job": "team-a/web"}]
+    queue = {"entitlement": "team-a", "use": None, "reported_at": None, "jobs": waiting}
+    api.on("GET", "/v1/queues/team-a", httpx.Response(200, json=queue))
+    api.on("GET", PATH, httpx.Response(200, json=UNPLACEABLE))
+    result = run("job", "explain", "team-a/web")
+    assert result.exit_code == 0, result.output
+    assert "team-a/web waits in team-a's queue, 3rd in line" in result.stdout
+    assert "ahead of it: team-a/j1, team-a/j2" in result.stdout
+    assert "cpu: need 2000 millicores, 500 free" in result.stdout
+    assert "preempting would not help" in result.stdout
+
+
 def test_explain_prints_the_summary_rules_preferences_and_chosen_machines(api: FakeAPI) -> None:
     api.on("GET", PATH, httpx.Response(200, json=PLACEMENT))
     result = run("job", "explain", "team-a/web")
@@ -70,8 +118,9 @@ def test_explain_prints_the_summary_rules_preferences_and_chosen_machines(api: F
         ["m1", "0-3,7", "1", "rack_type == fast"],
         ["m2", "4", "-", ""],
     ]
-    [request] = api.requests
-    assert request.headers["Authorization"] == "Bearer tok"
+    # The placement, and the job (not waiting: no queue to read).
+    assert [request.url.path for request in api.requests] == [PATH, "/v1/jobs/team-a/web"]
+    assert all(r.headers["Authorization"] == "Bearer tok" for r in api.requests)
 
 
 def test_explain_without_preferences_or_chosen_machines(api: FakeAPI) -> None:

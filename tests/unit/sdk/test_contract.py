@@ -44,6 +44,8 @@ ROUTES: Final[tuple[tuple[type[View], str, str, str | None], ...]] = (
     (views.MachineDrainView, "post", "/admin/machines/{machine_id}/drain", None),
     (views.MachineUndrainView, "post", "/admin/machines/{machine_id}/undrain", None),
     (views.RegionView, "get", "/v1/region", None),
+    (views.EntitlementUseView, "get", "/v1/queues", "queues"),
+    (views.QueueView, "get", "/v1/queues/{ent}", None),
     (views.HostProfileView, "get", "/v1/host-profiles/{name}", None),
     (views.ShardDetailView, "get", "/admin/shards", "shards"),
     (views.ShardMoveView, "post", "/admin/shards/{shard}/move", None),

@@ -15,6 +15,7 @@ from tether.aio import every
 from tether.model import Entitlement, Job, Task, TaskStatus, parse_job_handle, to_json
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.queues import AdmissionQueues, Decision, QueuedJob
+from tether.scheduler.admission.status import set_gauges, tree_statuses
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
 from tether.scheduler.reconciler import Stored, finished_for_good
@@ -26,6 +27,7 @@ from tether.store import (
     Put,
     RangeResult,
     Store,
+    StoreError,
     key_missing,
     keys,
     mod_revision_is,
@@ -48,12 +50,15 @@ class Decider:
         identity: str,
         non_preemptible_priority: int,
         *,
+        lease: int = 0,
         interval_s: float = 5.0,
     ) -> None:
         self._store = store
         self._state = state
         self._fence = fence
         self._identity = identity
+        self._lease = lease
+        """The leader's lease: the published status goes with the term."""
         self._interval_s = interval_s
         self.queues = AdmissionQueues([], non_preemptible_priority)
         self._roots: dict[str, str] = {}
@@ -63,7 +68,7 @@ class Decider:
         self._wake = asyncio.Event()
         # Root -> the ledger revision our last write left, before the mirror shows it.
         self._written: dict[str, int] = {}
-        self._gauges_due = 0.0
+        self._published_due = 0.0
         self.passes = 0
         """Completed passes: a test that something was not admitted waits for one more."""
 
@@ -100,9 +105,12 @@ class Decider:
                 decisions += self.queues.preempt(proposal, now)
         if decisions:
             await self._write(decisions, seen)
-        if now.timestamp() >= self._gauges_due:
-            self._gauges_due = now.timestamp() + self._interval_s
-            self._report()
+        if now.timestamp() >= self._published_due:
+            self._published_due = now.timestamp() + self._interval_s
+            await self._publish(now)
+        if decisions:
+            # What was just admitted shows within a second.
+            self._published_due = min(self._published_due, now.timestamp() + 1.0)
         self.passes += 1
 
     # --- the queues' state from the mirrors ------------------------------------------------
@@ -226,21 +234,19 @@ class Decider:
         self._wake.set()
         return False
 
-    def _report(self) -> None:
-        """The gauges: queue lengths, and what each entitlement borrows and lends."""
-        queued: dict[str, int] = dict.fromkeys(self._roots, 0)
-        for job in self.queues.jobs.values():
-            if job.admission.state is AdmissionState.QUEUED and not job.closed:
-                queued[job.entitlement] = queued.get(job.entitlement, 0) + 1
-        tree = self.queues.tree
-        for name, count in queued.items():
-            metrics.QUEUED_JOBS.labels(name).set(count)
-            if name not in tree.nodes:
-                continue
-            borrowed, lent = tree.borrowed(name), tree.lent(name)
-            for dimension, b, lend in zip(tree.dimensions, borrowed, lent, strict=True):
-                metrics.QUOTA_BORROWED.labels(name, dimension).set(b)
-                metrics.QUOTA_LENT.labels(name, dimension).set(lend)
+    async def _publish(self, now: datetime) -> None:
+        """Writes each tree's QueueStatus (on the leader's lease, fenced), and the gauges."""
+        statuses = tree_statuses(self.queues, self._roots, self._identity, now)
+        set_gauges(statuses)
+        puts: list[Op] = [
+            Put(keys.queue_status(status.root), to_json(status), self._lease) for status in statuses
+        ]
+        if not puts:
+            return
+        try:
+            await self._store.txn([self._fence.compare()], puts)
+        except StoreError as error:
+            _log.info("publishing the queues' status failed: %s", error)
 
 
 def _count(decision: Decision, roots: Mapping[str, str]) -> None:

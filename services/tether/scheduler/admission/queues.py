@@ -157,10 +157,10 @@ class AdmissionQueues:
                 self._note(head, "waiting for the tasks it preempted to stop", now, outcome)
                 continue
             proposal = self._proposal(head, now)
-            if proposal is not None:
+            if isinstance(proposal, Proposal):
                 outcome.proposals.append(proposal)
             else:
-                self._note(head, self._why_waiting(head), now, outcome)
+                self._note(head, f"{self._why_waiting(head)}; {proposal}", now, outcome)
         return outcome
 
     def preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
@@ -340,25 +340,39 @@ class AdmissionQueues:
         short = "; ".join(self.tree.shortfall(job.entitlement, demand))
         return f"not enough quota for {asked} task(s): {short}"
 
-    def _proposal(self, head: QueuedJob, now: datetime) -> Proposal | None:
+    def _proposal(self, head: QueuedJob, now: datetime) -> Proposal | str:
+        """The preemption that would let `head` in, or why preempting would not help."""
         asked = self._asked(head)
         if asked is None or head.demand is None:
-            return None
+            return "preempting would not help"
         entitlement = self.tree.nodes[head.entitlement].entitlement
         recent = self._recent[head.entitlement]
         while recent and now - recent[0][0] >= timedelta(minutes=1):
             recent.popleft()
         budget = entitlement.preemption.max_per_minute - sum(tasks for _, tasks in recent)
         if budget <= 0:
-            return None
+            return (
+                f"preempting would wait: entitlement {head.entitlement} preempted its "
+                f"{entitlement.preemption.max_per_minute} tasks of the last minute"
+            )
         # Only a job within its guarantee takes back what others borrowed; one that would
         # borrow itself waits for quota to free, in fair-share order.
         reclaims = self._within_guarantee(head)
         candidates = list(self._candidates(head, now, reclaims=reclaims))
+        if not candidates:
+            return "preempting would not help: no job it may preempt (" + (
+                "none of lower priority, and nobody borrows its quota)"
+                if reclaims
+                else "none of lower priority; it would borrow, and borrowers are not preempted "
+                "for another borrower)"
+            )
         demand = tuple(d * asked for d in head.demand)
         victims = choose_victims(self.tree, head.entitlement, demand, candidates, budget)
         if not victims:
-            return None
+            return (
+                f"preempting would not help: all {len(candidates)} candidate(s) together "
+                f"(within {budget} tasks) would not make room"
+            )
         taken: dict[str, int] = {}
         for victim in victims:
             taken[victim.job] = taken.get(victim.job, 0) + victim.take

@@ -1,0 +1,38 @@
+"""/v1/queues: every entitlement's use of its tree's quota, and one entitlement's queue."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from tether.frontend import queues, records
+from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
+from tether.frontend.deps import StoreDep
+from tether.frontend.schemas.queues import QueueList, QueueView
+from tether.model import Entitlement
+from tether.store import keys
+
+router = APIRouter(prefix="/v1/queues", tags=["queues"], responses=AUTH_PROBLEMS)
+
+
+@router.get("", response_model=QueueList)
+async def list_queues(store: StoreDep, principal: CurrentPrincipal) -> Response:
+    """What each entitlement the principal may see reserves, borrows and lends, and how many
+    of its jobs wait, as its tree's decider last reported (every few seconds)."""
+    entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
+    visible = {ent.name for ent in entitlements if can_see(principal, ent)}
+    found = await queues.uses(store)
+    return QueueList(
+        queues=[found[name][0] for name in sorted(visible) if name in found]
+    ).response()
+
+
+@router.get("/{ent}", response_model=QueueView, responses=problems(404))
+async def get_queue(store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName) -> Response:
+    """The entitlement's waiting jobs in the order it admits them (priority, start deadline,
+    submission), each with how long it has waited and what it asks for, and its use."""
+    await authorize_entitlement(store, principal, ent)
+    return (await queues.queue(store, ent, datetime.now(UTC))).response()
