@@ -115,7 +115,11 @@ def list_jobs(
     if not jobs:
         out().print("no jobs")
         return
-    table = Table("handle", "count", "running", "admission", "generation", "tasks", "deleting")
+    table = Table()
+    # Handles never wrap: the task counts do.
+    table.add_column("handle", no_wrap=True)
+    for name in ("count", "running", "admission", "generation", "tasks", "deleting"):
+        table.add_column(name)
     for job in jobs:
         record = job.admission
         table.add_row(

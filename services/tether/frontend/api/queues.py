@@ -35,4 +35,5 @@ async def get_queue(store: StoreDep, principal: CurrentPrincipal, ent: Entitleme
     """The entitlement's waiting jobs in the order it admits them (priority, start deadline,
     submission), each with how long it has waited and what it asks for, and its use."""
     await authorize_entitlement(store, principal, ent)
-    return (await queues.queue(store, ent, datetime.now(UTC))).response()
+    body = await queues.queue(store, ent, datetime.now(UTC))
+    return Response(body, media_type="application/json")

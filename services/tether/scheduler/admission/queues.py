@@ -94,6 +94,9 @@ class AdmissionQueues:
         # changes, and entries that no longer match are dropped as they reach the top.
         self._in_heap: dict[str, QueueKey] = {}
         self._preempting: set[str] = set()
+        # Entitlement -> its admitted jobs: the candidates for preemption, found without
+        # reading every job waiting.
+        self._admitted: defaultdict[str, set[str]] = defaultdict(set)
         # Entitlement -> (when, tasks) of the preemptions its jobs caused in the last minute.
         self._recent: defaultdict[str, deque[tuple[datetime, int]]] = defaultdict(deque)
         self.tree = QuotaTree(entitlements)
@@ -107,6 +110,7 @@ class AdmissionQueues:
         self._charged.clear()
         self._waiting.clear()
         self._in_heap.clear()
+        self._admitted.clear()
         for job in list(self.jobs.values()):
             self.put(job)
 
@@ -127,6 +131,10 @@ class AdmissionQueues:
             self._preempting.add(job.handle)
         else:
             self._preempting.discard(job.handle)
+        if state is AdmissionState.ADMITTED:
+            self._admitted[job.entitlement].add(job.handle)
+        else:
+            self._admitted[job.entitlement].discard(job.handle)
         key = _queue_key(job.admission)
         if self._wants(job) and self._in_heap.get(job.handle) != key:
             heapq.heappush(self._waiting[job.entitlement], (key, job.handle))
@@ -135,7 +143,9 @@ class AdmissionQueues:
     def remove(self, handle: str) -> None:
         self._uncharge(handle)
         self._preempting.discard(handle)
-        self.jobs.pop(handle, None)
+        job = self.jobs.pop(handle, None)
+        if job is not None:
+            self._admitted[job.entitlement].discard(handle)
 
     # --- deciding --------------------------------------------------------------------------
 
@@ -394,7 +404,12 @@ class AdmissionQueues:
         priority = head.admission.priority
         hour = timedelta(hours=1)
         found = []
-        for job in self.jobs.values():
+        admitted = (
+            self.jobs[handle]
+            for entitlement in sorted({head.entitlement, *borrowing})
+            for handle in self._admitted.get(entitlement, ())
+        )
+        for job in admitted:
             record = job.admission
             if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
                 continue
