@@ -182,3 +182,59 @@ async def test_the_queue_list_shows_what_the_deciders_reported_to_members(
     ]
     everything = (await region.api.get("/v1/queues", headers=ADMIN)).json()["queues"]
     assert [use["name"] for use in everything] == ["team-a", "team-b"]
+
+
+async def test_admins_replace_an_entitlement_within_its_tree(region: Region) -> None:
+    api = region.api
+    await lead(region.store, *SHARDS)
+    for body in (
+        {"name": "org", "quota": {"resources": {"cpu": 10_000}}},
+        {"name": "red", "parent": "org", "quota": {"resources": {"cpu": 6000}}},
+        {"name": "deep", "parent": "red", "quota": {"resources": {"cpu": 1000}}},
+    ):
+        assert (await api.post("/v1/entitlements", headers=ADMIN, json=body)).status_code == 201
+    revision = await region.store.revision()
+    bad: list[tuple[str, dict[str, Any], list[str], str]] = [
+        ("org", {"name": "org", "parent": "deep"}, ["parent"], "cycle of parents: org -> deep"),
+        ("red", {"name": "red", "parent": "org"}, ["quota", "resources"], "children (deep)"),
+        ("red", {"name": "blue"}, ["name"], "must be 'red'"),
+    ]
+    for name, replacement, loc, fragment in bad:
+        answer = await api.put(f"/v1/entitlements/{name}", headers=ADMIN, json=replacement)
+        problem = assert_problem(answer, 422)
+        assert [error["loc"] for error in problem["errors"]] == [loc], problem
+        assert fragment in problem["errors"][0]["msg"]
+    assert_problem(
+        await api.put("/v1/entitlements/nope", headers=ADMIN, json={"name": "nope"}), 404
+    )
+    bigger = {"name": "red", "parent": "org", "quota": {"resources": {"cpu": 7000}}, "weight": 3}
+    assert_problem(await api.put("/v1/entitlements/red", headers=ALICE, json=bigger), 403)
+    assert await region.store.revision() == revision
+    replaced = await api.put("/v1/entitlements/red", headers=ADMIN, json=bigger)
+    assert replaced.status_code == 200, replaced.text
+    shown = (await api.get("/v1/entitlements/red", headers=ADMIN)).json()["entitlement"]
+    assert (shown["quota"]["resources"]["cpu"], shown["weight"]) == (7000, 3)
+
+
+async def test_admins_delete_an_entitlement_that_holds_nothing(region: Region) -> None:
+    api = region.api
+    await lead(region.store, *SHARDS)
+    for body in (
+        {"name": "org", "quota": {"resources": {"cpu": 10_000}}},
+        {"name": "red", "parent": "org", "quota": {"resources": {"cpu": 4000}}},
+    ):
+        assert (await api.post("/v1/entitlements", headers=ADMIN, json=body)).status_code == 201
+    assert (await api.post("/v1/jobs", headers=ALICE, json=batch("waits", 1))).status_code == 201
+    revision = await region.store.revision()
+    assert_problem(await api.delete("/v1/entitlements/org", headers=ADMIN), 409, "child", "red")
+    assert_problem(
+        await api.delete("/v1/entitlements/team-a", headers=ADMIN), 409, "team-a/waits (queued)"
+    )
+    assert_problem(await api.delete("/v1/entitlements/red", headers=ALICE), 403)
+    assert_problem(await api.delete("/v1/entitlements/nope", headers=ADMIN), 404)
+    assert await region.store.revision() == revision
+    for name in ("red", "org"):
+        deleted = await api.delete(f"/v1/entitlements/{name}", headers=ADMIN)
+        assert deleted.status_code == 200, deleted.text
+        assert_problem(await api.get(f"/v1/entitlements/{name}", headers=ADMIN), 404)
+        assert await region.store.get(keys.shard_assignment(name)) is None

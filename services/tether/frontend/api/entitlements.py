@@ -1,11 +1,11 @@
-"""/v1/entitlements: list, create (admin) and inspect entitlements."""
+"""/v1/entitlements: list, create, replace and delete (admin) and inspect entitlements."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from tether.frontend import records
+from tether.frontend import entitlements, records
 from tether.frontend.admission import check_tree
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see, require_admin
@@ -13,6 +13,7 @@ from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, ShardCountsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.quota import total_demand
+from tether.frontend.schemas import json_response
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
 from tether.frontend.shards import least_loaded, shard_loads
 from tether.model import ZERO, Entitlement, Job, to_json
@@ -115,3 +116,39 @@ async def get_entitlement(
     """The entitlement, its shard, what its jobs request and what its tasks hold."""
     entitlement = await authorize_entitlement(store, principal, name)
     return (await _view(store, entitlement.model)).response()
+
+
+@router.put(
+    "/{name}",
+    response_model=Entitlement,
+    responses=problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(Entitlement, "The entitlement's new record (the same name)."),
+)
+async def replace_entitlement(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+    name: EntitlementName,
+) -> Response:
+    """Admin: replace an entitlement (its quota, limits, parent, weight, members...); its
+    shard stays. 422 naming the field when the tree would not hold: a cycle of parents,
+    children guaranteed more than its quota, its family more than its parent's."""
+    require_admin(principal)
+    body = await read_body(request, settings.max_body_bytes)
+    candidate = parse_model(Entitlement, body, request.headers.get("content-type"))
+    replaced = await entitlements.replace(store, name, candidate)
+    return json_response(replaced)
+
+
+@router.delete("/{name}", response_model=Entitlement, responses=problems(404, 409))
+async def delete_entitlement(
+    store: StoreDep, counts: ShardCountsDep, principal: CurrentPrincipal, name: EntitlementName
+) -> Response:
+    """Admin: delete an entitlement that has no child and no job (409 naming them); its
+    shard-map entry goes with it. A job submitted while the deletion is checked may be left
+    without its entitlement (see docs/protocol.md)."""
+    require_admin(principal)
+    deleted, revision = await entitlements.delete(store, name)
+    await counts.wait_for(keys.SHARD_MAP, revision)
+    return json_response(deleted)
