@@ -15,10 +15,14 @@ import pytest
 
 from tests.support.faults import TwiceSampler
 from tests.support.harness import LocalRegion, all_running, get_json, submit, wait_for
+from tether.model import RegionConfig, from_json
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.store import keys, open_store
 
 GRACE_S = 3.0
+PROTECTED = 900
+"""The region's non_preemptible_priority (`tether up --non-preemptible-priority`)."""
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +31,7 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
     pool after a second (not five minutes), so each test's entitlement finds some."""
     running = LocalRegion(
         tmp_path_factory.mktemp("region") / "tether",
+        up_args=["--non-preemptible-priority", str(PROTECTED)],
         extra_env={
             "TETHER_ALLOCATOR_IDLE_RETURN_S": "1",
             "TETHER_ALLOCATOR_IDLE_CHECK_S": "0.5",
@@ -75,6 +80,16 @@ def admission(region: LocalRegion, handle: str) -> dict[str, Any]:
     with region.client() as client:
         found: dict[str, Any] = get_json(client, f"/v1/jobs/{handle}")["admission"]
     return found
+
+
+def test_the_region_protects_the_band_tether_up_was_given(region: LocalRegion) -> None:
+    async def read() -> RegionConfig:
+        async with open_store(region.store_url()) as store:
+            kv = await store.get(keys.region_config())
+            assert kv is not None
+            return from_json(RegionConfig, kv.value, stored=True)
+
+    assert asyncio.run(read()).non_preemptible_priority == PROTECTED
 
 
 def test_jobs_over_quota_queue_and_start_in_order(region: LocalRegion) -> None:

@@ -20,6 +20,7 @@ from tether.cli.common import err, fail
 from tether.metrics_server import MetricsSettings
 from tether.model import (
     DEFAULT_FENCING_S,
+    DEFAULT_NON_PREEMPTIBLE_PRIORITY,
     DEFAULT_STATE_DIR,
     REGION_FILE_NAME,
     RegionState,
@@ -126,6 +127,15 @@ def up(
             "keeps its own).",
         ),
     ] = DEFAULT_FENCING_S,
+    non_preemptible_priority: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=1001,
+            help="Jobs of a new region at this priority or above (the production band) are "
+            "never preempted; 1001 protects none (a resumed region keeps its own).",
+        ),
+    ] = DEFAULT_NON_PREEMPTIBLE_PRIORITY,
     restart: Annotated[
         bool,
         typer.Option(
@@ -189,6 +199,7 @@ def up(
         frontends=frontends,
         shards=shard_ids(shards),
         fencing_s=fencing_s,
+        non_preemptible_priority=non_preemptible_priority,
         log_level=log_level,
     )
     supervisor = Supervisor(
@@ -252,6 +263,7 @@ async def _bootstrap(options: RegionOptions) -> BootstrapResult:
             name=options.region_name,
             shards=list(options.shards),
             fencing_s=options.fencing_s,
+            non_preemptible_priority=options.non_preemptible_priority,
             admin_token_file=options.admin_token_file,
             default_entitlement=default_entitlement(options),
         )

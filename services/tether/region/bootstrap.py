@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tether.model import (
     DEFAULT_FENCING_S,
+    DEFAULT_NON_PREEMPTIBLE_PRIORITY,
     Entitlement,
     PrincipalRecord,
     RegionConfig,
@@ -41,6 +42,7 @@ async def bootstrap_region(
     admin_token_file: Path,
     default_entitlement: Entitlement,
     fencing_s: float = DEFAULT_FENCING_S,
+    non_preemptible_priority: int = DEFAULT_NON_PREEMPTIBLE_PRIORITY,
 ) -> BootstrapResult:
     """Makes sure the region's config, admin principal and default entitlement exist.
 
@@ -49,7 +51,11 @@ async def bootstrap_region(
     created there (mode 0600) when the file does not exist.
     """
     config = RegionConfig(
-        name=name, shards=shards, fencing_s=fencing_s, created_at=datetime.now(UTC)
+        name=name,
+        shards=shards,
+        fencing_s=fencing_s,
+        non_preemptible_priority=non_preemptible_priority,
+        created_at=datetime.now(UTC),
     )
     created = await store.create(keys.region_config(), to_json(config))
     if not created:

@@ -6,7 +6,13 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tether.model import DEFAULT_FENCING_S, Entitlement, Quota, Resources
+from tether.model import (
+    DEFAULT_FENCING_S,
+    DEFAULT_NON_PREEMPTIBLE_PRIORITY,
+    Entitlement,
+    Quota,
+    Resources,
+)
 from tether.region.bootstrap import ADMIN_PRINCIPAL
 from tether.store.etcd_server import free_port
 
@@ -38,6 +44,7 @@ class RegionOptions:
     frontends: int = 1
     shards: tuple[str, ...] = SHARDS
     fencing_s: float = DEFAULT_FENCING_S
+    non_preemptible_priority: int = DEFAULT_NON_PREEMPTIBLE_PRIORITY
     region_name: str = "local"
     log_level: str = "INFO"
 

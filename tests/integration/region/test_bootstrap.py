@@ -27,8 +27,10 @@ async def test_bootstrap_creates_once_and_resumes(store: Store, tmp_path: Path) 
         shards=["s0", "s1"],
         admin_token_file=token_file,
         default_entitlement=default,
+        non_preemptible_priority=900,
     )
     assert first.created
+    assert first.config.non_preemptible_priority == 900
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     token = token_file.read_text().strip()
     principal = await store.get(keys.principal(token_digest(token)))
@@ -45,9 +47,11 @@ async def test_bootstrap_creates_once_and_resumes(store: Store, tmp_path: Path) 
         shards=["x"],
         admin_token_file=token_file,
         default_entitlement=changed,
+        non_preemptible_priority=100,
     )
     assert not second.created
     assert second.config.shards == ["s0", "s1"]
+    assert second.config.non_preemptible_priority == 900
     stored_config = await store.get(keys.region_config())
     assert stored_config is not None
     assert from_json(RegionConfig, stored_config.value).name == "r1"
