@@ -116,8 +116,8 @@ def list_jobs(
         out().print("no jobs")
         return
     table = Table()
-    # Handles never wrap: the task counts do.
-    table.add_column("handle", no_wrap=True)
+    # Handles are never wrapped or cut: the task counts are.
+    table.add_column("handle", no_wrap=True, min_width=max(len(job.handle) for job in jobs))
     for name in ("count", "running", "admission", "generation", "tasks", "deleting"):
         table.add_column(name)
     for job in jobs:

@@ -41,7 +41,7 @@ def _print_uses(uses: list[EntitlementUseView]) -> None:
         out().print("no queues reported yet")
         return
     table = Table()
-    table.add_column("entitlement", no_wrap=True)
+    table.add_column("entitlement", no_wrap=True, min_width=max(len(use.name) for use in uses))
     for name in ("parent", "weight", "reserved / quota", "borrowed", "lent", "share"):
         table.add_column(name)
     table.add_column("queued")
@@ -75,9 +75,10 @@ def _print_queue(queue: QueueView) -> None:
         console.print(f"no jobs wait in {queue.entitlement}'s queue")
         return
     table = Table("#")
-    # Handles never wrap: the reason does.
-    table.add_column("job", no_wrap=True)
-    for name in ("priority", "start by", "waiting", "tasks", "requested", "reason"):
+    # Handles are never wrapped or cut.
+    widest = max(len(job.job) for job in queue.jobs)
+    table.add_column("job", no_wrap=True, min_width=widest)
+    for name in ("priority", "start by", "waiting", "tasks", "requested"):
         table.add_column(name)
     for job in queue.jobs:
         table.add_row(
@@ -88,9 +89,12 @@ def _print_queue(queue: QueueView) -> None:
             duration_text(job.waiting_s),
             str(job.tasks) if job.least_tasks == job.tasks else f"{job.least_tasks}-{job.tasks}",
             resources_text(job.requested),
-            job.reason,
         )
     console.print(table)
+    # Only the head of a queue has a reason: the others wait behind it.
+    head = queue.jobs[0]
+    if head.reason:
+        console.print(f"{head.job} waits because: {head.reason}", soft_wrap=True)
 
 
 def resources_text(resources: ResourcesView) -> str:

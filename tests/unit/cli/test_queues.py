@@ -61,7 +61,8 @@ def test_ls_of_an_entitlement_lists_its_queue_in_order(api: FakeAPI) -> None:
     assert "ml: reserves cpu 5000m, mem 512Mi of cpu 4000m, mem 1024Mi" in result.stdout
     header, first, second = table_rows(result.stdout)
     assert header[:3] == ["#", "job", "priority"]
-    assert first == ["1", "ml/j1", "100", "-", "1h 2m", "2-4", "gpus 4", "short"]
+    assert first == ["1", "ml/j1", "100", "-", "1h 2m", "2-4", "gpus 4"]
+    assert "ml/j1 waits because: short" in result.stdout
     assert second[:2] == ["2", "ml/j2"]
     empty: dict[str, Any] = {"entitlement": "ml", "use": None, "reported_at": None, "jobs": []}
     api.on("GET", "/v1/queues/ml", httpx.Response(200, json=empty))
