@@ -118,7 +118,7 @@ async def check_submission(
                 "and it says on_full: reject; submit it with on_full: queue to wait its turn"
             )
         tree.use(name, ahead)
-    if tree.fits(name, demand) or _within(demand, tree.guaranteed_headroom(name)):
+    if tree.fits(name, demand) or tree.fits_guarantee(name, demand):
         return
     for record in mine:
         lower = record.priority < min(spec.priority, region.non_preemptible_priority)
@@ -132,7 +132,3 @@ async def check_submission(
         f"on_full: reject (need: {more_tasks} task(s); free: what its quota, borrowing and "
         f"preemptible lower priorities leave): {short}; submit it with on_full: queue to wait"
     )
-
-
-def _within(demand: tuple[int, ...], room: tuple[int, ...]) -> bool:
-    return all(d <= r for d, r in zip(demand, room, strict=True))

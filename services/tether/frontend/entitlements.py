@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from tether.frontend import records
 from tether.frontend.admission import check_tree
-from tether.frontend.problems import Conflict, NotFound, validation_problem
+from tether.frontend.problems import Conflict, NotFound, some_names, validation_problem
 from tether.model import Entitlement, Job, to_json
 from tether.model.admission import Admission
 from tether.store import Compare, Delete, Put, Store, keys, mod_revision_is
-
-SHOWN = 5
-"""Jobs or children a refusal names before it says how many more."""
 
 
 async def replace(store: Store, name: str, candidate: Entitlement) -> Entitlement:
@@ -51,7 +48,7 @@ async def delete(store: Store, name: str) -> tuple[Entitlement, int]:
     if children:
         raise Conflict(
             f"entitlement '{name}' has {len(children)} child entitlement(s): "
-            f"{_some(children)}; delete or re-parent them first"
+            f"{some_names(children)}; delete or re-parent them first"
         )
     jobs = await records.scan(store, keys.jobs_of(name), Job)
     if jobs:
@@ -59,7 +56,7 @@ async def delete(store: Store, name: str) -> tuple[Entitlement, int]:
         states = {record.job: record.state.value for record in admissions}
         named = [f"{job.handle} ({states.get(job.handle, 'running')})" for job in jobs]
         raise Conflict(
-            f"entitlement '{name}' has {len(jobs)} job(s): {_some(named)}; delete them first"
+            f"entitlement '{name}' has {len(jobs)} job(s): {some_names(named)}; delete them first"
         )
     result = await store.txn(
         [mod_revision_is(current.kv.key, current.kv.mod_revision)],
@@ -75,8 +72,3 @@ async def delete(store: Store, name: str) -> tuple[Entitlement, int]:
     if not result.succeeded:
         raise Conflict(f"entitlement '{name}' changed meanwhile; try again")
     return current.model, result.revision
-
-
-def _some(names: list[str]) -> str:
-    shown = ", ".join(names[:SHOWN])
-    return shown if len(names) <= SHOWN else f"{shown} and {len(names) - SHOWN} more"

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Final
 
 from tether.frontend import records
-from tether.frontend.problems import Conflict, NotFound
+from tether.frontend.problems import Conflict, NotFound, some_names
 from tether.model import Entitlement, HostProfile, Machine, to_json
 from tether.store import Delete, Put, Store, key_missing, keys, mod_revision_is
-
-NAMES_SHOWN: Final = 10
-"""Users named per kind in a refusal; the rest are counted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +24,9 @@ class ProfileUsers:
         return bool(self.entitlements or self.carried_by or self.targeted_by)
 
     def describe(self) -> str:
-        """`entitlement(s) a, b; machine(s) m1 carry it; ...`, naming the first NAMES_SHOWN."""
+        """`entitlement(s) a, b; machine(s) m1 carry it; ...`, naming the first few of each."""
         parts = [
-            f"{what} {_names(users)}{how}"
+            f"{what} {some_names(users)}{how}"
             for what, users, how in (
                 ("entitlement(s)", self.entitlements, " name it"),
                 ("machine(s)", self.carried_by, " carry it"),
@@ -39,12 +35,6 @@ class ProfileUsers:
             if users
         ]
         return "; ".join(parts)
-
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(names[:NAMES_SHOWN])
-    rest = len(names) - NAMES_SHOWN
-    return shown + (f" and {rest} more" if rest > 0 else "")
 
 
 async def create(store: Store, profile: HostProfile) -> None:

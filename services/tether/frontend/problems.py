@@ -93,6 +93,17 @@ class Conflict(Problem):
     title = "Conflict"
 
 
+NAMES_SHOWN: Final = 10
+"""Names a refusal lists; the rest are counted."""
+
+
+def some_names(names: Sequence[str]) -> str:
+    """`a, b, c` for a refusal's detail: the first NAMES_SHOWN, and how many more."""
+    shown = ", ".join(names[:NAMES_SHOWN])
+    rest = len(names) - NAMES_SHOWN
+    return shown + (f" and {rest} more" if rest > 0 else "")
+
+
 class OverQuota(Conflict):
     type = "over-quota"
     title = "Over quota"

@@ -164,7 +164,12 @@ class QuotaTree:
 
     def fits(self, name: str, demand: Vector) -> bool:
         """Whether the entitlement's jobs may reserve `demand` more now."""
-        return all(d <= room for d, room in zip(demand, self.headroom(name), strict=True))
+        return _at_most(demand, self.headroom(name))
+
+    def fits_guarantee(self, name: str, demand: Vector) -> bool:
+        """Whether `demand` more would fit the entitlement were every other subtree to give
+        back what it borrows: whether reclaiming lent quota can make room for it."""
+        return _at_most(demand, self.guaranteed_headroom(name))
 
     def borrowed(self, name: str) -> Vector:
         """How far its subtree consumes beyond its quota: what it borrows from its siblings."""
@@ -290,6 +295,10 @@ def _sum(vectors: Iterable[Vector], zero: Vector) -> Vector:
     for vector in vectors:
         total = add(total, vector)
     return total
+
+
+def _at_most(demand: Vector, room: Vector) -> bool:
+    return all(d <= r for d, r in zip(demand, room, strict=True))
 
 
 def _room(path: list[Node], ceilings: list[Vector], consumptions: list[Vector]) -> Vector:

@@ -23,18 +23,34 @@ SHARD = "shard-0"
 MEMORY = 1 << 20
 """Plenty: the tree is short of cpu only."""
 
-TREE = [
-    Entitlement(name="org", quota=Quota(resources=Resources(cpu=10 * TASK_CPU, memory_mib=MEMORY))),
-    *(
-        Entitlement(
-            name=team,
-            parent="org",
-            quota=Quota(resources=Resources(cpu=5 * TASK_CPU, memory_mib=MEMORY // 2)),
-            borrowing_limit=Resources(cpu=5 * TASK_CPU),
-        )
-        for team in ("red", "blue")
-    ),
-]
+
+def org_of_two_teams(team_tasks: int) -> list[Entitlement]:
+    """An org with room for two teams' worth of tasks, and two teams ("red", "blue") that each
+    have room for `team_tasks` and may borrow as much again from the other."""
+    team = Resources(cpu=team_tasks * TASK_CPU, memory_mib=MEMORY // 2)
+    return [
+        Entitlement(name="org", quota=Quota(resources=team + team)),
+        *(
+            Entitlement(
+                name=name,
+                parent="org",
+                quota=Quota(resources=team),
+                borrowing_limit=Resources(cpu=team_tasks * TASK_CPU),
+            )
+            for name in ("red", "blue")
+        ),
+    ]
+
+
+TREE = org_of_two_teams(5)
+
+
+async def create_tree(store: Store, tree: list[Entitlement]) -> None:
+    """A region of one shard holding the tree."""
+    await create_region(store, [SHARD])
+    for entitlement in tree:
+        await put(store, keys.entitlement(entitlement.name), entitlement)
+        await store.put(keys.shard_assignment(entitlement.name), SHARD.encode())
 
 
 async def test_racing_deciders_in_two_processes_never_admit_beyond_a_quota(
@@ -42,10 +58,7 @@ async def test_racing_deciders_in_two_processes_never_admit_beyond_a_quota(
 ) -> None:
     url = etcd_server.url
     async with open_store(url) as store:
-        await create_region(store, ["shard-0"])
-        for entitlement in TREE:
-            await put(store, keys.entitlement(entitlement.name), entitlement)
-            await store.put(keys.shard_assignment(entitlement.name), SHARD.encode())
+        await create_tree(store, TREE)
         start = await store.revision()
         workers = [
             await asyncio.create_subprocess_exec(
@@ -139,25 +152,8 @@ async def test_a_stalled_decider_cannot_admit_on_a_view_the_ledger_moved_past(
 ) -> None:
     """The race the ledger is for: a decider that decided before a job arrived writes after
     another admitted that job, on records the other did not touch."""
-    small = [
-        Entitlement(
-            name="org", quota=Quota(resources=Resources(cpu=4 * TASK_CPU, memory_mib=MEMORY))
-        ),
-        *(
-            Entitlement(
-                name=team,
-                parent="org",
-                quota=Quota(resources=Resources(cpu=2 * TASK_CPU, memory_mib=MEMORY // 2)),
-                borrowing_limit=Resources(cpu=2 * TASK_CPU),
-            )
-            for team in ("red", "blue")
-        ),
-    ]
     async with open_store(etcd_server.url) as store, open_store(etcd_server.url) as other:
-        await create_region(store, [SHARD])
-        for entitlement in small:
-            await put(store, keys.entitlement(entitlement.name), entitlement)
-            await store.put(keys.shard_assignment(entitlement.name), SHARD.encode())
+        await create_tree(store, org_of_two_teams(2))
         fast_state, fast = await start_decider(store, SHARD, "fast", 0.0)
         slow_state, slow = await start_decider(other, SHARD, "slow", 0.5)
         try:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
-from tests.integration.scheduler.fake_allocator import FakeAllocator, serve_fake_allocator
+from tests.integration.scheduler.fake_allocator import FakeAllocator
 from tests.integration.scheduler.helpers import TASK_CPU, make_job, put, read, submit
 from tests.support.waiting import eventually
 from tether.model import Entitlement, Job, Quota, Resources
@@ -20,12 +17,6 @@ from tether.store import Store, keys, open_store
 REPO = Path(__file__).resolve().parents[3]
 SHARD = "shard-0"
 FAST = SchedulerSettings(lease_ttl_s=2, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
-
-
-@pytest.fixture
-async def allocator(store: Store) -> AsyncIterator[FakeAllocator]:
-    async with serve_fake_allocator(store) as fake:
-        yield fake
 
 
 async def admission(store: Store, handle: str) -> Admission:

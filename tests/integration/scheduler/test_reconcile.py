@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.integration.scheduler.fake_allocator import FakeAllocator, serve_fake_allocator
+from tests.integration.scheduler.fake_allocator import FakeAllocator
 from tests.integration.scheduler.helpers import make_job, make_machine, put, read
 from tests.support.waiting import eventually
 from tether.model import (
@@ -26,12 +26,6 @@ from tether.store import EventType, Store, keys, open_store
 
 SHARD = "shard-0"
 FAST = SchedulerSettings(lease_ttl_s=2, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
-
-
-@pytest.fixture
-async def allocator(store: Store) -> AsyncIterator[FakeAllocator]:
-    async with serve_fake_allocator(store) as fake:
-        yield fake
 
 
 @pytest.fixture

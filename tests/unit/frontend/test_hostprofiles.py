@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tether.frontend.hostprofiles import NAMES_SHOWN, ProfileUsers
+from tether.frontend.hostprofiles import ProfileUsers
+from tether.frontend.problems import NAMES_SHOWN
 
 
 def test_no_users_is_false_and_any_kind_of_user_is_true() -> None:

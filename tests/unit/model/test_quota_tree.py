@@ -177,6 +177,8 @@ def test_a_child_borrows_its_siblings_idle_quota_up_to_its_limit() -> None:
     # b keeps its guarantee: reclaiming would win all of it back.
     assert picked(tree, tree.headroom("b")) == (2, 0)
     assert picked(tree, tree.guaranteed_headroom("b")) == (4, 0)
+    assert tree.fits_guarantee("b", vector(tree, cpu=4))
+    assert not tree.fits_guarantee("b", vector(tree, cpu=5))
     assert not tree.fits("a", vector(tree, cpu=2))
 
 

@@ -211,7 +211,7 @@ class Decider:
                     job.revision = result.revision
             metrics.ADMISSION_WRITES.labels("written").inc(len(decisions))
             for decision in decisions:
-                _count(decision, self._roots)
+                _count(decision)
             return True
         leader, *found = result.results
         assert isinstance(leader, RangeResult)
@@ -249,7 +249,7 @@ class Decider:
             _log.info("publishing the queues' status failed: %s", error)
 
 
-def _count(decision: Decision, roots: Mapping[str, str]) -> None:
+def _count(decision: Decision) -> None:
     """The counters of one decision written."""
     record = decision.admission
     event = record.history[-1] if record.history else None

@@ -264,8 +264,7 @@ class AdmissionQueues:
         asked = self._asked(job)
         if asked is None or job.demand is None:
             return False
-        room = self.tree.guaranteed_headroom(job.entitlement)
-        return all(d * asked <= r for d, r in zip(job.demand, room, strict=True))
+        return self.tree.fits_guarantee(job.entitlement, tuple(d * asked for d in job.demand))
 
     def _asked(self, job: QueuedJob) -> int | None:
         """The fewest more tasks the job needs to make progress; None if it never can."""
