@@ -235,7 +235,8 @@ class Running:
         while len(self.tasks) < count and time.monotonic() < deadline:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), 1)
+                async with asyncio.timeout(1):
+                    await self._changed.wait()
             if time.monotonic() >= next_report:
                 elapsed, running = time.monotonic() - started, len(self.tasks)
                 log(f"{running:,} tasks run after {elapsed:.0f} s ({running / elapsed:,.0f}/s)")

@@ -89,7 +89,8 @@ async def run_hook(argv: list[str], env: dict[str, str], timeout_s: float) -> No
     except OSError as error:
         raise SwitchFailed(f"cannot run the hook {argv[0]!r}: {error}") from error
     try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            output, _ = await process.communicate()
     except TimeoutError:
         raise SwitchFailed(f"the hook did not finish within {timeout_s:g} s") from None
     finally:

@@ -498,7 +498,8 @@ class Engine:
         """Waits until the index shows every change up to `revision`; on a timeout the next
         attempt plans on what the index has, and its compares still protect the machines."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._caught_up(revision), _CATCH_UP_S)
+            async with asyncio.timeout(_CATCH_UP_S):
+                await self._caught_up(revision)
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None

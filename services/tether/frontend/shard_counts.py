@@ -53,7 +53,8 @@ class ShardCounts:
         """The counts, once every prefix has been listed; 503 if that takes over `wait_s`."""
         if not self._listed.is_set():
             try:
-                await asyncio.wait_for(self._listed.wait(), self._wait_s)
+                async with asyncio.timeout(self._wait_s):
+                    await self._listed.wait()
             except TimeoutError:
                 since = time.monotonic() - self._started_at
                 raise Unavailable(
@@ -72,7 +73,8 @@ class ShardCounts:
         changed a key under it), or after `wait_s` if the watch lags that much: a request
         that wrote there sees its own write, and one that cannot is not held up for long."""
         try:
-            await asyncio.wait_for(self._feeds[prefix].wait_for(revision), self._wait_s)
+            async with asyncio.timeout(self._wait_s):
+                await self._feeds[prefix].wait_for(revision)
         except TimeoutError:
             log.warning("shard counts: %s not yet at revision %d", prefix, revision)
 

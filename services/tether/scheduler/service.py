@@ -401,6 +401,7 @@ class Term:
         if not waits:
             return
         try:
-            await asyncio.wait_for(asyncio.gather(*waits), _CATCH_UP_S)
+            async with asyncio.timeout(_CATCH_UP_S):
+                await asyncio.gather(*waits)
         except TimeoutError:
             _log.warning("mirrors did not catch up with our writes in %ss", _CATCH_UP_S)

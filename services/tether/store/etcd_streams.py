@@ -295,7 +295,8 @@ class KeepAliveStream:
             dropped = lambda: self._call is not call  # noqa: E731 (reset drops the stream)
             async with self._writing:
                 await on_stream(call.write(rpc.LeaseKeepAliveRequest(ID=lease)), dropped)
-            ttl = await on_stream(asyncio.wait_for(answer, timeout_s), dropped)
+            async with asyncio.timeout(timeout_s):
+                ttl = await on_stream(answer, dropped)
         except (grpc.aio.AioRpcError, StoreUnavailable, TimeoutError) as exc:
             error = StoreUnavailable(f"etcd lease keepalive failed: {exc!r}")
             self.reset(error, call)

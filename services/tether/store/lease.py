@@ -69,7 +69,8 @@ class LeaseKeeper:
             await asyncio.sleep(pause)
             sent_at = time.monotonic()
             try:
-                await asyncio.wait_for(self._store.lease_keepalive(self.lease), self.ttl_s / 3)
+                async with asyncio.timeout(self.ttl_s / 3):
+                    await self._store.lease_keepalive(self.lease)
                 pause = self.ttl_s / 3
                 self.renewed_at = sent_at
                 if self._renewed is not None:
