@@ -44,7 +44,8 @@ from tether.model import (
     token_digest,
 )
 from tether.model.admission import Admission, AdmissionState
-from tether.scheduler.admission.queues import AdmissionQueues, QueuedJob
+from tether.scheduler.admission.queued import QueuedJob
+from tether.scheduler.admission.queues import AdmissionQueues
 from tether.store import Put, keys, open_store
 from tether.store.etcd_server import EtcdServer
 

@@ -100,8 +100,9 @@ QUEUE_WAIT_SECONDS: Final = Histogram(
 )
 PREEMPTIONS: Final = Counter(
     "tether_scheduler_preempted_tasks",
-    "Tasks preempted, by reason: priority (in the preemptor's own entitlement) or reclaim "
-    "(quota its entitlement had lent).",
+    "Tasks preempted, by reason: priority (in the preemptor's own entitlement), reclaim "
+    "(quota the preemptor's subtree had lent) or fair-share (borrowed beyond the weighted "
+    "fair share while a borrower below it waits).",
     ["reason"],
 )
 QUEUED_JOBS: Final = Gauge(

@@ -38,6 +38,17 @@ class AdmissionEventKind(enum.StrEnum):
     REQUEUED = "requeued"
 
 
+class PreemptionCause(enum.StrEnum):
+    """Why a job's tasks were preempted."""
+
+    PRIORITY = "priority"
+    """For a higher-priority job of its own entitlement."""
+    RECLAIM = "reclaim"
+    """It ran on quota another entitlement lent, and that entitlement needs it back."""
+    FAIR_SHARE = "fair-share"
+    """It borrowed beyond its weighted fair share, and a borrower below its share waits."""
+
+
 class AdmissionEvent(TetherModel):
     """One change of a job's admission."""
 
@@ -48,6 +59,8 @@ class AdmissionEvent(TetherModel):
     """The tasks it concerned (admitted, preempted)."""
     by: JobHandle | None = None
     """The job whose admission caused it (the preemptor)."""
+    cause: PreemptionCause | None = None
+    """Why it was preempted (`preempted` only)."""
 
 
 class Admission(TetherModel):

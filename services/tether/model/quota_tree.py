@@ -202,13 +202,15 @@ class QuotaTree:
             for want, total, share in zip(from_lenders, total_idle, mine, strict=True)
         )
 
-    def dominant_share(self, name: str) -> float:
-        """Its consumption's largest fraction of its parent's quota (of its own quota for a
-        root), divided by its weight: weighted dominant resource fairness among siblings."""
+    def dominant_share(self, name: str, change: Vector | None = None) -> float:
+        """Its consumption's (plus `change`'s) largest fraction of its parent's quota (of its
+        own quota for a root), divided by its weight: weighted dominant resource fairness among
+        siblings."""
         node = self.nodes[name]
         capacity = node.quota if node.parent is None else self.nodes[node.parent].quota
+        consumption = node.consumption if change is None else add(node.consumption, change)
         share = max(
-            (c / total for c, total in zip(node.consumption, capacity, strict=True) if total > 0),
+            (c / total for c, total in zip(consumption, capacity, strict=True) if total > 0),
             default=0.0,
         )
         return share / node.entitlement.weight

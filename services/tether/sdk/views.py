@@ -64,6 +64,8 @@ class AdmissionEventView(View):
     tasks: int = 0
     by: str | None = None
     """The preemptor, for `preempted` and `requeued`."""
+    cause: str | None = None
+    """Why, for `preempted`: priority, reclaim or fair-share."""
 
 
 class AdmissionView(View):

@@ -11,9 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.model import Entitlement, PreemptionPolicy, Quota, Resources
-from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.model.admission import (
+    Admission,
+    AdmissionEventKind,
+    AdmissionState,
+    PreemptionCause,
+)
 from tether.model.quota_tree import QuotaTree
-from tether.scheduler.admission.queues import AdmissionQueues, Decision, QueuedJob
+from tether.scheduler.admission.queued import QueuedJob
+from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.victims import Candidate, choose_victims
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -306,3 +312,68 @@ def test_victims_make_room_and_none_could_be_spared(
         tree.use("team", victim.amount())
         assert not tree.fits("team", demand), f"{victim.job} was not needed"
         tree.release("team", victim.amount())
+
+
+def fair_share_tree(*waiting: str, priority: int = 100) -> Harness:
+    """`a` holds all of org's 12 CPUs in one-task jobs, borrowed (no child is guaranteed
+    anything); each of `waiting` then queues a 3-task job."""
+    names = ("a", *waiting)
+    h = Harness(ent("org", 12), *(ent(name, 0, "org", borrowing=12) for name in names))
+    for index in range(12):
+        h.submit(record("a", f"a{index:02d}", 1, priority=priority, queued_s=index))
+    h.decide()
+    for name in waiting:
+        h.submit(record(name, "job", 3, queued_s=100))
+    return h
+
+
+def preempted(h: Harness, entitlement: str) -> dict[str, str]:
+    """Its jobs being preempted -> the job they make room for."""
+    return {
+        handle: job.admission.preempted_by or ""
+        for handle, job in h.queues.jobs.items()
+        if job.entitlement == entitlement and job.admission.state is AdmissionState.PREEMPTING
+    }
+
+
+def test_a_borrower_below_its_fair_share_preempts_one_above_it_and_only_down_to_fair() -> None:
+    h = fair_share_tree("b")
+    h.decide()
+    victims = preempted(h, "a")
+    assert len(victims) == 3
+    assert set(victims.values()) == {"b/job"}
+    event = h.queues.jobs[next(iter(victims))].admission.history[-1]
+    assert event.cause is PreemptionCause.FAIR_SHARE
+    for handle in victims:
+        h.stopped(handle)
+    h.decide()
+    assert h.state("b/job") == (AdmissionState.ADMITTED, 3)
+    # b holds 3 of 12 and a 9: a second job would take b to 6, beyond the fair 6 of 12 less
+    # the tolerance, so it waits for quota instead of preempting.
+    h.submit(record("b", "second", 3, queued_s=200))
+    h.decide()
+    assert not preempted(h, "a")
+    assert "no borrower holds more than its weighted fair share" in (
+        h.queues.jobs["b/second"].admission.reason
+    )
+
+
+def test_fair_share_never_preempts_a_higher_priority_borrower() -> None:
+    h = fair_share_tree("b", priority=200)
+    h.decide()
+    assert not preempted(h, "a")
+    assert h.state("b/job") == (AdmissionState.QUEUED, 0)
+
+
+def test_heads_preempting_in_one_pass_never_share_a_victim() -> None:
+    h = fair_share_tree("b", "c")
+    h.decide()
+    victims = preempted(h, "a")
+    # Each head got its own three: the second was planned as if the first had happened.
+    assert sorted(victims.values()) == ["b/job"] * 3 + ["c/job"] * 3
+    for handle in victims:
+        h.stopped(handle)
+    h.decide()
+    assert h.state("b/job") == (AdmissionState.ADMITTED, 3)
+    assert h.state("c/job") == (AdmissionState.ADMITTED, 3)
+    assert not h.queues.tree.over_quota()

@@ -14,7 +14,8 @@ from tether import metrics
 from tether.aio import every
 from tether.model import Entitlement, Job, Task, TaskStatus, parse_job_handle, to_json
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
-from tether.scheduler.admission.queues import AdmissionQueues, Decision, QueuedJob
+from tether.scheduler.admission.queued import QueuedJob
+from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.status import set_gauges, tree_statuses
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
@@ -260,9 +261,8 @@ def _count(decision: Decision) -> None:
         metrics.QUEUE_WAIT_SECONDS.observe((event.at - record.queued_at).total_seconds())
     elif event.kind is AdmissionEventKind.RESIZED and record.state is AdmissionState.ADMITTED:
         metrics.ADMISSIONS.labels("grow").inc()
-    elif event.kind is AdmissionEventKind.PREEMPTED and event.by is not None:
-        own = parse_job_handle(event.by)[0] == parse_job_handle(record.job)[0]
-        metrics.PREEMPTIONS.labels("priority" if own else "reclaim").inc(event.tasks)
+    elif event.kind is AdmissionEventKind.PREEMPTED and event.cause is not None:
+        metrics.PREEMPTIONS.labels(event.cause.value).inc(event.tasks)
 
 
 def _root(name: str, entitlements: Mapping[str, Entitlement]) -> str | None:

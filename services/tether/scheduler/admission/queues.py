@@ -23,8 +23,9 @@ from tether.model.admission import (
     AdmissionEventKind,
     AdmissionState,
 )
-from tether.model.quota_tree import QuotaTree, Vector
-from tether.scheduler.admission.victims import Candidate, choose_victims
+from tether.model.quota_tree import QuotaTree, Vector, neg
+from tether.scheduler.admission.queued import QueuedJob
+from tether.scheduler.admission.victims import Candidate, candidates, choose_victims
 
 QueueKey = tuple[bool, int, float, float, str]
 
@@ -33,28 +34,6 @@ def _queue_key(record: Admission) -> QueueKey:
     """The job's order, elastic growth after every job still waiting to start."""
     growing = record.state is AdmissionState.ADMITTED and record.least_tasks < record.tasks
     return (growing, *record.order())
-
-
-@dataclass(slots=True)
-class QueuedJob:
-    """One job as the queues see it."""
-
-    entitlement: str
-    admission: Admission
-    revision: int
-    """The mod revision of its admission record (0: none is stored yet)."""
-    holding: int
-    """Tasks that hold resources or may claim them now: on a machine, or admitted and not
-    finished for good."""
-    closed: bool = False
-    """Its job is being deleted: never admitted again, never a victim."""
-    demand: Vector | None = None
-    """Per task, over the tree's dimensions; None when no quota of the tree has a dimension it
-    needs (it can never be admitted). Set by `put`."""
-
-    @property
-    def handle(self) -> str:
-        return self.admission.job
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +46,23 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """Preempting `victims` (handle -> tasks to take) would let `head` be admitted."""
+    """Preempting `freed` would let `head` be admitted."""
 
     head: str
-    victims: dict[str, int]
-    """Job handle -> tasks taken off its admission."""
-    tasks: int
-    """Tasks whose resources the preemption frees."""
+    freed: list[Candidate]
+
+    @property
+    def victims(self) -> dict[str, int]:
+        """Job handle -> tasks taken off its admission."""
+        taken: dict[str, int] = {}
+        for victim in self.freed:
+            taken[victim.job] = taken.get(victim.job, 0) + victim.take
+        return taken
+
+    @property
+    def tasks(self) -> int:
+        """Tasks whose resources the preemption frees."""
+        return sum(victim.frees for victim in self.freed)
 
 
 @dataclass(slots=True)
@@ -162,22 +151,45 @@ class AdmissionQueues:
         while (head := self._next_head(blocked, owed)) is not None:
             if not self._admit(head, now, outcome):
                 blocked[head.entitlement] = head
-        for head in sorted(blocked.values(), key=lambda job: job.admission.order()):
-            if head.handle in owed:
-                self._note(head, "waiting for the tasks it preempted to stop", now, outcome)
-                continue
-            proposal = self._proposal(head, now)
-            if isinstance(proposal, Proposal):
-                outcome.proposals.append(proposal)
-            else:
-                self._note(head, f"{self._why_waiting(head)}; {proposal}", now, outcome)
+        # Each proposal is planned as if the ones before it had happened: their victims
+        # gone, their heads admitted. The tree is put back at the end.
+        promised: list[tuple[str, Vector]] = []
+        try:
+            for head in sorted(blocked.values(), key=lambda job: job.admission.order()):
+                if head.handle in owed:
+                    self._note(head, "waiting for the tasks it preempted to stop", now, outcome)
+                    continue
+                proposal = self._proposal(head, now, outcome.proposals)
+                if isinstance(proposal, Proposal):
+                    outcome.proposals.append(proposal)
+                    promised += self._promise(proposal)
+                else:
+                    self._note(head, f"{self._why_waiting(head)}; {proposal}", now, outcome)
+        finally:
+            for entitlement, amount in reversed(promised):
+                self.tree.release(entitlement, amount)
         return outcome
+
+    def _promise(self, proposal: Proposal) -> list[tuple[str, Vector]]:
+        """Shows the proposal's outcome in the tree; returns the changes (entitlement, amount
+        used) that undo it when released."""
+        changes = []
+        for victim in proposal.freed:
+            changes.append((victim.entitlement, neg(victim.amount())))
+        head = self.jobs[proposal.head]
+        asked = self._asked(head) or 0
+        if head.demand is not None:
+            changes.append((head.entitlement, tuple(d * asked for d in head.demand)))
+        for entitlement, amount in changes:
+            self.tree.use(entitlement, amount)
+        return changes
 
     def preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
         """Marks the proposal's victims preempting (their tasks are stopped with notice), and
         notes on the head what it waits for."""
         head = self.jobs[proposal.head]
         decisions = []
+        causes = {victim.job: victim.cause for victim in proposal.freed}
         for handle, take in sorted(proposal.victims.items()):
             victim = self.jobs[handle]
             record = victim.admission
@@ -187,6 +199,7 @@ class AdmissionQueues:
                 detail=f"{take} task(s) preempted for {proposal.head}",
                 tasks=take,
                 by=proposal.head,
+                cause=causes[handle],
             )
             recent = [at for at in record.preempted_at if now - at < timedelta(hours=1)]
             changed = record.with_event(
@@ -349,7 +362,7 @@ class AdmissionQueues:
         short = "; ".join(self.tree.shortfall(job.entitlement, demand))
         return f"not enough quota for {asked} task(s): {short}"
 
-    def _proposal(self, head: QueuedJob, now: datetime) -> Proposal | str:
+    def _proposal(self, head: QueuedJob, now: datetime, earlier: list[Proposal]) -> Proposal | str:
         """The preemption that would let `head` in, or why preempting would not help."""
         asked = self._asked(head)
         if asked is None or head.demand is None:
@@ -364,88 +377,32 @@ class AdmissionQueues:
                 f"preempting would wait: entitlement {head.entitlement} preempted its "
                 f"{entitlement.preemption.max_per_minute} tasks of the last minute"
             )
-        # Only a job within its guarantee takes back what others borrowed; one that would
-        # borrow itself waits for quota to free, in fair-share order.
+        taken = {victim.job for proposal in earlier for victim in proposal.freed}
+        # A job within its guarantee takes back what others borrowed; one that would borrow
+        # itself only takes from borrowers above its weighted fair share.
         reclaims = self._within_guarantee(head)
-        candidates = list(self._candidates(head, now, reclaims=reclaims))
-        if not candidates:
-            return "preempting would not help: no job it may preempt (" + (
-                "none of lower priority, and nobody borrows its quota)"
-                if reclaims
-                else "none of lower priority; it would borrow, and borrowers are not preempted "
-                "for another borrower)"
-            )
         demand = tuple(d * asked for d in head.demand)
-        victims = choose_victims(self.tree, head.entitlement, demand, candidates, budget)
+        found = candidates(
+            self.tree,
+            head,
+            demand,
+            lambda name: (
+                self.jobs[handle] for handle in self._admitted.get(name, ()) if handle not in taken
+            ),
+            reclaims=reclaims,
+            non_preemptible_priority=self.non_preemptible_priority,
+            now=now,
+        )
+        if not found:
+            return "preempting would not help: no job it may preempt (none of lower priority, " + (
+                "and nobody borrows its quota)"
+                if reclaims
+                else "and no borrower holds more than its weighted fair share)"
+            )
+        victims = choose_victims(self.tree, head.entitlement, demand, found, budget)
         if not victims:
             return (
-                f"preempting would not help: all {len(candidates)} candidate(s) together "
+                f"preempting would not help: all {len(found)} candidate(s) together "
                 f"(within {budget} tasks) would not make room"
             )
-        taken: dict[str, int] = {}
-        for victim in victims:
-            taken[victim.job] = taken.get(victim.job, 0) + victim.take
-        return Proposal(head.handle, taken, sum(victim.frees for victim in victims))
-
-    def _candidates(self, head: QueuedJob, now: datetime, *, reclaims: bool) -> Iterable[Candidate]:
-        """Tasks that may be preempted for `head`, in the order they would go: elastic tasks
-        above their job's minimum first; then lower priority first, then the most recently
-        admitted (least work lost). In its own entitlement only strictly lower priorities (an
-        elastic job's extra tasks: not higher); elsewhere only jobs of subtrees that borrow,
-        whatever their priority. Never the protected band, never a job preempted too often."""
-        path = [node.name for node in self.tree.path(head.entitlement)]
-        on_path = set(path)
-        borrowing: set[str] = set()
-        for ancestor in path[1:] if reclaims else []:
-            for child in self.tree.nodes[ancestor].children:
-                if child not in on_path and any(self.tree.borrowed(child)):
-                    borrowing.update(node.name for node in self.tree.subtree(child))
-        priority = head.admission.priority
-        hour = timedelta(hours=1)
-        found = []
-        admitted = (
-            self.jobs[handle]
-            for entitlement in sorted({head.entitlement, *borrowing})
-            for handle in self._admitted.get(entitlement, ())
-        )
-        for job in admitted:
-            record = job.admission
-            if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
-                continue
-            if record.priority >= self.non_preemptible_priority:
-                continue
-            limit = self.tree.nodes[job.entitlement].entitlement.preemption.max_per_job_per_hour
-            if sum(1 for at in record.preempted_at if now - at < hour) >= limit:
-                continue
-            own = job.entitlement == head.entitlement
-            if not own and job.entitlement not in borrowing:
-                continue
-            held = min(job.holding, record.admitted)
-            extra = max(held - record.least_tasks, 0)
-            # Least work lost: the most recently admitted first.
-            recency = -(record.admitted_at or now).timestamp()
-            if extra and (not own or record.priority <= priority):
-                found.append(
-                    Candidate(
-                        job.handle,
-                        job.entitlement,
-                        job.demand,
-                        frees=extra,
-                        take=extra,
-                        rank=(0, record.priority, recency, job.handle),
-                    )
-                )
-            if own and record.priority >= priority:
-                continue
-            found.append(
-                Candidate(
-                    job.handle,
-                    job.entitlement,
-                    job.demand,
-                    frees=held - extra,
-                    take=record.admitted - extra,
-                    rank=(1, record.priority, recency, job.handle),
-                )
-            )
-        found.sort(key=lambda candidate: candidate.rank)
-        return found
+        return Proposal(head.handle, victims)

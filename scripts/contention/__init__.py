@@ -1,0 +1,1 @@
+"""The contention simulator's parts: workload, simulated world, plot."""
