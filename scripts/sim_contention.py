@@ -22,7 +22,9 @@ the region is saturated (every team has a job waiting). Prints one JSON line:
   deadline_miss_rate   jobs finished after their deadline (or not by it), deadline-aware order
   fifo_deadline_miss_rate   the same arrivals in FIFO order
   queue_wait_p50_s/p99_s    per priority band (jobs still waiting count their wait so far)
-  preemptions          jobs preempted (reclaims: by another entitlement)
+  preemptions          jobs preempted, and by cause (priority, reclaim, fair-share)
+  over_quota_passes    decider passes after which an entitlement held beyond its quota and
+                       borrowing limit (QuotaTree.over_quota), in either run: must be 0
   admission_decision_p99_ms  a pass with 10,000 jobs queued in one entitlement (--deep-queue)
 
 and draws each team's share over time against its weighted share (--plot).
@@ -161,6 +163,7 @@ def main() -> None:
         "preemptions": tally.preempted_jobs,
         "preempted_tasks": tally.preempted_tasks,
         "preemptions_by_cause": dict(sorted(tally.preempted_by_cause.items())),
+        "over_quota_passes": tally.over_quota + fifo.tally.over_quota,
         "sim_decision_p99_ms": round(float(np.percentile(tally.decide_ms, 99)), 3),
         "admission_decision_p99_ms": round(float(np.percentile(deep, 99)), 3),
         "plot": str(args.plot),

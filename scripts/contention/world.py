@@ -68,6 +68,8 @@ class Tally:
     preempted_by_cause: Counter[str] = field(default_factory=Counter)
     """Jobs preempted, by cause (priority, reclaim, fair-share)."""
     decide_ms: list[float] = field(default_factory=list)
+    over_quota: int = 0
+    """Passes after which some entitlement held more than its quota and borrowing allow."""
     trace: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     """(time, team -> share) every sample, for the plot."""
 
@@ -178,6 +180,8 @@ class World:
         for proposal in outcome.proposals:
             decisions += self.queues.preempt(proposal, now)
         self.tally.decide_ms.append((time.perf_counter() - started) * 1000)
+        if self.queues.tree.over_quota():
+            self.tally.over_quota += 1
         fresh = set()
         for decision in decisions:
             fresh |= self._follow(decision.admission)

@@ -229,27 +229,32 @@ def explain(
             return
         job = tether.get_job(handle)
         if job.admission is not None and job.admission.state == "queued":
-            _print_waiting(job, tether.get_queue(job.entitlement))
+            # The jobs ahead, up to the few shown.
+            shown = min(max((job.queue_position or 1) - 1, 1), _AHEAD_SHOWN)
+            _print_waiting(job, tether.get_queue(job.entitlement, limit=shown))
     _print_placement(view)
 
 
+_AHEAD_SHOWN = 5
+"""Jobs ahead of a queued one that `tether job explain` names."""
+
+
 def _print_waiting(job: JobView, queue: QueueView) -> None:
-    """Why a queued job waits: its place, the jobs ahead of it, the head's shortfall and
-    whether preempting would help."""
+    """Why a queued job waits: its place, the first jobs ahead of it (`queue` holds them), the
+    head's shortfall and whether preempting would help."""
     console = out()
-    ahead = [entry for entry in queue.jobs if entry.job != job.handle]
-    place = next((entry.position for entry in queue.jobs if entry.job == job.handle), None)
+    place = job.queue_position
     if place is None:
         console.print(f"[bold]{job.handle}[/bold] is no longer waiting", soft_wrap=True)
         return
-    ahead = ahead[: place - 1]
+    ahead = [entry for entry in queue.jobs if entry.job != job.handle][: place - 1]
     console.print(
         f"[bold]{job.handle}[/bold] waits in {job.entitlement}'s queue, {ordinal(place)} in line",
         soft_wrap=True,
     )
     if ahead:
-        shown = ", ".join(entry.job for entry in ahead[:5])
-        more = f" and {len(ahead) - 5} more" if len(ahead) > 5 else ""
+        shown = ", ".join(entry.job for entry in ahead)
+        more = f" and {place - 1 - len(ahead)} more" if place - 1 > len(ahead) else ""
         console.print(f"  ahead of it: {shown}{more}", soft_wrap=True)
         console.print(
             f"  the first waits because: {ahead[0].reason or '(deciding)'}", soft_wrap=True

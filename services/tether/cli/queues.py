@@ -19,6 +19,8 @@ def list_queues(
     entitlement: str | None = typer.Argument(
         None, help="Show this entitlement's queue, job by job.", show_default=False
     ),
+    limit: int = typer.Option(50, min=1, max=10_000, help="Show at most this many jobs."),
+    offset: int = typer.Option(0, min=0, help="Skip this many jobs from the head."),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
@@ -33,7 +35,7 @@ def list_queues(
         if entitlement is None:
             _print_uses(tether.list_queues())
         else:
-            _print_queue(tether.get_queue(entitlement))
+            _print_queue(tether.get_queue(entitlement, offset=offset, limit=limit))
 
 
 def _print_uses(uses: list[EntitlementUseView]) -> None:
@@ -72,7 +74,8 @@ def _print_queue(queue: QueueView) -> None:
             soft_wrap=True,
         )
     if not queue.jobs:
-        console.print(f"no jobs wait in {queue.entitlement}'s queue")
+        more = f" after the first {queue.offset}" if queue.total else ""
+        console.print(f"no jobs wait in {queue.entitlement}'s queue{more}")
         return
     table = Table("#")
     # Handles are never wrapped or cut.
@@ -91,9 +94,12 @@ def _print_queue(queue: QueueView) -> None:
             resources_text(job.requested),
         )
     console.print(table)
+    after = queue.total - queue.offset - len(queue.jobs)
+    if after > 0:
+        console.print(f"{after} more job(s) wait after these (--offset, --limit)")
     # Only the head of a queue has a reason: the others wait behind it.
     head = queue.jobs[0]
-    if head.reason:
+    if head.reason and head.position == 1:
         console.print(f"{head.job} waits because: {head.reason}", soft_wrap=True)
 
 

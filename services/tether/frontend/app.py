@@ -28,6 +28,7 @@ from tether.frontend.api import (
     shards,
     tasks,
 )
+from tether.frontend.queue_index import QueueIndex
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.frontend.storewait import StoreWaitLimit
@@ -80,12 +81,15 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         allocators = Allocators(store, settings.allocator_timeout_s)
         app.state.allocators = allocators
+        queue_index = app.state.queue_index = QueueIndex(store, settings.shard_counts_wait_s)
         await shard_counts.start()
+        await queue_index.start()
         try:
             async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
                 app.state.agents = agents
                 yield
         finally:
+            await queue_index.stop()
             await shard_counts.stop()
             await allocators.close()
 

@@ -9,6 +9,7 @@ import httpx
 from fastapi import Depends, Request
 
 from tether.frontend.allocators import Allocators
+from tether.frontend.queue_index import QueueIndex
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.store import Store
@@ -37,6 +38,11 @@ async def _allocators(request: Request) -> Allocators:
     return allocators
 
 
+async def _queue_index(request: Request) -> QueueIndex:
+    index: QueueIndex = request.app.state.queue_index
+    return index
+
+
 async def _shard_counts(request: Request) -> ShardCounts:
     counts: ShardCounts = request.app.state.shard_counts
     return counts
@@ -48,5 +54,7 @@ AgentsDep = Annotated[httpx.AsyncClient, Depends(_agents)]
 """The HTTP client for agents' log endpoints, open while the app runs."""
 AllocatorsDep = Annotated[Allocators, Depends(_allocators)]
 """The client of the allocator replicas; its channels close with the app."""
+QueueIndexDep = Annotated[QueueIndex, Depends(_queue_index)]
+"""Every entitlement's waiting jobs in order, kept by this process's watch while the app runs."""
 ShardCountsDep = Annotated[ShardCounts, Depends(_shard_counts)]
 """What each shard holds, kept by this process's watches while the app runs."""

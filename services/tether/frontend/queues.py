@@ -1,15 +1,16 @@
 """Reading queues: each tree's status as its decider published it, and one entitlement's
-waiting jobs in order, read fast enough for ten thousand of them."""
+waiting jobs in order, a page at a time from this frontend's `QueueIndex`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Final
+from datetime import datetime
+from typing import Any
 
 import orjson
 
 from tether.frontend import records
-from tether.model.admission import AdmissionState, EntitlementUse, QueueStatus
+from tether.frontend.queue_index import QueueIndex
+from tether.model.admission import EntitlementUse, QueueStatus
 from tether.store import Store, keys
 
 
@@ -27,50 +28,25 @@ async def uses(store: Store) -> dict[str, tuple[EntitlementUse, datetime]]:
     }
 
 
-async def queue(store: Store, entitlement: str, now: datetime) -> bytes:
-    """The entitlement's waiting jobs in order, and its use: a `QueueView` as JSON."""
-    result = await store.range(keys.admissions_of(entitlement))
-    # Ten thousand admission records are read and answered as plain JSON: building models
-    # for them took most of a second. The decider wrote them from validated models.
-    waiting = [
-        record
-        for record in map(orjson.loads, (kv.value for kv in result.kvs))
-        if record.get("state", _QUEUED) == _QUEUED
-    ]
-    waiting.sort(key=_order)
+async def queue(
+    store: Store, index: QueueIndex, entitlement: str, offset: int, limit: int, now: datetime
+) -> bytes:
+    """`limit` of the entitlement's waiting jobs from `offset`, in order, and its use: a
+    `QueueView` as JSON."""
+    total, waiting = await index.page(entitlement, offset, limit)
     found = (await uses(store)).get(entitlement)
     now_s = now.timestamp()
     body = {
         "entitlement": entitlement,
         "use": None if found is None else found[0].model_dump(mode="json"),
         "reported_at": None if found is None else found[1].isoformat(),
-        "jobs": [_view(place, record, now_s) for place, record in enumerate(waiting, start=1)],
+        "total": total,
+        "offset": offset,
+        "jobs": [
+            _view(place, record, now_s) for place, record in enumerate(waiting, start=offset + 1)
+        ],
     }
     return orjson.dumps(body)
-
-
-_QUEUED: Final = AdmissionState.QUEUED.value
-_LAST: Final = "~"
-"""Sorts after every timestamp: jobs without a deadline go after those with one."""
-
-
-def _utc_key(text: str) -> str:
-    """A stored timestamp as a string that sorts as the time does: pydantic writes UTC as
-    `...SS.ffffffZ`, or `...SSZ` when the microseconds are 0; anything else is converted."""
-    if text.endswith("Z"):
-        return text if len(text) == 27 else f"{text[:-1]}.000000Z"
-    return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _order(record: dict[str, Any]) -> tuple[int, str, str, str]:
-    """`Admission.order` on the plain record."""
-    deadline = record.get("start_deadline")
-    return (
-        -record["priority"],
-        _LAST if deadline is None else _utc_key(deadline),
-        _utc_key(record["queued_at"]),
-        record["job"],
-    )
 
 
 def _view(place: int, record: dict[str, Any], now_s: float) -> dict[str, Any]:

@@ -27,7 +27,9 @@ class FrontendSettings(BaseSettings):
         gt=0,
         description="How long a request that needs the shards' loads (GET /admin/shards, a new "
         "entitlement's shard) waits for the frontend's first listing of what they hold before "
-        "it is answered 503; also the longest a shard move waits to see itself in the counts.",
+        "it is answered 503; also the longest a shard move waits to see itself in the counts, "
+        "and a queue request (GET /v1/queues/{entitlement}) waits for the first listing of the "
+        "admission records.",
     )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."

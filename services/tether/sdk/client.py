@@ -181,9 +181,11 @@ class TetherClient:
         as its tree's decider last reported."""
         return _views(EntitlementUseView, self._request("GET", "/v1/queues"), "queues")
 
-    def get_queue(self, entitlement: str) -> QueueView:
-        """The entitlement's waiting jobs in the order it admits them, and its use."""
-        return _view(QueueView, self._request("GET", f"/v1/queues/{entitlement}"))
+    def get_queue(self, entitlement: str, *, offset: int = 0, limit: int = 1000) -> QueueView:
+        """`limit` of the entitlement's waiting jobs from `offset`, in the order it admits
+        them, and its use."""
+        params = {"offset": offset, "limit": limit}
+        return _view(QueueView, self._request("GET", f"/v1/queues/{entitlement}", params=params))
 
     def list_tasks(self, handle: str) -> list[TaskView]:
         """Every task of the job with its effective state."""

@@ -384,4 +384,8 @@ class QueueView(View):
     entitlement: str
     use: EntitlementUseView | None
     reported_at: datetime | None
+    total: int
+    """Jobs waiting in the queue."""
+    offset: int
     jobs: list[QueuedJobView]
+    """A page of the queue, in order, from position `offset + 1`."""

@@ -18,6 +18,7 @@ from tests.integration.frontend.conftest import (
     lead,
 )
 from tests.integration.frontend.problems import assert_problem
+from tests.support.waiting import eventually
 from tether.model import Resources, from_json, to_json
 from tether.model.admission import Admission, AdmissionState, EntitlementUse, QueueStatus
 from tether.store import keys
@@ -141,7 +142,12 @@ async def test_a_queue_lists_its_waiting_jobs_in_order(region: Region) -> None:
         batch("elastic", 4, min_count=2, priority=200),
     ):
         assert (await api.post("/v1/jobs", headers=ALICE, json=body)).status_code == 201
-    queue = (await api.get("/v1/queues/team-a", headers=ALICE)).json()
+
+    async def listed() -> dict[str, Any]:
+        return (await api.get("/v1/queues/team-a", headers=ALICE)).json()  # type: ignore[no-any-return]
+
+    # The frontend orders the queue from its watch of the admission records.
+    queue = await eventually(listed, lambda q: q["total"] == 3, what="three jobs queued")
     assert queue["entitlement"] == "team-a"
     assert queue["use"] is None  # no scheduler here reports it
     order = [(job["position"], job["job"]) for job in queue["jobs"]]
@@ -152,6 +158,11 @@ async def test_a_queue_lists_its_waiting_jobs_in_order(region: Region) -> None:
     assert soon["start_deadline"] is not None
     assert plain["start_deadline"] is None
     assert all(job["waiting_s"] >= 0 for job in queue["jobs"])
+    page = (await api.get("/v1/queues/team-a?offset=1&limit=1", headers=ALICE)).json()
+    assert (page["total"], page["offset"]) == (3, 1)
+    assert [(job["position"], job["job"]) for job in page["jobs"]] == [(2, "team-a/soon")]
+    for bad in ("limit=0", "offset=-1", "limit=10001"):
+        assert_problem(await api.get(f"/v1/queues/team-a?{bad}", headers=ALICE), 422)
     assert_problem(await api.get("/v1/queues/team-a", headers=MALLORY), 403)
     assert_problem(await api.get("/v1/queues/nope", headers=ADMIN), 404)
 

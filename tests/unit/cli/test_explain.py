@@ -87,15 +87,28 @@ def test_explain_says_why_a_queued_job_waits(api: FakeAPI) -> None:
         "least_tasks": 2,
         "updated_at": "2030-01-01T00:00:00Z",
     }
-    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB | {"admission": admission}))
-    waiting = [queued_at(1), queued_at(2), queued_at(3) | {"job": "team-a/web"}]
-    queue = {"entitlement": "team-a", "use": None, "reported_at": None, "jobs": waiting}
+    job = JOB | {"admission": admission, "queue_position": 8}
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=job))
+    waiting = [queued_at(place) for place in range(1, 6)]
+    queue = {
+        "entitlement": "team-a",
+        "use": None,
+        "reported_at": None,
+        "total": 9,
+        "offset": 0,
+        "jobs": waiting,
+    }
     api.on("GET", "/v1/queues/team-a", httpx.Response(200, json=queue))
     api.on("GET", PATH, httpx.Response(200, json=UNPLACEABLE))
     result = run("job", "explain", "team-a/web")
     assert result.exit_code == 0, result.output
-    assert "team-a/web waits in team-a's queue, 3rd in line" in result.stdout
-    assert "ahead of it: team-a/j1, team-a/j2" in result.stdout
+    assert "team-a/web waits in team-a's queue, 8th in line" in result.stdout
+    assert "ahead of it: team-a/j1, team-a/j2, team-a/j3, team-a/j4, team-a/j5 and 2 more" in (
+        result.stdout
+    )
+    # Only the few jobs shown are asked for, however long the queue.
+    [asked] = api.paths("GET", "/v1/queues/team-a")
+    assert asked.url.params["limit"] == "5"
     assert "cpu: need 2000 millicores, 500 free" in result.stdout
     assert "preempting would not help" in result.stdout
 

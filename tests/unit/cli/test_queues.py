@@ -54,7 +54,14 @@ def test_ls_of_an_entitlement_lists_its_queue_in_order(api: FakeAPI) -> None:
         }
         for place in (1, 2)
     ]
-    queue = {"entitlement": "ml", "use": use("ml"), "reported_at": None, "jobs": jobs}
+    queue = {
+        "entitlement": "ml",
+        "use": use("ml"),
+        "reported_at": None,
+        "total": 5,
+        "offset": 0,
+        "jobs": jobs,
+    }
     api.on("GET", "/v1/queues/ml", httpx.Response(200, json=queue))
     result = run("queue", "ls", "ml")
     assert result.exit_code == 0, result.output
@@ -64,7 +71,15 @@ def test_ls_of_an_entitlement_lists_its_queue_in_order(api: FakeAPI) -> None:
     assert first == ["1", "ml/j1", "100", "-", "1h 2m", "2-4", "gpus 4"]
     assert "ml/j1 waits because: short" in result.stdout
     assert second[:2] == ["2", "ml/j2"]
-    empty: dict[str, Any] = {"entitlement": "ml", "use": None, "reported_at": None, "jobs": []}
+    assert "3 more job(s) wait after these" in result.stdout
+    empty: dict[str, Any] = {
+        "entitlement": "ml",
+        "use": None,
+        "reported_at": None,
+        "total": 0,
+        "offset": 0,
+        "jobs": [],
+    }
     api.on("GET", "/v1/queues/ml", httpx.Response(200, json=empty))
     assert "no jobs wait in ml's queue" in run("queue", "ls", "ml").stdout
 

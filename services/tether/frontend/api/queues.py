@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated, Final
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from tether.frontend import queues, records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
-from tether.frontend.deps import StoreDep
+from tether.frontend.deps import QueueIndexDep, StoreDep
 from tether.frontend.schemas.queues import QueueList, QueueView
 from tether.model import Entitlement
 from tether.store import keys
+
+DEFAULT_QUEUE_PAGE: Final = 1000
+MAX_QUEUE_PAGE: Final = 10_000
 
 router = APIRouter(prefix="/v1/queues", tags=["queues"], responses=AUTH_PROBLEMS)
 
@@ -30,10 +34,21 @@ async def list_queues(store: StoreDep, principal: CurrentPrincipal) -> Response:
     ).response()
 
 
-@router.get("/{ent}", response_model=QueueView, responses=problems(404))
-async def get_queue(store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName) -> Response:
+@router.get("/{ent}", response_model=QueueView, responses=problems(404, 503))
+async def get_queue(
+    store: StoreDep,
+    index: QueueIndexDep,
+    principal: CurrentPrincipal,
+    ent: EntitlementName,
+    offset: Annotated[int, Query(ge=0, description="Jobs to skip from the head.")] = 0,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_QUEUE_PAGE, description="The most jobs to answer.")
+    ] = DEFAULT_QUEUE_PAGE,
+) -> Response:
     """The entitlement's waiting jobs in the order it admits them (priority, start deadline,
-    submission), each with how long it has waited and what it asks for, and its use."""
+    submission), a page at a time, each with its position, how long it has waited and what it
+    asks for, and its use. The order is this frontend's view of the admission records, a few
+    milliseconds behind the store."""
     await authorize_entitlement(store, principal, ent)
-    body = await queues.queue(store, ent, datetime.now(UTC))
+    body = await queues.queue(store, index, ent, offset, limit, datetime.now(UTC))
     return Response(body, media_type="application/json")

@@ -42,4 +42,9 @@ class QueueView(View):
     """What it reserves, borrows and lends, as its tree's decider last reported (None: no
     report yet)."""
     reported_at: Timestamp | None
+    total: int
+    """Jobs waiting in the queue."""
+    offset: int
+    """Jobs before the first one of `jobs`."""
     jobs: list[QueuedJobView]
+    """A page of the queue, in order, from position `offset + 1`."""
