@@ -11,15 +11,8 @@ from datetime import UTC, datetime
 from tether.model import ControlStatus, from_json, parse_job_handle, to_json
 from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
-from tether.scheduler.reconciler import (
-    JobView,
-    OperationWrite,
-    Plan,
-    TaskWrite,
-    placement_writes,
-    request_id,
-    unplaced_writes,
-)
+from tether.scheduler.plan import JobView, OperationWrite, Plan, TaskWrite
+from tether.scheduler.reconciler import placement_writes, request_id, unplaced_writes
 from tether.store import (
     Compare,
     Delete,

@@ -16,7 +16,8 @@ from tether.scheduler.admission.decider import Decider
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, Outcome
-from tether.scheduler.reconciler import OperationWrite, plan_job
+from tether.scheduler.plan import OperationWrite
+from tether.scheduler.reconciler import plan_job
 from tether.scheduler.settings import SchedulerSettings
 from tether.scheduler.state import ShardState
 from tether.scheduler.taskcontrol import (

@@ -26,7 +26,7 @@ from tether.model import (
     parse_job_handle,
 )
 from tether.model.admission import Admission
-from tether.scheduler.reconciler import JobView, Stored
+from tether.scheduler.plan import JobView, Stored
 from tether.store import Get, KeyValue, Store, keys
 from tether.store.mirror import PrefixMirror
 

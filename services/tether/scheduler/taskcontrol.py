@@ -24,7 +24,7 @@ from tether.model import (
 )
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
-from tether.scheduler.reconciler import JobView, Stored, is_healthy
+from tether.scheduler.plan import JobView, Stored, is_healthy
 
 _log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from tether.model import ShardLeader, ShardReplica, Task, from_json
 from tether.scheduler.allocator_client import PlaceResult
 from tether.scheduler.election import Election
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, OwnedAt
-from tether.scheduler.reconciler import TaskWrite
+from tether.scheduler.plan import TaskWrite
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
 from tether.store import Store, keys, open_store

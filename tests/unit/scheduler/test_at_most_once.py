@@ -15,13 +15,8 @@ from tests.unit.scheduler.test_reconciler import (
     make_view,
 )
 from tether.model import Job, Machine, MachineState, TaskState
-from tether.scheduler.reconciler import (
-    FENCE_MARGIN_S,
-    JobView,
-    Stored,
-    placement_writes,
-    plan_job,
-)
+from tether.scheduler.plan import JobView, Stored
+from tether.scheduler.reconciler import FENCE_MARGIN_S, placement_writes, plan_job
 
 FENCING_S = 10.0
 DUE = NOW + timedelta(seconds=FENCING_S + FENCE_MARGIN_S)

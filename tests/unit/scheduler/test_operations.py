@@ -22,7 +22,9 @@ from tether.model import (
     TaskState,
 )
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
-from tether.scheduler.reconciler import JobView, Stored, maintenance_id, plan_job
+from tether.scheduler.operations import maintenance_id
+from tether.scheduler.plan import JobView, Stored
+from tether.scheduler.reconciler import plan_job
 from tether.scheduler.taskcontrol import Pending, control_request
 
 START = NOW + timedelta(hours=1)

@@ -26,11 +26,8 @@ from tether.model import (
     Topology,
 )
 from tether.model.admission import Admission, AdmissionState
+from tether.scheduler.plan import JobView, Plan, Stored, TaskWrite
 from tether.scheduler.reconciler import (
-    JobView,
-    Plan,
-    Stored,
-    TaskWrite,
     backoff_s,
     placement_writes,
     plan_job,

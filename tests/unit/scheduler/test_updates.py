@@ -23,7 +23,9 @@ from tether.model import (
     TaskStatus,
     UpdatePolicy,
 )
-from tether.scheduler.reconciler import JobView, Stored, plan_job, update_id
+from tether.scheduler.operations import update_id
+from tether.scheduler.plan import JobView, Stored
+from tether.scheduler.reconciler import plan_job
 from tether.scheduler.taskcontrol import Pending, control_request, default_acks
 
 

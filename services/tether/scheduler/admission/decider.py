@@ -19,7 +19,8 @@ from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.status import set_gauges, tree_statuses
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
-from tether.scheduler.reconciler import Stored, finished_for_good
+from tether.scheduler.plan import Stored
+from tether.scheduler.reconciler import finished_for_good
 from tether.scheduler.state import ShardState
 from tether.store import (
     Compare,
