@@ -3,11 +3,17 @@ more than its quota and borrowing limit allow?"""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Final
 
 from tether.model import Entitlement, Resources, from_json
 from tether.model.quota_tree import QuotaTree
 from tether.store import EventType, Store, keys
+from tether.store.base import Watch, WatchEvent
+
+_QUIET_S: Final = 3.0
 
 
 async def over_quota_revisions(
@@ -26,7 +32,7 @@ async def over_quota_revisions(
     for kv in listing.kvs:
         _apply(held, names, kv.key, kv.value)
     async with store.watch(keys.ALLOCATIONS, start_revision=start + 1) as watch:
-        async for events in watch:
+        async for events in _until_quiet(watch):
             for event in events:
                 value = event.kv.value if event.type is EventType.PUT else None
                 _apply(held, names, event.kv.key, value)
@@ -44,6 +50,20 @@ async def over_quota_revisions(
             if watch.next_revision > end:
                 break
     return found
+
+
+async def _until_quiet(watch: Watch) -> AsyncIterator[list[WatchEvent]]:
+    """The watch's batches until none comes for `_QUIET_S`: history is sent at once, so a
+    pause that long means every change up to now has been seen, even when the last one is
+    older than the revision asked for."""
+    batches = aiter(watch)
+    while True:
+        try:
+            async with asyncio.timeout(_QUIET_S):
+                events = await anext(batches)
+        except (TimeoutError, StopAsyncIteration):
+            return
+        yield events
 
 
 def _apply(
