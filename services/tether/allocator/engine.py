@@ -200,12 +200,19 @@ class Engine:
             await self._committer
             self._committer = None
 
-    async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
+    async def release(
+        self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
+    ) -> int:
         """Removes tasks of the job (all of them when `indexes` is empty) from their machines,
-        a task held on two machines from both; returns how many tasks were removed."""
+        a task held on two machines from both; returns how many tasks were removed. With
+        `return_emptied`, a machine left empty goes back to the free pool at once."""
         _check_unique(indexes)
         async with self._writing:
-            return await self._remove(job_handle, lambda: self._index.holding(job_handle, indexes))
+            return await self._remove(
+                job_handle,
+                lambda: self._index.holding(job_handle, indexes),
+                return_emptied=return_emptied,
+            )
 
     async def release_duplicates(self) -> int:
         """Of each task held on two machines, removes the entries that are not on the machine
@@ -225,9 +232,12 @@ class Engine:
                 tidied += await self._remove(job_handle, stale)
         return tidied
 
-    async def _remove(self, job_handle: str, choose: Callable[[], RowTasks]) -> int:
+    async def _remove(
+        self, job_handle: str, choose: Callable[[], RowTasks], *, return_emptied: bool = False
+    ) -> int:
         """Removes the tasks `choose` names by row, choosing again after a conflict; returns
-        how many tasks were removed."""
+        how many tasks were removed. A machine left empty starts its idle period, or with
+        `return_emptied` goes back to the free pool."""
         entitlement_name, job_name = _parse(job_handle)
         index = self._index
         for _ in range(self._max_attempts):
@@ -238,9 +248,10 @@ class Engine:
             writes = {}
             for row, tasks in by_row.items():
                 owner, target, idle = index.header(row)
-                if owner != NONE and index.task_count[row] == len(tasks):
+                emptied = owner != NONE and index.task_count[row] == len(tasks)
+                if emptied:
                     idle = time.time()
-                headers[row] = (owner, target, idle)
+                headers[row] = FREE if emptied and return_emptied else (owner, target, idle)
                 machine_id = index.ids[row]
                 writes[row] = Write(
                     int(index.revision[row]),

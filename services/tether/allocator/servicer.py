@@ -84,7 +84,11 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
         context: grpc.aio.ServicerContext[pb.ReleaseRequest, pb.ReleaseResponse],
     ) -> pb.ReleaseResponse:
         try:
-            released = await self._engine.release(request.job_handle, list(request.task_indexes))
+            released = await self._engine.release(
+                request.job_handle,
+                list(request.task_indexes),
+                return_emptied=request.return_emptied_machines,
+            )
         except Exception as error:
             await _abort(context, error)
         return pb.ReleaseResponse(released=released)

@@ -55,7 +55,9 @@ class Allocator(Protocol):
         self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
     ) -> PlaceResult: ...
 
-    async def release(self, job_handle: str, indexes: Sequence[int]) -> int: ...
+    async def release(
+        self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
+    ) -> int: ...
 
 
 def replica_order(entitlement: str, replicas: Iterable[str]) -> list[str]:
@@ -110,8 +112,14 @@ class AllocatorClient:
             unplaced={u.task_index: u.reason for u in response.unplaced},
         )
 
-    async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
-        request = allocator_pb2.ReleaseRequest(job_handle=job_handle, task_indexes=list(indexes))
+    async def release(
+        self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
+    ) -> int:
+        request = allocator_pb2.ReleaseRequest(
+            job_handle=job_handle,
+            task_indexes=list(indexes),
+            return_emptied_machines=return_emptied,
+        )
         response = await self._call(
             lambda stub: stub.Release(request, timeout=self._timeout_s), "Release", job_handle
         )

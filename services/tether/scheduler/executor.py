@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tether.model import ControlStatus, from_json, parse_job_handle, to_json
+from tether.model.admission import AdmissionState
 from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
 from tether.scheduler.plan import JobView, OperationWrite, Plan, TaskWrite
@@ -81,7 +82,11 @@ class Executor:
         if plan.reclaim:
             outcome.tasks_revision = await self._reclaim(job.handle, plan.reclaim)
         if plan.release:
-            await self._allocator.release(job.handle, [write.index for write in plan.release])
+            await self._allocator.release(
+                job.handle,
+                [write.index for write in plan.release],
+                return_emptied=preempted_for_another(view),
+            )
             outcome.tasks_revision = await self.commit(job.handle, plan.release)
         if plan.writes:
             outcome.tasks_revision = max(
@@ -298,3 +303,14 @@ def _operation_ops(job_handle: str, write: OperationWrite) -> tuple[list[Compare
     key = keys.operation(entitlement, name, write.operation.id)
     compare = mod_revision_is(key, write.revision) if write.revision else key_missing(key)
     return [compare], [Put(key, to_json(write.operation))]
+
+
+def preempted_for_another(view: JobView) -> bool:
+    """Whether the job's tasks are stopping because a job of another entitlement preempted
+    them (a reclaim, or fair share): the machines they leave empty go back to the free pool at
+    once, for the preemptor, instead of idling in this entitlement."""
+    admission = view.admission
+    if admission is None or admission.state is not AdmissionState.PREEMPTING:
+        return False
+    by = admission.preempted_by
+    return by is not None and parse_job_handle(by)[0] != view.job.value.spec.entitlement

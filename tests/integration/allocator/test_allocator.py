@@ -114,6 +114,28 @@ async def test_release_empties_the_records_and_is_idempotent(
     assert (await client.Release(pb.ReleaseRequest(job_handle="ads/web"))).released == 0
 
 
+async def test_a_release_for_another_entitlement_returns_emptied_machines_at_once(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    placed = machines_of(
+        await client.Place(
+            pb.PlaceRequest(job_handle="ads/web", task_indexes=[0, 1], job_generation=1)
+        )
+    )
+    # A plain release leaves the machine in the entitlement, idle; one whose tasks were
+    # preempted for another entitlement hands it back to the free pool.
+    await client.Release(pb.ReleaseRequest(job_handle="ads/web", task_indexes=[0]))
+    await client.Release(
+        pb.ReleaseRequest(job_handle="ads/web", task_indexes=[1], return_emptied_machines=True)
+    )
+    stored = await read_allocations(region)
+    kept, returned = stored[placed[0]].record, stored[placed[1]].record
+    assert kept is not None
+    assert returned is not None
+    assert (kept.entitlement, kept.idle_since is not None) == ("ads", True)
+    assert (returned.entitlement, returned.idle_since) == (None, None)
+
+
 async def test_errors_have_their_status_codes(
     region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
 ) -> None:

@@ -126,7 +126,9 @@ class UnusedAllocator:
     ) -> PlaceResult:
         raise AssertionError("not called")
 
-    async def release(self, job_handle: str, indexes: Sequence[int]) -> int:
+    async def release(
+        self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
+    ) -> int:
         raise AssertionError("not called")
 
 

@@ -26,6 +26,7 @@ from tether.model import (
     Topology,
 )
 from tether.model.admission import Admission, AdmissionState
+from tether.scheduler.executor import preempted_for_another
 from tether.scheduler.plan import JobView, Plan, Stored, TaskWrite
 from tether.scheduler.reconciler import (
     backoff_s,
@@ -391,6 +392,14 @@ def test_preempted_tasks_get_notice_then_stop_and_go() -> None:
         replace(view, statuses={s.index: s for s in killed}), NOW + timedelta(seconds=31)
     )
     assert sorted((write.index, write.task) for write in gone.release) == [(1, None), (2, None)]
+
+
+def test_only_tasks_preempted_for_another_entitlement_hand_their_machines_back() -> None:
+    view = make_view(make_job(3))
+    assert not preempted_for_another(view)  # older than admission records
+    assert not preempted_for_another(replace(view, admission=admitted(3)))
+    assert not preempted_for_another(replace(view, admission=admitted(1, by="ads/urgent")))
+    assert preempted_for_another(replace(view, admission=admitted(1, by="research/lender")))
 
 
 def test_grace_zero_stops_at_once() -> None:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)tether/proto/allocator/v1/allocator.proto\x12\x13tether.allocator.v1\"d\n\x0cPlaceRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x16\n\x0ejob_generation\x18\x03 \x01(\x04\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"3\n\tPlacement\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x12\n\nmachine_id\x18\x02 \x01(\t\"2\n\x0cUnplacedTask\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x9d\x01\n\rPlaceResponse\x12\x32\n\nplacements\x18\x01 \x03(\x0b\x32\x1e.tether.allocator.v1.Placement\x12\x33\n\x08unplaced\x18\x02 \x03(\x0b\x32!.tether.allocator.v1.UnplacedTask\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12\x11\n\tconflicts\x18\x04 \x01(\r\":\n\x0eReleaseRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"$\n\x0e\x45xplainRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\"E\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x19\n\x11machines_rejected\x18\x02 \x01(\r\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"K\n\x10PreferenceResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x04\x12\x19\n\x11machines_matching\x18\x03 \x01(\r\"\\\n\rChosenMachine\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x13\n\x0bpreferences\x18\x04 \x03(\t\"\xb4\x02\n\x0f\x45xplainResponse\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x1b\n\x13machines_considered\x18\x02 \x01(\r\x12.\n\x05rules\x18\x03 \x03(\x0b\x32\x1f.tether.allocator.v1.RuleResult\x12;\n\x0f\x63hosen_machines\x18\x04 \x03(\x0b\x32\".tether.allocator.v1.ChosenMachine\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12:\n\x0bpreferences\x18\x06 \x03(\x0b\x32%.tether.allocator.v1.PreferenceResult\x12\x18\n\x10machines_fitting\x18\x07 \x01(\r\x12\x1c\n\x14\x65ntitlement_machines\x18\x08 \x01(\r2\x87\x02\n\tAllocator\x12N\n\x05Place\x12!.tether.allocator.v1.PlaceRequest\x1a\".tether.allocator.v1.PlaceResponse\x12T\n\x07Release\x12#.tether.allocator.v1.ReleaseRequest\x1a$.tether.allocator.v1.ReleaseResponse\x12T\n\x07\x45xplain\x12#.tether.allocator.v1.ExplainRequest\x1a$.tether.allocator.v1.ExplainResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)tether/proto/allocator/v1/allocator.proto\x12\x13tether.allocator.v1\"d\n\x0cPlaceRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x16\n\x0ejob_generation\x18\x03 \x01(\x04\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"3\n\tPlacement\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x12\n\nmachine_id\x18\x02 \x01(\t\"2\n\x0cUnplacedTask\x12\x12\n\ntask_index\x18\x01 \x01(\r\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x9d\x01\n\rPlaceResponse\x12\x32\n\nplacements\x18\x01 \x03(\x0b\x32\x1e.tether.allocator.v1.Placement\x12\x33\n\x08unplaced\x18\x02 \x03(\x0b\x32!.tether.allocator.v1.UnplacedTask\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12\x11\n\tconflicts\x18\x04 \x01(\r\"[\n\x0eReleaseRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x1f\n\x17return_emptied_machines\x18\x03 \x01(\x08\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"$\n\x0e\x45xplainRequest\x12\x12\n\njob_handle\x18\x01 \x01(\t\"E\n\nRuleResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x19\n\x11machines_rejected\x18\x02 \x01(\r\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"K\n\x10PreferenceResult\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x04\x12\x19\n\x11machines_matching\x18\x03 \x01(\r\"\\\n\rChosenMachine\x12\x12\n\nmachine_id\x18\x01 \x01(\t\x12\x14\n\x0ctask_indexes\x18\x02 \x03(\r\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x13\n\x0bpreferences\x18\x04 \x03(\t\"\xb4\x02\n\x0f\x45xplainResponse\x12\x12\n\njob_handle\x18\x01 \x01(\t\x12\x1b\n\x13machines_considered\x18\x02 \x01(\r\x12.\n\x05rules\x18\x03 \x03(\x0b\x32\x1f.tether.allocator.v1.RuleResult\x12;\n\x0f\x63hosen_machines\x18\x04 \x03(\x0b\x32\".tether.allocator.v1.ChosenMachine\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12:\n\x0bpreferences\x18\x06 \x03(\x0b\x32%.tether.allocator.v1.PreferenceResult\x12\x18\n\x10machines_fitting\x18\x07 \x01(\r\x12\x1c\n\x14\x65ntitlement_machines\x18\x08 \x01(\r2\x87\x02\n\tAllocator\x12N\n\x05Place\x12!.tether.allocator.v1.PlaceRequest\x1a\".tether.allocator.v1.PlaceResponse\x12T\n\x07Release\x12#.tether.allocator.v1.ReleaseRequest\x1a$.tether.allocator.v1.ReleaseResponse\x12T\n\x07\x45xplain\x12#.tether.allocator.v1.ExplainRequest\x1a$.tether.allocator.v1.ExplainResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,19 +40,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLACERESPONSE']._serialized_start=274
   _globals['_PLACERESPONSE']._serialized_end=431
   _globals['_RELEASEREQUEST']._serialized_start=433
-  _globals['_RELEASEREQUEST']._serialized_end=491
-  _globals['_RELEASERESPONSE']._serialized_start=493
-  _globals['_RELEASERESPONSE']._serialized_end=528
-  _globals['_EXPLAINREQUEST']._serialized_start=530
-  _globals['_EXPLAINREQUEST']._serialized_end=566
-  _globals['_RULERESULT']._serialized_start=568
-  _globals['_RULERESULT']._serialized_end=637
-  _globals['_PREFERENCERESULT']._serialized_start=639
-  _globals['_PREFERENCERESULT']._serialized_end=714
-  _globals['_CHOSENMACHINE']._serialized_start=716
-  _globals['_CHOSENMACHINE']._serialized_end=808
-  _globals['_EXPLAINRESPONSE']._serialized_start=811
-  _globals['_EXPLAINRESPONSE']._serialized_end=1119
-  _globals['_ALLOCATOR']._serialized_start=1122
-  _globals['_ALLOCATOR']._serialized_end=1385
+  _globals['_RELEASEREQUEST']._serialized_end=524
+  _globals['_RELEASERESPONSE']._serialized_start=526
+  _globals['_RELEASERESPONSE']._serialized_end=561
+  _globals['_EXPLAINREQUEST']._serialized_start=563
+  _globals['_EXPLAINREQUEST']._serialized_end=599
+  _globals['_RULERESULT']._serialized_start=601
+  _globals['_RULERESULT']._serialized_end=670
+  _globals['_PREFERENCERESULT']._serialized_start=672
+  _globals['_PREFERENCERESULT']._serialized_end=747
+  _globals['_CHOSENMACHINE']._serialized_start=749
+  _globals['_CHOSENMACHINE']._serialized_end=841
+  _globals['_EXPLAINRESPONSE']._serialized_start=844
+  _globals['_EXPLAINRESPONSE']._serialized_end=1152
+  _globals['_ALLOCATOR']._serialized_start=1155
+  _globals['_ALLOCATOR']._serialized_end=1418
 # @@protoc_insertion_point(module_scope)

@@ -167,8 +167,13 @@ class ReleaseRequest(_message.Message):
 
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     TASK_INDEXES_FIELD_NUMBER: _builtins.int
+    RETURN_EMPTIED_MACHINES_FIELD_NUMBER: _builtins.int
     job_handle: _builtins.str
     """The job, `<entitlement>/<job name>`."""
+    return_emptied_machines: _builtins.bool
+    """Machines the release leaves empty go back to the free pool at once, not after the idle
+    delay: the tasks were preempted for another entitlement, which needs machines now.
+    """
     @_builtins.property
     def task_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The indexes of the tasks to release. Empty: all tasks of the job."""
@@ -178,10 +183,11 @@ class ReleaseRequest(_message.Message):
         *,
         job_handle: _builtins.str = ...,
         task_indexes: _abc.Iterable[_builtins.int] | None = ...,
+        return_emptied_machines: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_handle", b"job_handle", "task_indexes", b"task_indexes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_handle", b"job_handle", "return_emptied_machines", b"return_emptied_machines", "task_indexes", b"task_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
