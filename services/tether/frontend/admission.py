@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from tether.frontend import records
-from tether.frontend.problems import OverQuota, validation_problem
+from tether.frontend.problems import NotFound, OverQuota, validation_problem
 from tether.model import Entitlement, Job, JobSpec, OnFull, RegionConfig, ResourceOverflow
 from tether.model.admission import Admission, AdmissionState
 from tether.model.quota_tree import QuotaTree, TreeError, tree_problems
@@ -22,6 +22,9 @@ async def tree_of(store: Store, entitlement: str) -> tuple[QuotaTree, list[str]]
     except TreeError:
         # Records written before cycles were refused: judge the entitlement alone.
         tree = QuotaTree([e for e in every if e.name == entitlement])
+    if entitlement not in tree.nodes:
+        # Deleted since the request found it.
+        raise NotFound(f"entitlement '{entitlement}' does not exist")
     root = tree.root_of(entitlement)
     return tree, [node.name for node in tree.subtree(root)]
 

@@ -138,7 +138,8 @@ async def submit(
         job = Job(spec=spec, generation=1, created_at=now, updated_at=now)
         admission_key = keys.admission(spec.entitlement, spec.name)
         # A record left by a job of the same name whose deletion did not finish is replaced.
-        compares: list[Compare] = [key_missing(job_key)]
+        deletion = keys.entitlement_deletion(spec.entitlement)
+        compares: list[Compare] = [key_missing(job_key), key_missing(deletion)]
         puts = [Put(job_key, to_json(job)), Put(admission_key, to_json(Admission.of(spec, now)))]
         if idem_key is not None:
             compares.append(key_missing(idem_key))
@@ -146,6 +147,10 @@ async def submit(
             puts.append(Put(idem_key, to_json(idem)))
         if (await store.txn(compares, puts)).succeeded:
             return Submitted(job, created=True)
+        if await store.get(deletion) is not None:
+            raise Conflict(
+                f"entitlement '{spec.entitlement}' is being deleted; its jobs cannot be submitted"
+            )
     raise Conflict(f"job '{spec.handle}' kept changing while it was submitted; try again")
 
 

@@ -25,6 +25,8 @@ QUEUE_STATUS = (
     ROOT + "queue-status/"
 )  # tree root entitlement -> QueueStatus, on its decider's lease
 IDEMPOTENCY = ROOT + "idempotency/"  # <principal>/<key> -> job handle a submission created
+# entitlement name -> who is deleting it, on a short lease: submissions and children compare it
+ENTITLEMENT_DELETIONS = ROOT + "entitlement-deletions/"
 TASKS = ROOT + "tasks/"  # <entitlement>/<job>/<index> -> Task (desired placement)
 TASK_STATUS = ROOT + "task-status/"  # <entitlement>/<job>/<index> -> TaskStatus (from agents)
 OPERATIONS = ROOT + "operations/"  # <entitlement>/<job>/<operation id> -> TaskOperation
@@ -55,6 +57,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     QUOTA_LEDGERS,
     QUEUE_STATUS,
     IDEMPOTENCY,
+    ENTITLEMENT_DELETIONS,
     TASKS,
     TASK_STATUS,
     OPERATIONS,
@@ -151,6 +154,10 @@ def admissions_of(entitlement_name: str) -> str:
 
 def quota_ledger(root_entitlement: str) -> str:
     return _join(QUOTA_LEDGERS, root_entitlement)
+
+
+def entitlement_deletion(name: str) -> str:
+    return _join(ENTITLEMENT_DELETIONS, name)
 
 
 def queue_status(root_entitlement: str) -> str:

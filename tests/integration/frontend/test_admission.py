@@ -5,6 +5,7 @@ nothing is admitted: every job stays queued."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -236,16 +237,60 @@ async def test_admins_delete_an_entitlement_that_holds_nothing(region: Region) -
     ):
         assert (await api.post("/v1/entitlements", headers=ADMIN, json=body)).status_code == 201
     assert (await api.post("/v1/jobs", headers=ALICE, json=batch("waits", 1))).status_code == 201
-    revision = await region.store.revision()
+    entitlements = await region.store.count(keys.ENTITLEMENTS)
     assert_problem(await api.delete("/v1/entitlements/org", headers=ADMIN), 409, "child", "red")
     assert_problem(
         await api.delete("/v1/entitlements/team-a", headers=ADMIN), 409, "team-a/waits (queued)"
     )
     assert_problem(await api.delete("/v1/entitlements/red", headers=ALICE), 403)
     assert_problem(await api.delete("/v1/entitlements/nope", headers=ADMIN), 404)
-    assert await region.store.revision() == revision
+    # The refused deletions took their markers back; nothing else was written.
+    assert not (await region.store.range(keys.ENTITLEMENT_DELETIONS)).kvs
+    assert await region.store.count(keys.ENTITLEMENTS) == entitlements
     for name in ("red", "org"):
         deleted = await api.delete(f"/v1/entitlements/{name}", headers=ADMIN)
         assert deleted.status_code == 200, deleted.text
         assert_problem(await api.get(f"/v1/entitlements/{name}", headers=ADMIN), 404)
         assert await region.store.get(keys.shard_assignment(name)) is None
+
+
+async def test_nothing_joins_an_entitlement_while_it_is_being_deleted(region: Region) -> None:
+    api = region.api
+    await lead(region.store, *SHARDS)
+    # A deletion in progress: its marker is in the store (on a lease in a real deletion).
+    await region.store.put(keys.entitlement_deletion("team-a"), b"admin")
+    revision = await region.store.revision()
+    refused = await api.post("/v1/jobs", headers=ALICE, json=batch("late", 1))
+    assert_problem(refused, 409, "team-a", "is being deleted")
+    child = {"name": "late-child", "parent": "team-a", "quota": {"resources": {"cpu": 1000}}}
+    assert_problem(await api.post("/v1/entitlements", headers=ADMIN, json=child), 409)
+    assert await region.store.revision() == revision
+    await region.store.delete(keys.entitlement_deletion("team-a"))
+    assert (await api.post("/v1/jobs", headers=ALICE, json=batch("late", 1))).status_code == 201
+
+
+async def test_a_deletion_racing_submissions_never_leaves_a_job_without_its_entitlement(
+    region: Region,
+) -> None:
+    api = region.api
+    await lead(region.store, *SHARDS)
+    outcomes = set()
+    for attempt in range(15):
+        name = f"brief-{attempt}"
+        body = {"name": name, "quota": {"resources": {"cpu": 10_000}}, "members": ["alice"]}
+        assert (await api.post("/v1/entitlements", headers=ADMIN, json=body)).status_code == 201
+        spec = batch("racer", 1) | {"entitlement": name}
+        deleted, submitted = await asyncio.gather(
+            api.delete(f"/v1/entitlements/{name}", headers=ADMIN),
+            api.post("/v1/jobs", headers=ALICE, json=spec),
+        )
+        entitlement = await region.store.get(keys.entitlement(name))
+        job = await region.store.get(keys.job(name, "racer"))
+        assert job is None or entitlement is not None, (deleted.text, submitted.text)
+        assert (deleted.status_code == 200) == (entitlement is None)
+        assert (submitted.status_code == 201) == (job is not None)
+        outcomes.add((deleted.status_code, submitted.status_code))
+    assert not (await region.store.range(keys.ENTITLEMENT_DELETIONS)).kvs
+    # Each attempt ends one of these ways: the deletion first (the submission refused because
+    # the entitlement is being deleted or is gone), or the job first (the deletion refused).
+    assert outcomes <= {(200, 409), (200, 404), (409, 201), (200, 403)}, outcomes

@@ -91,6 +91,7 @@ async def create_entitlement(
         shard = mapped.value.decode()
         # The parent must still be what the tree was checked against.
         compares.append(mod_revision_is(parent, stored_parent.mod_revision))
+        compares.append(key_missing(keys.entitlement_deletion(entitlement.parent)))
     created = await store.txn(
         compares,
         [
@@ -146,9 +147,9 @@ async def delete_entitlement(
     store: StoreDep, counts: ShardCountsDep, principal: CurrentPrincipal, name: EntitlementName
 ) -> Response:
     """Admin: delete an entitlement that has no child and no job (409 naming them); its
-    shard-map entry goes with it. A job submitted while the deletion is checked may be left
-    without its entitlement (see docs/protocol.md)."""
+    shard-map entry goes with it. A job or child submitted meanwhile either comes first (and
+    the deletion is 409) or is refused with 409."""
     require_admin(principal)
-    deleted, revision = await entitlements.delete(store, name)
+    deleted, revision = await entitlements.delete(store, name, principal.name)
     await counts.wait_for(keys.SHARD_MAP, revision)
     return json_response(deleted)
