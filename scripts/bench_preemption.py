@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +107,29 @@ def timed_start(client: httpx.Client, spec: dict[str, Any]) -> float:
     return time.monotonic() - started
 
 
+def preemptions(
+    region: LocalRegion,
+    client: httpx.Client,
+    victim: str,
+    preemptor: Callable[..., dict[str, Any]],
+    args: argparse.Namespace,
+    case: str,
+) -> list[float]:
+    """Seconds from each submission of `preemptor(name, seconds=2)` to its tasks running, while
+    `victim` runs with a controller that lets its grace run out; `victim` runs again in between."""
+    timings = []
+    with Controller(region, victim, ttl_s=3600):
+        for trial in range(args.trials):
+            timings.append(timed_start(client, preemptor(f"preemptor-{trial}", seconds=2)))
+            log(f"{case}, trial {trial + 1}: running after {timings[-1]:.2f} s")
+            wait_for(
+                lambda: all_running(client, victim, args.tasks),
+                timeout_s=TIMEOUT_S,
+                what=f"{victim} running again (once the preemptor has finished)",
+            )
+    return timings
+
+
 def preempting(region: LocalRegion, args: argparse.Namespace, grace_s: float) -> list[float]:
     """Seconds from each high-priority submission to its tasks running, at `grace_s`."""
     name = f"grace-{grace_s:g}"
@@ -120,17 +145,8 @@ def preempting(region: LocalRegion, args: argparse.Namespace, grace_s: float) ->
         )
         low = submit(client, job("low", name, args.tasks, seconds=3600, priority=100))
         wait_for(lambda: all_running(client, low, args.tasks), timeout_s=TIMEOUT_S, what="low")
-        timings = []
-        with Controller(region, low, ttl_s=3600):
-            for trial in range(args.trials):
-                spec = job(f"high-{trial}", name, args.tasks, seconds=2, priority=200)
-                timings.append(timed_start(client, spec))
-                log(f"grace {grace_s:g} s, trial {trial + 1}: running after {timings[-1]:.2f} s")
-                wait_for(
-                    lambda: all_running(client, low, args.tasks),
-                    timeout_s=TIMEOUT_S,
-                    what="the low job running again (once the high one has finished)",
-                )
+        high = functools.partial(job, entitlement=name, tasks=args.tasks, priority=200)
+        timings = preemptions(region, client, low, high, args, f"grace {grace_s:g} s")
         # Its machines go back to the free pool for the next case.
         assert client.delete(f"/v1/jobs/{low}").status_code == 202
     return timings
@@ -163,18 +179,8 @@ def reclaiming(region: LocalRegion, args: argparse.Namespace) -> list[float]:
         wait_for(
             lambda: all_running(client, borrower, args.tasks), timeout_s=TIMEOUT_S, what="borrower"
         )
-        timings = []
-        with Controller(region, borrower, ttl_s=3600):
-            for trial in range(args.trials):
-                spec = job(f"own-{trial}", "lender", args.tasks, seconds=2, priority=1)
-                timings.append(timed_start(client, spec))
-                log(f"reclaim, trial {trial + 1}: running after {timings[-1]:.2f} s")
-                wait_for(
-                    lambda: all_running(client, borrower, args.tasks),
-                    timeout_s=TIMEOUT_S,
-                    what="the borrower running again (once the lender's job has finished)",
-                )
-    return timings
+        own = functools.partial(job, entitlement="lender", tasks=args.tasks, priority=1)
+        return preemptions(region, client, borrower, own, args, "reclaim")
 
 
 async def audit(store_url: str, start: int) -> tuple[int, list[str]]:

@@ -14,7 +14,7 @@ from typing import Any, Final
 import orjson
 
 from tether.aio import cancel_and_wait
-from tether.frontend.problems import Unavailable
+from tether.frontend.listing import wait_listed
 from tether.model.admission import AdmissionState
 from tether.store import KeyValue, Store, keys
 from tether.store.feed import PrefixFeed
@@ -69,16 +69,8 @@ class QueueIndex:
     async def page(self, entitlement: str, offset: int, limit: int) -> tuple[int, list[Any]]:
         """How many jobs wait in the entitlement's queue, and the records of `limit` of them
         from `offset` (0: the head), in order; 503 if the listing takes over `wait_s`."""
-        if not self._listed.is_set():
-            try:
-                async with asyncio.timeout(self._wait_s):
-                    await self._listed.wait()
-            except TimeoutError:
-                since = time.monotonic() - self._started_at
-                raise Unavailable(
-                    "this frontend is still listing the admission records to order the queues "
-                    f"(for {since:.0f} s so far); try again shortly"
-                ) from None
+        what = "the admission records to order the queues"
+        await wait_listed(self._listed, self._wait_s, self._started_at, what)
         ordered = self._sorted.get(entitlement)
         if ordered is None:
             entries = sorted(self._waiting.get(entitlement, {}).values(), key=lambda e: e[0])

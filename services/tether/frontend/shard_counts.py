@@ -7,7 +7,7 @@ import logging
 import time
 
 from tether.aio import cancel_and_wait
-from tether.frontend.problems import Unavailable
+from tether.frontend.listing import wait_listed
 from tether.frontend.shard_tally import KeyCount, OwnedMachines, ShardMap, ShardTally
 from tether.store import Store, keys
 from tether.store.feed import FeedSink, PrefixFeed
@@ -51,16 +51,8 @@ class ShardCounts:
 
     async def tally(self) -> ShardTally:
         """The counts, once every prefix has been listed; 503 if that takes over `wait_s`."""
-        if not self._listed.is_set():
-            try:
-                async with asyncio.timeout(self._wait_s):
-                    await self._listed.wait()
-            except TimeoutError:
-                since = time.monotonic() - self._started_at
-                raise Unavailable(
-                    "this frontend is still listing the store to count what each shard holds "
-                    f"(for {since:.0f} s so far); try again shortly"
-                ) from None
+        what = "the store to count what each shard holds"
+        await wait_listed(self._listed, self._wait_s, self._started_at, what)
         return self._tally
 
     def revision(self, prefix: str) -> int:
