@@ -1,6 +1,7 @@
 """Admission on a whole region (`tether up`, real task processes): jobs over quota queue and
 start in order; a high-priority job preempts a low one through TaskControl, with notice and a
-grace deadline, and the low one requeues and runs again later; no task runs twice at once."""
+grace deadline, and the low one requeues and runs again later; no task runs twice at once; a
+team that borrows its sibling's idle quota gives it back when the sibling submits."""
 
 from __future__ import annotations
 
@@ -158,7 +159,40 @@ def test_a_high_priority_job_preempts_a_low_one_which_requeues_and_runs_later(
             # Once the high job is gone, the low one runs again.
             assert client.delete(f"/v1/jobs/{high}").status_code == 202
             wait_for(lambda: all_running(client, low, 4), timeout_s=60, what="the low job again")
+            # Its machines go back to the free pool for the tests after it.
+            assert client.delete(f"/v1/jobs/{low}").status_code == 202
     finally:
         sampler.stop()
         sampler.join()
     assert all(count == 1 for count in sampler.most.values()), sampler.most
+
+
+def test_a_borrowing_team_gives_quota_back_when_its_sibling_submits(region: LocalRegion) -> None:
+    quota = {"cpu": 400, "memory_mib": 256}
+    with region.client() as client:
+        for body in (
+            {"name": "lab", "quota": {"resources": quota}},
+            {"name": "owner", "parent": "lab", "quota": {"resources": quota}, "members": ["admin"]},
+            {
+                "name": "guest",
+                "parent": "lab",
+                "borrowing_limit": quota,
+                "preemption": {"grace_s": GRACE_S},
+                "members": ["admin"],
+            },
+        ):
+            created = client.post("/v1/entitlements", json=body)
+            assert created.status_code == 201, created.text
+        # guest has no quota of its own: it runs on what owner does not use, at a priority
+        # owner's job does not have.
+        borrowed = submit(client, job("borrowed", "guest", 4, seconds=3600, priority=800))
+        wait_for(lambda: all_running(client, borrowed, 4), timeout_s=60, what="guest running")
+        own = submit(client, job("own", "owner", 4, seconds=3600, priority=1))
+        wait_for(lambda: all_running(client, own, 4), timeout_s=60, what="owner's job running")
+        record = admission(region, borrowed)
+        assert (record["state"], record["preempted_by"]) == ("queued", own)
+        [preempted] = [event for event in record["history"] if event["kind"] == "preempted"]
+        assert (preempted["cause"], preempted["tasks"]) == ("reclaim", 4)
+        # Once owner's job is gone, guest borrows again.
+        assert client.delete(f"/v1/jobs/{own}").status_code == 202
+        wait_for(lambda: all_running(client, borrowed, 4), timeout_s=60, what="guest again")
