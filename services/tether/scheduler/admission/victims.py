@@ -77,14 +77,17 @@ def candidates(
     for entitlement in sorted({head.entitlement, *sides}):
         own = entitlement == head.entitlement
         side = sides.get(entitlement)
+        fair_share = side is not None and side.cause is PreemptionCause.FAIR_SHARE
         for job in admitted(entitlement):
             record = job.admission
+            # The cheap refusals first: a pass looks at every admitted job of these subtrees.
+            if record.priority > priority and (own or fair_share):
+                continue
+            if own and record.priority == priority and record.admitted <= record.least_tasks:
+                continue  # neither lower nor elastic
             if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
                 continue
             if record.priority >= non_preemptible_priority or _preempted_too_often(tree, job, now):
-                continue
-            fair_share = side is not None and side.cause is PreemptionCause.FAIR_SHARE
-            if fair_share and record.priority > priority:
                 continue
             held = min(job.holding, record.admitted)
             extra = max(held - record.least_tasks, 0)
@@ -167,6 +170,8 @@ def _keeps_fair(tree: QuotaTree, side: _Side | None, candidate: Candidate) -> bo
 
 
 def _preempted_too_often(tree: QuotaTree, job: QueuedJob, now: datetime) -> bool:
+    if not job.admission.preempted_at:
+        return False
     limit = tree.nodes[job.entitlement].entitlement.preemption.max_per_job_per_hour
     hour = timedelta(hours=1)
     return sum(1 for at in job.admission.preempted_at if now - at < hour) >= limit
