@@ -182,9 +182,7 @@ class World:
         self.tally.decide_ms.append((time.perf_counter() - started) * 1000)
         if self.queues.tree.over_quota():
             self.tally.over_quota += 1
-        fresh = set()
-        for decision in decisions:
-            fresh |= self._follow(decision.admission)
+        fresh = {d.admission.job for d in decisions if self._follow(d.admission)}
         # Space only grows when tasks leave: until then only the newly admitted are tried.
         trying = self.waiting_placement if self._released else fresh
         self._released = False
@@ -194,9 +192,9 @@ class World:
     def _placement_order(self, handle: str) -> tuple[int, float, float, str]:
         return self.queues.jobs[handle].admission.order()
 
-    def _follow(self, record: Admission) -> set[str]:
+    def _follow(self, record: Admission) -> bool:
         """What the scheduler does with a decision: places admitted tasks, stops preempted ones
-        at the end of their grace. Returns the job's handle if it now waits for placement."""
+        at the end of their grace. Returns whether the job now waits for placement."""
         job = self.jobs[record.job]
         queued = record.state is AdmissionState.QUEUED
         self._set_queued(job.handle, job.arrival.job.spec.entitlement if queued else None)
@@ -204,7 +202,7 @@ class World:
             if job.admitted_s is None:
                 job.admitted_s = self.now_s
             self.waiting_placement.add(job.handle)
-            return {job.handle}
+            return True
         elif record.state is AdmissionState.PREEMPTING and not job.stopping:
             event = record.history[-1]
             if event.kind is AdmissionEventKind.PREEMPTED:
@@ -216,7 +214,7 @@ class World:
             self.waiting_placement.discard(job.handle)
             entitlement = self.entitlements[job.arrival.job.spec.entitlement]
             self._at(self.now_s + entitlement.preemption.grace_s, STOP, job.handle, job.epoch)
-        return set()
+        return False
 
     def _place(self, job: SimJob) -> None:
         """Places all the job's admitted tasks at once (gang), as the allocator's Place does."""

@@ -88,19 +88,16 @@ class QueueIndex:
             self.put(kv)
 
     def put(self, kv: KeyValue) -> None:
+        self.delete(kv.key, kv.mod_revision)
         try:
             record = orjson.loads(kv.value)
-            queued = record.get("state", _QUEUED) == _QUEUED
-            kept = {name: record.get(name) for name in _VIEWED}
-            entry = (_order(record), kept) if queued else None
+            if record.get("state", _QUEUED) != _QUEUED:
+                return
+            entry = (_order(record), {name: record.get(name) for name in _VIEWED})
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as error:
             log.warning("admission record %s is not valid (%s); not listed", kv.key, error)
-            entry = None
-        if entry is None:
-            self.delete(kv.key, kv.mod_revision)
             return
         entitlement = kv.key[len(keys.ADMISSIONS) :].split("/", 1)[0]
-        self.delete(kv.key, kv.mod_revision)
         self._waiting[entitlement][kv.key] = entry
         self._entitlement_of[kv.key] = entitlement
         self._sorted.pop(entitlement, None)

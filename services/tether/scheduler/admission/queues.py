@@ -46,9 +46,10 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """Preempting `freed` would let `head` be admitted."""
+    """Preempting `freed` would let `head` be admitted with `demand` more."""
 
     head: str
+    demand: Vector
     freed: list[Candidate]
 
     @property
@@ -173,13 +174,8 @@ class AdmissionQueues:
     def _promise(self, proposal: Proposal) -> list[tuple[str, Vector]]:
         """Shows the proposal's outcome in the tree; returns the changes (entitlement, amount
         used) that undo it when released."""
-        changes = []
-        for victim in proposal.freed:
-            changes.append((victim.entitlement, neg(victim.amount())))
-        head = self.jobs[proposal.head]
-        asked = self._asked(head) or 0
-        if head.demand is not None:
-            changes.append((head.entitlement, tuple(d * asked for d in head.demand)))
+        changes = [(victim.entitlement, neg(victim.amount())) for victim in proposal.freed]
+        changes.append((self.jobs[proposal.head].entitlement, proposal.demand))
         for entitlement, amount in changes:
             self.tree.use(entitlement, amount)
         return changes
@@ -405,4 +401,4 @@ class AdmissionQueues:
                 f"preempting would not help: all {len(found)} candidate(s) together "
                 f"(within {budget} tasks) would not make room"
             )
-        return Proposal(head.handle, victims)
+        return Proposal(head.handle, demand, victims)
