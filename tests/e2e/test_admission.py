@@ -92,8 +92,14 @@ def test_the_region_protects_the_band_tether_up_was_given(region: LocalRegion) -
 
 def test_jobs_over_quota_queue_and_start_in_order(region: LocalRegion) -> None:
     create_entitlement(region, "orderly", 4)
+
+    def admitted_at(handle: str) -> datetime | None:
+        stamp = admission(region, handle)["admitted_at"]
+        return None if stamp is None else datetime.fromisoformat(stamp)
+
     with region.client() as client:
-        first = submit(client, job("first", "orderly", 4, seconds=3))
+        # The first runs until deleted, so the queue cannot move while it is read.
+        first = submit(client, job("first", "orderly", 4, seconds=600))
         second = submit(client, job("second", "orderly", 3, seconds=1))
         third = submit(client, job("third", "orderly", 2, seconds=1))
         wait_for(lambda: all_running(client, first, 4), timeout_s=60, what="the first job running")
@@ -112,15 +118,13 @@ def test_jobs_over_quota_queue_and_start_in_order(region: LocalRegion) -> None:
         listed = region.cli("queue", "ls", "orderly")
         assert listed.returncode == 0, listed.stderr
         assert "orderly/second" in listed.stdout
-
-    def admitted_at(handle: str) -> datetime | None:
-        stamp = admission(region, handle)["admitted_at"]
-        return None if stamp is None else datetime.fromisoformat(stamp)
+        first_admitted = admitted_at(first)
+        assert client.delete(f"/v1/jobs/{first}").status_code == 202
 
     wait_for(lambda: admitted_at(third), timeout_s=60, what="the third job admitted")
-    times = [admitted_at(handle) for handle in (first, second, third)]
+    times = [first_admitted, admitted_at(second), admitted_at(third)]
     assert times == sorted(times)  # type: ignore[type-var]
-    # The second (3 tasks) waited for the first to finish; the third (2) for the second.
+    # The second (3 tasks) waited for the first to be gone; the third (2) for the second.
     for handle in (second, third):
         kinds = [event["kind"] for event in admission(region, handle)["history"]]
         assert kinds == ["queued", "admitted"]
