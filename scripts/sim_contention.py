@@ -2,14 +2,14 @@
 """A contended region, simulated: fair share, deadlines and preemption under saturation.
 
 The scheduler's own admission queues (`AdmissionQueues`: order, borrowing, weighted dominant
-resource fairness, victim selection, rate limits) and the allocator's own index and planner run
-in this process on a simulated clock. The region is --machines GPU machines (8 GPUs each) under
-a tree region -> 2 orgs (weights 3:1) -> 3 teams each (1:1:2); every level guarantees
---guaranteed of its weighted share and lends the rest. Jobs arrive by Poisson processes at --load
-times each team's weighted share, with the Philly task counts and durations of Gavel's workloads
-(../shared/data/gavel/README.md); --deadline-share of them have deadlines, and --bursts bursts of
-high-priority jobs preempt. A preempted job checkpoints within its grace and resumes later; a
-machine its last task leaves goes back to the free pool at once.
+resource fairness, victim selection, rate limits) and the allocator's own index, planner and
+preemption check run in this process on a simulated clock. The region is --machines GPU
+machines (8 GPUs each) under a tree region -> 2 orgs (weights 3:1) -> 3 teams each (1:1:2);
+every level guarantees --guaranteed of its weighted share and lends the rest. Jobs arrive by
+Poisson processes at --load times each team's weighted share, with the Philly task counts and
+durations of Gavel's workloads (../shared/data/gavel/README.md); --deadline-share of them have
+deadlines, and --bursts bursts of high-priority jobs preempt. A preempted job checkpoints within
+its grace and resumes later; a machine its last task leaves goes back to the free pool at once.
 
 The same arrivals run twice: with deadline-aware order (Cameo: priority, then latest start) and
 with FIFO order (priority, then submission time). Fair share is measured on the first run while
@@ -23,6 +23,9 @@ the region is saturated (every team has a job waiting). Prints one JSON line:
   fifo_deadline_miss_rate   the same arrivals in FIFO order
   queue_wait_p50_s/p99_s    per priority band (jobs still waiting count their wait so far)
   preemptions          jobs preempted, and by cause (priority, reclaim, fair-share)
+  placement_checks     preemptions proposed by quota and checked against the machines by the
+                       allocator's own check (in process); refused_by_placement of them freed
+                       quota but no machines the preemptor fits; spare_victims added to fit
   over_quota_passes    decider passes after which an entitlement held beyond its quota and
                        borrowing limit (QuotaTree.over_quota), in either run: must be 0
   admission_decision_p99_ms  a pass with 10,000 jobs queued in one entitlement (--deep-queue)
@@ -163,6 +166,9 @@ def main() -> None:
         "preemptions": tally.preempted_jobs,
         "preempted_tasks": tally.preempted_tasks,
         "preemptions_by_cause": dict(sorted(tally.preempted_by_cause.items())),
+        "placement_checks": tally.placement_checks,
+        "refused_by_placement": tally.refused_by_placement,
+        "spare_victims": tally.spare_taken,
         "over_quota_passes": tally.over_quota + fifo.tally.over_quota,
         "sim_decision_p99_ms": round(float(np.percentile(tally.decide_ms, 99)), 3),
         "admission_decision_p99_ms": round(float(np.percentile(deep, 99)), 3),

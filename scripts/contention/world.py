@@ -7,7 +7,7 @@ import heapq
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from contention.workload import (
     EPOCH,
@@ -21,8 +21,10 @@ from contention.workload import (
 )
 from tests.support.allocator_builders import Region
 from tether.allocator.index import FREE
+from tether.allocator.preemption import check_preemption
 from tether.model import Entitlement
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
 from tether.scheduler.admission.queues import AdmissionQueues, Decision
 
@@ -68,6 +70,12 @@ class Tally:
     preempted_by_cause: Counter[str] = field(default_factory=Counter)
     """Jobs preempted, by cause (priority, reclaim, fair-share)."""
     decide_ms: list[float] = field(default_factory=list)
+    placement_checks: int = 0
+    """Proposals the allocator's placement check was asked about."""
+    refused_by_placement: int = 0
+    """Proposals whose victims freed quota but not machines the preemptor fits."""
+    spare_taken: int = 0
+    """Victims the placement check added to the quota's."""
     over_quota: int = 0
     """Passes after which some entitlement held more than its quota and borrowing allow."""
     trace: list[tuple[float, dict[str, float]]] = field(default_factory=list)
@@ -178,7 +186,7 @@ class World:
         outcome = self.queues.decide(now)
         decisions: list[Decision] = list(outcome.decisions)
         for proposal in outcome.proposals:
-            decisions += self.queues.preempt(proposal, now)
+            decisions += self._preempt(proposal, now)
         self.tally.decide_ms.append((time.perf_counter() - started) * 1000)
         if self.queues.tree.over_quota():
             self.tally.over_quota += 1
@@ -188,6 +196,29 @@ class World:
         self._released = False
         for handle in sorted(trying, key=self._placement_order):
             self._place(self.jobs[handle])
+
+    def _preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
+        """What the decider does with a proposal, the allocator's placement check run in
+        process on the simulated region's index."""
+        if not self.queues.current(proposal):
+            return []
+        victims, spare = self.queues.stopped(proposal)
+        head = self.jobs[proposal.head].arrival.job
+        fit = check_preemption(
+            self.region.index,
+            self.region.cache,
+            head,
+            self.entitlements[head.spec.entitlement],
+            proposal.placing,
+            victims,
+            spare,
+        )
+        self.tally.placement_checks += 1
+        if not fit.fits:
+            self.tally.refused_by_placement += 1
+            return self.queues.refuse(proposal, fit.reason, now)
+        self.tally.spare_taken += fit.spare_needed
+        return self.queues.preempt(proposal, now, fit.spare_needed)
 
     def _placement_order(self, handle: str) -> tuple[int, float, float, str]:
         return self.queues.jobs[handle].admission.order()

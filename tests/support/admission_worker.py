@@ -18,6 +18,7 @@ from tether.aio import cancel_and_wait
 from tether.model import RegionConfig, from_json
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.admission.queues import Decision
+from tether.scheduler.allocator_client import AllocatorClient
 from tether.scheduler.election import Fence
 from tether.scheduler.state import ShardState
 from tether.store import Store, keys, open_store
@@ -54,7 +55,17 @@ async def start_decider(
     )
     identity = f"{name}:{datetime.now(UTC)}"
     deciders.append(
-        StallingDecider(store, state, fence, identity, 1001, interval_s=0.2, pause_s=pause_s)
+        StallingDecider(
+            store,
+            state,
+            fence,
+            identity,
+            1001,
+            # Never started: the race admits within quota, and a preemption would wait.
+            AllocatorClient(store, timeout_s=5.0),
+            interval_s=0.2,
+            pause_s=pause_s,
+        )
     )
     await state.start()
     return state, deciders[0]

@@ -36,6 +36,7 @@ from tether.allocator.index import (
     tasks_by_row,
 )
 from tether.allocator.placement import Choice, Planner
+from tether.allocator.preemption import PreemptionFit, Stopped, check_preemption
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
 from tether.store import Store, keys
 
@@ -170,12 +171,7 @@ class Engine:
             )
         if job.deleting:
             raise JobDeleting(f"job {job_handle} is being deleted; its tasks are not placed")
-        too_high = [index for index in indexes if index >= job.spec.count]
-        if too_high:
-            raise InvalidRequest(
-                f"task indexes {_listed(too_high)} are out of range: job {job_handle} has "
-                f"{job.spec.count} tasks (0 to {job.spec.count - 1})"
-            )
+        _check_in_range(job, indexes)
         remembered = self._remembered(request_id)
         if remembered is not None:
             # Another call with this id finished while the job was read.
@@ -290,6 +286,19 @@ class Engine:
         job = await self._read_job(job_handle)
         entitlement = await self._entitlement(job)
         return explain(Planner(self._index, self.cache, job, entitlement))
+
+    async def check_preemption(
+        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+    ) -> PreemptionFit:
+        """Whether the job's tasks `indexes` would be placed once the victims' tasks stop, and
+        how many of the spare must stop too (`preemption.check_preemption`)."""
+        _check_unique(indexes)
+        for handle, _ in [*victims, *spare]:
+            _parse(handle)
+        job = await self._read_job(job_handle)
+        _check_in_range(job, indexes)
+        entitlement = await self._entitlement(job)
+        return check_preemption(self._index, self.cache, job, entitlement, indexes, victims, spare)
 
     async def return_idle(self, now: float) -> int:
         """Moves machines that have been idle in an entitlement for the idle delay back to the
@@ -581,6 +590,15 @@ def _check_unique(indexes: Sequence[int]) -> None:
     repeated = sorted(index for index, seen in Counter(indexes).items() if seen > 1)
     if repeated:
         raise InvalidRequest(f"task indexes {_listed(repeated)} are given more than once")
+
+
+def _check_in_range(job: Job, indexes: Sequence[int]) -> None:
+    too_high = [index for index in indexes if index >= job.spec.count]
+    if too_high:
+        raise InvalidRequest(
+            f"task indexes {_listed(too_high)} are out of range: job {job.handle} has "
+            f"{job.spec.count} tasks (0 to {job.spec.count - 1})"
+        )
 
 
 def _listed(indexes: Sequence[int]) -> str:

@@ -51,6 +51,18 @@ class Choice:
     unplaced: dict[int, str]
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The index as a preemption would leave it (`preemption.released_by`)."""
+
+    freed: Mapping[int, I64]
+    """Row -> the resources the stopped tasks free on it."""
+    vacated: frozenset[int]
+    """Rows of other entitlements the stopped tasks leave empty: back in the free pool."""
+    own: I64
+    """What the stopped tasks of the planned job's own entitlement free of its quota."""
+
+
 @dataclass(slots=True)
 class _Domain:
     """One fault domain's candidates for the job: the entitlement's machines (best first, with
@@ -79,10 +91,16 @@ class _Domain:
 
 
 class Planner:
-    """Places the tasks of one Place request on the index as it is now (pure: no store)."""
+    """Places the tasks of one Place request on the index as it is now, or as it would be with
+    some tasks `released` (pure: no store)."""
 
     def __init__(
-        self, index: AllocationIndex, cache: ChoiceCache, job: Job, entitlement: Entitlement
+        self,
+        index: AllocationIndex,
+        cache: ChoiceCache,
+        job: Job,
+        entitlement: Entitlement,
+        released: Released | None = None,
     ) -> None:
         self.index = index
         self.cache = cache
@@ -97,6 +115,8 @@ class Planner:
         self.need = index.vector(job.spec.task.resources)
         if len(quota) < len(self.need):
             quota = index.vector(ceiling)
+        if released is not None:
+            quota = quota + released.own[: len(quota)]
         self.plan = Plan(index, job, entitlement, self.owner, self.need, quota, self._free_rows)
         self.rules = Pipeline(self.plan)
         self.key = cache.key(self.rules.owned_key())
@@ -105,6 +125,18 @@ class Planner:
         self.joined: set[int] = set()
         """Free-pool rows this plan moves into the entitlement."""
         self._machines_left = machines_left(self.plan)
+        self._vacated: frozenset[int] = frozenset()
+        """Rows of other entitlements this plan sees back in the free pool."""
+        self._hypothetical = released is not None
+        if released is not None:
+            self._assume(released)
+
+    def _assume(self, released: Released) -> None:
+        index = self.index
+        for row, amount in released.freed.items():
+            if index.owner[row] == self.owner or row in released.vacated:
+                self._free[row] = index.capacity[row] - index.used[row] + amount
+        self._vacated = frozenset(row for row in released.vacated if index.state[row] == UP)
 
     # --- candidates --------------------------------------------------------------------------
 
@@ -256,9 +288,11 @@ class Planner:
     def _domains(self, tasks: int) -> dict[int, _Domain]:
         spread = self.spread
         rows = self._owned_candidates()
-        if self.joined:
-            # Pool machines a kept placement moved in are the entitlement's for this plan.
-            rows = np.concatenate([rows, np.array(sorted(self.joined), np.intp)])
+        # Pool machines a kept placement moved in are the entitlement's for this plan, and so
+        # are the machines it sees vacated (within the machine quota): they stack first.
+        joining = self.joined | {row for row in self._vacated if self._within_machine_quota(row)}
+        if joining:
+            rows = np.concatenate([rows, np.array(sorted(joining), np.intp)])
         rows = rows[self.rules.masks(rows)]
         domains: dict[int, _Domain] = {}
         if not spread.by_machine and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
@@ -353,7 +387,7 @@ class Planner:
             )
             if not usable or not self.rules.accepts(np.array([row], np.intp))[0]:
                 return False
-        if index.owner[row] == NONE and row not in self.joined:
+        if (index.owner[row] == NONE or row in self._vacated) and row not in self.joined:
             self.joined.add(row)
             if self._machines_left is not None:
                 self._machines_left[int(index.hw[row])] -= 1
@@ -374,7 +408,7 @@ class Planner:
         """
         key = self.rules.reason_key()
         now = time.monotonic()
-        known = self.cache.reasons.get(key)
+        known = None if self._hypothetical else self.cache.reasons.get(key)
         if known is not None and now - known[0] < _REASON_TTL_S:
             return known[1]
         rows = self.index.live_rows()
@@ -396,6 +430,8 @@ class Planner:
             reason = rejections(filtered.outcomes, filtered.considered, details=True)
         if sampled:
             reason = f"in a sample of {len(rows)} of {machines} machines, {reason}"
+        if self._hypothetical:
+            return reason  # not the index as it is: kept, it would answer Place requests
         if len(self.cache.reasons) > _REASONS_KEPT:
             self.cache.reasons.clear()
         self.cache.reasons[key] = (now, reason)

@@ -93,6 +93,24 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
             await _abort(context, error)
         return pb.ReleaseResponse(released=released)
 
+    async def CheckPreemption(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.CheckPreemptionRequest,
+        context: grpc.aio.ServicerContext[pb.CheckPreemptionRequest, pb.CheckPreemptionResponse],
+    ) -> pb.CheckPreemptionResponse:
+        try:
+            fit = await self._engine.check_preemption(
+                request.job_handle,
+                list(request.task_indexes),
+                [(tasks.job_handle, tasks.from_index) for tasks in request.victims],
+                [(tasks.job_handle, tasks.from_index) for tasks in request.spare],
+            )
+        except Exception as error:
+            await _abort(context, error)
+        return pb.CheckPreemptionResponse(
+            fits=fit.fits, spare_needed=fit.spare_needed, reason=fit.reason
+        )
+
     async def Explain(  # noqa: N802 (the generated servicer's method name)
         self,
         request: pb.ExplainRequest,

@@ -48,6 +48,20 @@ class PlaceResult:
     unplaced: dict[int, str]
 
 
+@dataclass(frozen=True, slots=True)
+class PreemptionFit:
+    """Whether a preemption lets the preempting tasks be placed, with how many spare victims,
+    or why not."""
+
+    fits: bool
+    spare_needed: int
+    reason: str
+
+
+Stopped = Sequence[tuple[str, int]]
+"""(job handle, first task index stopped) per victim."""
+
+
 class Allocator(Protocol):
     """What the scheduler needs from the allocator; tests substitute their own."""
 
@@ -58,6 +72,14 @@ class Allocator(Protocol):
     async def release(
         self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
     ) -> int: ...
+
+
+class PreemptionCheck(Protocol):
+    """What the admission decider needs from the allocator."""
+
+    async def check_preemption(
+        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+    ) -> PreemptionFit: ...
 
 
 def replica_order(entitlement: str, replicas: Iterable[str]) -> list[str]:
@@ -124,6 +146,31 @@ class AllocatorClient:
             lambda stub: stub.Release(request, timeout=self._timeout_s), "Release", job_handle
         )
         return response.released
+
+    async def check_preemption(
+        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+    ) -> PreemptionFit:
+        """Asks whether the job's tasks `indexes` would be placed once the victims' tasks stop,
+        and how many of the spare must stop too."""
+
+        def tasks(stopped: Stopped) -> list[allocator_pb2.PreemptedTasks]:
+            return [
+                allocator_pb2.PreemptedTasks(job_handle=handle, from_index=first)
+                for handle, first in stopped
+            ]
+
+        request = allocator_pb2.CheckPreemptionRequest(
+            job_handle=job_handle,
+            task_indexes=list(indexes),
+            victims=tasks(victims),
+            spare=tasks(spare),
+        )
+        response = await self._call(
+            lambda stub: stub.CheckPreemption(request, timeout=self._timeout_s),
+            "CheckPreemption",
+            job_handle,
+        )
+        return PreemptionFit(response.fits, response.spare_needed, response.reason)
 
     async def _call(
         self,

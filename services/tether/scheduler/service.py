@@ -151,15 +151,16 @@ class Term:
         self._state = ShardState(
             store, shard, self._mark, fencing_s=region.fencing_s, reshaped=self._reshaped
         )
+        self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self.decider = Decider(
             store,
             self._state,
             leadership.fence,
             leadership.identity,
             region.non_preemptible_priority,
+            self._allocator,
             lease=leadership.lease,
         )
-        self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)
         self._reconciles = 0
         self._last_reconcile_at: datetime | None = None

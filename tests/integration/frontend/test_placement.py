@@ -183,6 +183,14 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the frontend never releases")
         raise AssertionError("abort returns only by raising")
 
+    async def CheckPreemption(  # noqa: N802
+        self,
+        request: pb.CheckPreemptionRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.CheckPreemptionResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the frontend never preempts")
+        raise AssertionError("abort returns only by raising")
+
 
 EXPLAINED = pb.ExplainResponse(
     job_handle="team-a/web",

@@ -29,6 +29,7 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
     placed: dict[tuple[str, int], str] = field(default_factory=dict)
     place_calls: list[allocator_pb2.PlaceRequest] = field(default_factory=list)
     release_calls: list[tuple[str, list[int]]] = field(default_factory=list)
+    preemption_checks: list[allocator_pb2.CheckPreemptionRequest] = field(default_factory=list)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     async def Place(  # noqa: N802 (the generated servicer's method name)
@@ -71,6 +72,13 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         for task in released:
             del self.placed[task]
         return allocator_pb2.ReleaseResponse(released=len(released))
+
+    async def CheckPreemption(  # noqa: N802
+        self, request: allocator_pb2.CheckPreemptionRequest, context: Context
+    ) -> allocator_pb2.CheckPreemptionResponse:
+        # It places anywhere: whatever stops, the tasks fit.
+        self.preemption_checks.append(request)
+        return allocator_pb2.CheckPreemptionResponse(fits=True)
 
     async def Explain(  # noqa: N802
         self, request: allocator_pb2.ExplainRequest, context: Context

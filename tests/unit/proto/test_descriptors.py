@@ -94,6 +94,7 @@ SERVICES = {
         "Place": ("PlaceRequest", "PlaceResponse"),
         "Release": ("ReleaseRequest", "ReleaseResponse"),
         "Explain": ("ExplainRequest", "ExplainResponse"),
+        "CheckPreemption": ("CheckPreemptionRequest", "CheckPreemptionResponse"),
     },
 }
 

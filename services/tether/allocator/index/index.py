@@ -214,6 +214,11 @@ class AllocationIndex(Columns):
         a task held on two machines is listed under both."""
         return self._tasks.holding(job, indexes)
 
+    def held_from(self, stopped: Mapping[str, int]) -> dict[int, tuple[I64, int]]:
+        """Row -> (resources, tasks) that the tasks of each job `stopped` names, from the given
+        task index on, hold there: what stopping them would free."""
+        return self._tasks.held_from(stopped)
+
     def held_twice(self) -> dict[tuple[str, int], list[int]]:
         """(job, task index) -> the rows holding it, of every task held on more than one
         machine (two allocators placed it at once)."""

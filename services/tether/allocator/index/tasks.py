@@ -194,6 +194,30 @@ class HeldTasks:
                 by_row.setdefault(row, []).append(task)
         return by_row
 
+    def held_from(self, stopped: Mapping[str, int]) -> dict[int, tuple[I64, int]]:
+        """Row -> (resources, tasks) that the tasks of each job `stopped` names, from the given
+        task index on, hold there: what stopping them would free."""
+        freed: dict[int, tuple[I64, int]] = {}
+
+        def add(row: int, code: int) -> None:
+            vector = self.shapes[code].vector
+            zero = np.zeros(len(self._columns.dimensions), np.int64)
+            amount, tasks = freed.get(row, (zero, 0))
+            amount[: len(vector)] += vector
+            freed[row] = (amount, tasks + 1)
+
+        for job, first in stopped.items():
+            tasks = self.jobs.get(job)
+            if tasks is not None:
+                indexes = np.flatnonzero(tasks.rows[first:] != NONE) + first
+                for index in indexes.tolist():
+                    add(int(tasks.rows[index]), int(tasks.shapes[index]))
+            for (held_job, index), rows in self.duplicates.items():
+                if held_job == job and index >= first:
+                    for row, code in rows.items():
+                        add(row, code)
+        return freed
+
     def held_twice(self) -> dict[tuple[str, int], list[int]]:
         """(job, task index) -> the rows holding it, of every task held on more than one
         machine: two allocators placed it (a Place whose answer was lost, sent again to the

@@ -14,9 +14,11 @@ from tether import metrics
 from tether.aio import every
 from tether.model import Entitlement, Job, Task, TaskStatus, parse_job_handle, to_json
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
 from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.status import set_gauges, tree_statuses
+from tether.scheduler.allocator_client import AllocatorError, PreemptionCheck
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
 from tether.scheduler.plan import Stored
@@ -51,6 +53,7 @@ class Decider:
         fence: Fence,
         identity: str,
         non_preemptible_priority: int,
+        allocator: PreemptionCheck,
         *,
         lease: int = 0,
         interval_s: float = 5.0,
@@ -59,6 +62,7 @@ class Decider:
         self._state = state
         self._fence = fence
         self._identity = identity
+        self._allocator = allocator
         self._lease = lease
         """The leader's lease: the published status goes with the term."""
         self._interval_s = interval_s
@@ -102,9 +106,9 @@ class Decider:
         now = datetime.now(UTC)
         with metrics.ADMISSION_PASS_SECONDS.time():
             outcome = self.queues.decide(now)
-            decisions = list(outcome.decisions)
-            for proposal in outcome.proposals:
-                decisions += self.queues.preempt(proposal, now)
+        decisions = list(outcome.decisions)
+        for proposal in outcome.proposals:
+            decisions += await self._preempt(proposal, now)
         if decisions:
             await self._write(decisions, seen)
         if now.timestamp() >= self._published_due:
@@ -114,6 +118,24 @@ class Decider:
             # What was just admitted shows within a second.
             self._published_due = min(self._published_due, now.timestamp() + 1.0)
         self.passes += 1
+
+    async def _preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
+        """Preempts for the proposal if the allocator says the head's tasks then find machines
+        (with spare victims if need be); notes on the head why not if they never would."""
+        if not self.queues.current(proposal):
+            return []  # the next pass plans it again
+        victims, spare = self.queues.stopped(proposal)
+        try:
+            fit = await self._allocator.check_preemption(
+                proposal.head, proposal.placing, victims, spare
+            )
+        except AllocatorError as error:
+            # Not preempting blind: the next pass asks again.
+            _log.warning("preempting for %s waits: %s", proposal.head, error)
+            return []
+        if not fit.fits:
+            return self.queues.refuse(proposal, fit.reason, now)
+        return self.queues.preempt(proposal, now, fit.spare_needed)
 
     # --- the queues' state from the mirrors ------------------------------------------------
 

@@ -24,8 +24,13 @@ from tether.model.admission import (
     AdmissionState,
 )
 from tether.model.quota_tree import QuotaTree, Vector, neg
+from tether.scheduler.admission.proposals import Proposal, Stopped, preempted
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.victims import Candidate, candidates, choose_victims
+from tether.scheduler.admission.victims import (
+    candidates,
+    choose_victims,
+    spare_victims,
+)
 
 QueueKey = tuple[bool, int, float, float, str]
 
@@ -42,28 +47,6 @@ class Decision:
 
     admission: Admission
     revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """Preempting `freed` would let `head` be admitted with `demand` more."""
-
-    head: str
-    demand: Vector
-    freed: list[Candidate]
-
-    @property
-    def victims(self) -> dict[str, int]:
-        """Job handle -> tasks taken off its admission."""
-        taken: dict[str, int] = {}
-        for victim in self.freed:
-            taken[victim.job] = taken.get(victim.job, 0) + victim.take
-        return taken
-
-    @property
-    def tasks(self) -> int:
-        """Tasks whose resources the preemption frees."""
-        return sum(victim.frees for victim in self.freed)
 
 
 @dataclass(slots=True)
@@ -180,34 +163,41 @@ class AdmissionQueues:
             self.tree.use(entitlement, amount)
         return changes
 
-    def preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
-        """Marks the proposal's victims preempting (their tasks are stopped with notice), and
-        notes on the head what it waits for."""
+    def stopped(self, proposal: Proposal) -> tuple[Stopped, Stopped]:
+        """The tasks the proposal's victims, then each of its spare, would stop."""
+        return proposal.stopped(lambda handle: self.jobs[handle].admission.admitted)
+
+    def current(self, proposal: Proposal) -> bool:
+        """Whether the proposal still stands: an earlier one of the pass may have taken one of
+        its victims as a spare."""
+        return all(
+            self.jobs[victim.job].admission.state is AdmissionState.ADMITTED
+            for victim in proposal.freed
+        )
+
+    def refuse(self, proposal: Proposal, reason: str, now: datetime) -> list[Decision]:
+        """Notes on the head that preempting would free quota but not machines its tasks fit."""
+        head = self.jobs[proposal.head]
+        victims = ", ".join(sorted({*proposal.victims, *(s.job for s in proposal.spare)}))
+        why = (
+            f"{self._why_waiting(head)}; preempting would not help: its tasks would not fit "
+            f"the machines even with the tasks of {victims} stopped: {reason}"
+        )
+        outcome = Outcome()
+        self._note(head, why, now, outcome)
+        return outcome.decisions
+
+    def preempt(self, proposal: Proposal, now: datetime, spare: int = 0) -> list[Decision]:
+        """Marks the proposal's victims, and its first `spare` spare victims, preempting (their
+        tasks are stopped with notice), and notes on the head what it waits for."""
+        proposal = proposal.with_spare(spare)
         head = self.jobs[proposal.head]
         decisions = []
         causes = {victim.job: victim.cause for victim in proposal.freed}
         for handle, take in sorted(proposal.victims.items()):
-            victim = self.jobs[handle]
-            record = victim.admission
-            event = AdmissionEvent(
-                at=now,
-                kind=AdmissionEventKind.PREEMPTED,
-                detail=f"{take} task(s) preempted for {proposal.head}",
-                tasks=take,
-                by=proposal.head,
-                cause=causes[handle],
-            )
-            recent = [at for at in record.preempted_at if now - at < timedelta(hours=1)]
-            changed = record.with_event(
-                event,
-                state=AdmissionState.PREEMPTING,
-                admitted=max(record.admitted - take, 0),
-                preempted_by=proposal.head,
-                preemptions=record.preemptions + 1,
-                preempted_at=[*recent, now],
-                reason=f"preempted for {proposal.head}",
-            )
-            decisions.append(self._apply(victim, changed))
+            job = self.jobs[handle]
+            changed = preempted(job.admission, take, causes[handle], proposal.head, now)
+            decisions.append(self._apply(job, changed))
         self._recent[head.entitlement].append((now, proposal.tasks))
         victims = ", ".join(sorted(proposal.victims))
         reason = f"preempting {proposal.tasks} task(s) of {victims}; admitted once they stop"
@@ -401,4 +391,7 @@ class AdmissionQueues:
                 f"preempting would not help: all {len(found)} candidate(s) together "
                 f"(within {budget} tasks) would not make room"
             )
-        return Proposal(head.handle, demand, victims)
+        left = budget - sum(victim.frees for victim in victims)
+        spare = spare_victims(self.tree, found, victims, left)
+        placing = list(range(head.admission.admitted, head.admission.admitted + asked))
+        return Proposal(head.handle, demand, victims, placing, spare)

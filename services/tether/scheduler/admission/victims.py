@@ -1,5 +1,6 @@
-"""Choosing what to preempt by quota (pure): which admitted jobs a head may preempt, and the
-fewest of them, taken in their order, whose release lets it be admitted."""
+"""Choosing what to preempt by quota (pure): which admitted jobs a head may preempt, the
+fewest of them, taken in their order, whose release lets it be admitted, and the next ones the
+placement check may add when those free the wrong machines."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ balance by one job, and borrowers preempt each other all day. Measured with
 scripts/sim_contention.py (8,457 jobs): no margin, 4,477 preemptions; 1%, about 2,100 and every
 share within 2.4% of its weight on three seeds; 3%, 1,408 but one seed's share 6.1% off."""
 
+SPARE_LIMIT: Final = 32
+"""Candidates beyond the quota's victims a proposal offers the placement check: enough to
+empty a few machines of small tasks; the check bisects over them."""
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -36,6 +41,8 @@ class Candidate:
     rank: tuple[object, ...]
     """Lower goes first."""
     cause: PreemptionCause = PreemptionCause.PRIORITY
+    floor: tuple[str, float] | None = None
+    """A fair-share victim's side (a subtree's root) and the dominant share it must keep."""
 
     def amount(self) -> Vector:
         return tuple(d * self.frees for d in self.demand)
@@ -94,6 +101,7 @@ def candidates(
             # Least work lost: the most recently admitted first.
             recency = -(record.admitted_at or now).timestamp()
             cause = PreemptionCause.PRIORITY if side is None else side.cause
+            floor = (side.root, side.fair_share) if fair_share and side is not None else None
             if extra and (not own or record.priority <= priority):
                 found.append(
                     Candidate(
@@ -104,6 +112,7 @@ def candidates(
                         take=extra,
                         rank=(0, record.priority, recency, job.handle),
                         cause=cause,
+                        floor=floor,
                     )
                 )
             if own and record.priority >= priority:
@@ -117,9 +126,10 @@ def candidates(
                     take=record.admitted - extra,
                     rank=(1, record.priority, recency, job.handle),
                     cause=cause,
+                    floor=floor,
                 )
             )
-    found = [c for c in found if c.frees and _keeps_fair(tree, sides.get(c.entitlement), c)]
+    found = [c for c in found if c.frees and _keeps_fair(tree, c)]
     found.sort(key=lambda candidate: candidate.rank)
     return found
 
@@ -162,11 +172,12 @@ def _fair_share(tree: QuotaTree, parent: str, waiting: str) -> float:
     return used / weights if weights else 0.0
 
 
-def _keeps_fair(tree: QuotaTree, side: _Side | None, candidate: Candidate) -> bool:
+def _keeps_fair(tree: QuotaTree, candidate: Candidate) -> bool:
     """A fair-share victim's side must keep its fair share without it."""
-    if side is None or side.cause is not PreemptionCause.FAIR_SHARE:
+    if candidate.floor is None:
         return True
-    return tree.dominant_share(side.root, neg(candidate.amount())) >= side.fair_share
+    root, fair_share = candidate.floor
+    return tree.dominant_share(root, neg(candidate.amount())) >= fair_share
 
 
 def _preempted_too_often(tree: QuotaTree, job: QueuedJob, now: datetime) -> bool:
@@ -211,3 +222,30 @@ def choose_victims(
     finally:
         for candidate in taken:
             tree.use(candidate.entitlement, candidate.amount())
+
+
+def spare_victims(
+    tree: QuotaTree, candidates: Sequence[Candidate], victims: Sequence[Candidate], budget: int
+) -> list[Candidate]:
+    """The candidates after `victims`, in order, that the placement check may add when the
+    victims free enough quota but not on the right machines: at most SPARE_LIMIT, within
+    `budget` tasks, each keeping its side's fair share with the victims and every spare before
+    it gone. The tree is left as it was."""
+    spare: list[Candidate] = []
+    gone = list(victims)
+    try:
+        for victim in gone:
+            tree.release(victim.entitlement, victim.amount())
+        for candidate in candidates:
+            if len(spare) == SPARE_LIMIT:
+                break
+            if candidate in victims or candidate.frees > budget or not _keeps_fair(tree, candidate):
+                continue
+            tree.release(candidate.entitlement, candidate.amount())
+            gone.append(candidate)
+            spare.append(candidate)
+            budget -= candidate.frees
+        return spare
+    finally:
+        for victim in gone:
+            tree.use(victim.entitlement, victim.amount())

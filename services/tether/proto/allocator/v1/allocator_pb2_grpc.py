@@ -50,6 +50,11 @@ class AllocatorStub:
                 request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainResponse.FromString,
                 _registered_method=True)
+        self.CheckPreemption = channel.unary_unary(
+                '/tether.allocator.v1.Allocator/CheckPreemption',
+                request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.SerializeToString,
+                response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.FromString,
+                _registered_method=True)
 
 
 class AllocatorServicer:
@@ -77,6 +82,15 @@ class AllocatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckPreemption(self, request, context):
+        """Checks, read-only, that a preemption would let the preempting job's tasks be placed: on
+        the index as it would be without the preempted tasks (the entitlement's machines they
+        leave, and machines of other entitlements they leave empty, which return to the pool).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AllocatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +108,11 @@ def add_AllocatorServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainRequest.FromString,
                     response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainResponse.SerializeToString,
+            ),
+            'CheckPreemption': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckPreemption,
+                    request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.FromString,
+                    response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +197,33 @@ class Allocator:
             '/tether.allocator.v1.Allocator/Explain',
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainRequest.SerializeToString,
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckPreemption(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tether.allocator.v1.Allocator/CheckPreemption',
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.SerializeToString,
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.FromString,
             options,
             channel_credentials,
             insecure,

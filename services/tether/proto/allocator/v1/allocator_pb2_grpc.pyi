@@ -44,6 +44,11 @@ class AllocatorStub:
     """Frees the machines held by tasks."""
     Explain: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]
     """Explains a job's placement, read-only."""
+    CheckPreemption: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.CheckPreemptionRequest, _allocator_pb2.CheckPreemptionResponse]
+    """Checks, read-only, that a preemption would let the preempting job's tasks be placed: on
+    the index as it would be without the preempted tasks (the entitlement's machines they
+    leave, and machines of other entitlements they leave empty, which return to the pool).
+    """
 
 @_typing.type_check_only
 class AllocatorAsyncStub(AllocatorStub):
@@ -56,6 +61,11 @@ class AllocatorAsyncStub(AllocatorStub):
     """Frees the machines held by tasks."""
     Explain: _aio.UnaryUnaryMultiCallable[_allocator_pb2.ExplainRequest, _allocator_pb2.ExplainResponse]  # type: ignore[assignment]
     """Explains a job's placement, read-only."""
+    CheckPreemption: _aio.UnaryUnaryMultiCallable[_allocator_pb2.CheckPreemptionRequest, _allocator_pb2.CheckPreemptionResponse]  # type: ignore[assignment]
+    """Checks, read-only, that a preemption would let the preempting job's tasks be placed: on
+    the index as it would be without the preempted tasks (the entitlement's machines they
+    leave, and machines of other entitlements they leave empty, which return to the pool).
+    """
 
 class AllocatorServicer(metaclass=_abc_1.ABCMeta):
     """Implemented by allocator replicas; called by the scheduler."""
@@ -83,5 +93,16 @@ class AllocatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_allocator_pb2.ExplainResponse, _abc.Awaitable[_allocator_pb2.ExplainResponse]]:
         """Explains a job's placement, read-only."""
+
+    @_abc_1.abstractmethod
+    def CheckPreemption(
+        self,
+        request: _allocator_pb2.CheckPreemptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_allocator_pb2.CheckPreemptionResponse, _abc.Awaitable[_allocator_pb2.CheckPreemptionResponse]]:
+        """Checks, read-only, that a preemption would let the preempting job's tasks be placed: on
+        the index as it would be without the preempted tasks (the entitlement's machines they
+        leave, and machines of other entitlements they leave empty, which return to the pool).
+        """
 
 def add_AllocatorServicer_to_server(servicer: AllocatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
