@@ -1,7 +1,8 @@
 """Admission on a whole region (`tether up`, real task processes): jobs over quota queue and
 start in order; a high-priority job preempts a low one through TaskControl, with notice and a
 grace deadline, and the low one requeues and runs again later; no task runs twice at once; a
-team that borrows its sibling's idle quota gives it back when the sibling submits."""
+team that borrows its sibling's idle quota gives it back when the sibling submits; nothing is
+preempted for a job whose tasks would not fit the machines anyway."""
 
 from __future__ import annotations
 
@@ -169,6 +170,33 @@ def test_a_high_priority_job_preempts_a_low_one_which_requeues_and_runs_later(
         sampler.stop()
         sampler.join()
     assert all(count == 1 for count in sampler.most.values()), sampler.most
+
+
+def test_nothing_is_preempted_for_a_job_whose_tasks_would_not_fit_the_machines(
+    region: LocalRegion,
+) -> None:
+    create_entitlement(region, "picky", 4)
+    nowhere = {"constraints": [{"attribute": "zone", "op": "==", "value": "nowhere"}]}
+    with region.client() as client:
+        low = submit(client, job("low", "picky", 4, seconds=3600, priority=100))
+        wait_for(lambda: all_running(client, low, 4), timeout_s=60, what="the low job running")
+        # By quota the high job may preempt the low one; no machine has the zone it wants.
+        high = submit(
+            client, job("high", "picky", 4, seconds=3600, priority=200, placement=nowhere)
+        )
+
+        def refused() -> str | None:
+            reason: str = admission(region, high)["reason"]
+            return reason if "would not fit the machines" in reason else None
+
+        # The decider's note on the head is the event that proves it considered preempting.
+        reason = wait_for(refused, timeout_s=30, what="the preemption refused by placement")
+        assert "zone" in reason
+        record = admission(region, low)
+        assert (record["state"], record["preemptions"]) == ("admitted", 0)
+        assert all_running(client, low, 4)
+        for handle in (high, low):
+            assert client.delete(f"/v1/jobs/{handle}").status_code == 202
 
 
 def test_a_borrowing_team_gives_quota_back_when_its_sibling_submits(region: LocalRegion) -> None:
