@@ -171,17 +171,19 @@ class AdmissionQueues:
         """Whether the proposal still stands: an earlier one of the pass may have taken one of
         its victims as a spare."""
         return all(
-            self.jobs[victim.job].admission.state is AdmissionState.ADMITTED
+            (job := self.jobs.get(victim.job)) is not None
+            and job.admission.state is AdmissionState.ADMITTED
             for victim in proposal.freed
         )
 
     def refuse(self, proposal: Proposal, reason: str, now: datetime) -> list[Decision]:
         """Notes on the head that preempting would free quota but not machines its tasks fit."""
         head = self.jobs[proposal.head]
-        victims = ", ".join(sorted({*proposal.victims, *(s.job for s in proposal.spare)}))
+        jobs = sorted({*proposal.victims, *(spare.job for spare in proposal.spare)})
+        named = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
         why = (
             f"{self._why_waiting(head)}; preempting would not help: its tasks would not fit "
-            f"the machines even with the tasks of {victims} stopped: {reason}"
+            f"the machines even with the tasks of {named} stopped: {reason}"
         )
         outcome = Outcome()
         self._note(head, why, now, outcome)

@@ -129,7 +129,8 @@ def candidates(
                     floor=floor,
                 )
             )
-    found = [c for c in found if c.frees and _keeps_fair(tree, c)]
+    keeps_fair = _KeepsFair(tree)
+    found = [c for c in found if c.frees and keeps_fair(c)]
     found.sort(key=lambda candidate: candidate.rank)
     return found
 
@@ -172,12 +173,28 @@ def _fair_share(tree: QuotaTree, parent: str, waiting: str) -> float:
     return used / weights if weights else 0.0
 
 
-def _keeps_fair(tree: QuotaTree, candidate: Candidate) -> bool:
-    """A fair-share victim's side must keep its fair share without it."""
-    if candidate.floor is None:
-        return True
-    root, fair_share = candidate.floor
-    return tree.dominant_share(root, neg(candidate.amount())) >= fair_share
+class _KeepsFair:
+    """Whether a fair-share victim's side keeps its fair share without it, on the tree as it is
+    (`forget` when it changes). A pass asks for hundreds of candidates of a few sides, most of
+    them freeing one of a few amounts: each answer is worked out once."""
+
+    def __init__(self, tree: QuotaTree) -> None:
+        self._tree = tree
+        self._known: dict[tuple[tuple[str, float], Vector, int], bool] = {}
+
+    def __call__(self, candidate: Candidate) -> bool:
+        if candidate.floor is None:
+            return True
+        key = (candidate.floor, candidate.demand, candidate.frees)
+        known = self._known.get(key)
+        if known is None:
+            root, fair_share = candidate.floor
+            share = self._tree.dominant_share(root, neg(candidate.amount()))
+            known = self._known[key] = share >= fair_share
+        return known
+
+    def forget(self) -> None:
+        self._known.clear()
 
 
 def _preempted_too_often(tree: QuotaTree, job: QueuedJob, now: datetime) -> bool:
@@ -233,15 +250,17 @@ def spare_victims(
     it gone. The tree is left as it was."""
     spare: list[Candidate] = []
     gone = list(victims)
+    keeps_fair = _KeepsFair(tree)
     try:
         for victim in gone:
             tree.release(victim.entitlement, victim.amount())
         for candidate in candidates:
-            if len(spare) == SPARE_LIMIT:
+            if len(spare) == SPARE_LIMIT or budget <= 0:
                 break
-            if candidate in victims or candidate.frees > budget or not _keeps_fair(tree, candidate):
+            if candidate in victims or candidate.frees > budget or not keeps_fair(candidate):
                 continue
             tree.release(candidate.entitlement, candidate.amount())
+            keeps_fair.forget()
             gone.append(candidate)
             spare.append(candidate)
             budget -= candidate.frees
