@@ -1,6 +1,7 @@
 """Preemption proposals and the placement check's answer: the spare victims a proposal offers,
 the tasks it stops as the allocator reads them, a refusal noted on the head, spare victims
-preempted when the check needs them, and a proposal an earlier one overtook."""
+preempted when the check needs them, a proposal an earlier one overtook, and the delay before
+a refused head is proposed again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.unit.scheduler.test_admission_queues import NOW, Harness, ent, record
 from tether.model import PreemptionPolicy
 from tether.model.admission import AdmissionState
 from tether.scheduler.admission.proposals import Proposal
+from tether.scheduler.admission.queues import PLACEMENT_RECHECK
 from tether.scheduler.admission.victims import SPARE_LIMIT, Candidate
 
 
@@ -105,3 +107,14 @@ def test_spare_victims_are_bounded() -> None:
     h.submit(record("team", "urgent", 1, priority=100, queued_s=100))
     [proposal] = h.queues.decide(NOW + timedelta(seconds=100)).proposals
     assert len(proposal.spare) == SPARE_LIMIT
+
+
+def test_a_head_refused_by_placement_is_proposed_again_only_after_the_recheck_delay() -> None:
+    h = Harness(ent("team", 4))
+    proposal = four_small_jobs_and_an_urgent_one(h)
+    refused_at = NOW + timedelta(seconds=10)
+    h.queues.refuse(proposal, "no machine fits", refused_at)
+    # The urgent job is still blocked: passes within the delay propose nothing for it.
+    assert h.queues.decide(refused_at + PLACEMENT_RECHECK / 2).proposals == []
+    [again] = h.queues.decide(refused_at + PLACEMENT_RECHECK).proposals
+    assert again.head == "team/urgent"

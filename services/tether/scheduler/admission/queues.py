@@ -34,6 +34,11 @@ from tether.scheduler.admission.victims import (
 
 QueueKey = tuple[bool, int, float, float, str]
 
+PLACEMENT_RECHECK = timedelta(seconds=5)
+"""How long a head whose preemption the allocator refused (its tasks would not fit the
+machines) waits before the victim search and the check run for it again: not every pass, each
+one a search among the admitted jobs and a plan on the allocator."""
+
 
 def _queue_key(record: Admission) -> QueueKey:
     """The job's order, elastic growth after every job still waiting to start."""
@@ -72,6 +77,8 @@ class AdmissionQueues:
         self._admitted: defaultdict[str, set[str]] = defaultdict(set)
         # Entitlement -> (when, tasks) of the preemptions its jobs caused in the last minute.
         self._recent: defaultdict[str, deque[tuple[datetime, int]]] = defaultdict(deque)
+        # Head -> when its preemption, refused by the placement check, may be proposed again.
+        self._refused: dict[str, datetime] = {}
         self.tree = QuotaTree(entitlements)
 
     # --- keeping in step with the store ----------------------------------------------------
@@ -116,6 +123,7 @@ class AdmissionQueues:
     def remove(self, handle: str) -> None:
         self._uncharge(handle)
         self._preempting.discard(handle)
+        self._refused.pop(handle, None)
         job = self.jobs.pop(handle, None)
         if job is not None:
             self._admitted[job.entitlement].discard(handle)
@@ -143,6 +151,8 @@ class AdmissionQueues:
                 if head.handle in owed:
                     self._note(head, "waiting for the tasks it preempted to stop", now, outcome)
                     continue
+                if now < self._refused.get(head.handle, now):
+                    continue  # its note says why it waits
                 proposal = self._proposal(head, now, outcome.proposals)
                 if isinstance(proposal, Proposal):
                     outcome.proposals.append(proposal)
@@ -177,7 +187,8 @@ class AdmissionQueues:
         )
 
     def refuse(self, proposal: Proposal, reason: str, now: datetime) -> list[Decision]:
-        """Notes on the head that preempting would free quota but not machines its tasks fit."""
+        """Notes on the head that preempting would free quota but not machines its tasks fit;
+        it is not proposed again for PLACEMENT_RECHECK."""
         head = self.jobs[proposal.head]
         jobs = sorted({*proposal.victims, *(spare.job for spare in proposal.spare)})
         named = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
@@ -185,6 +196,7 @@ class AdmissionQueues:
             f"{self._why_waiting(head)}; preempting would not help: its tasks would not fit "
             f"the machines even with the tasks of {named} stopped: {reason}"
         )
+        self._refused[head.handle] = now + PLACEMENT_RECHECK
         outcome = Outcome()
         self._note(head, why, now, outcome)
         return outcome.decisions
