@@ -1,0 +1,1 @@
+"""Gavel's policies: pure functions from a `Problem` to an `Allocation` (`registry.POLICIES`)."""

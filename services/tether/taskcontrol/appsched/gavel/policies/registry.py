@@ -1,0 +1,17 @@
+"""The Gavel policies by name, written by hand: one line a policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tether.taskcontrol.appsched.gavel.policies import max_min_fairness, max_sum_throughput
+from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
+
+Policy = Callable[[Problem], Allocation]
+
+POLICIES: dict[str, Policy] = {
+    "max_min_fairness": max_min_fairness.agnostic,
+    "max_min_fairness_perf": max_min_fairness.heterogeneity_aware,
+    "max_sum_throughput": max_sum_throughput.max_sum_throughput,
+}
+"""Not yet: fifo, min_total_duration, finish_time_fairness, hierarchical (issue 20)."""

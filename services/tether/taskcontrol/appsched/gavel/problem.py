@@ -1,0 +1,105 @@
+"""What a Gavel policy allocates: the active jobs, how fast each runs on each accelerator type,
+and how many accelerators of each type there are; and the allocation it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+Allocation = F64
+"""Jobs x accelerator types: the fraction of time each job runs on each type (its gang of
+`scale_factor` accelerators of that type), every row summing to at most 1."""
+
+
+@dataclass(frozen=True)
+class AcceleratorJob:
+    """One job as a policy sees it."""
+
+    name: str
+    scale_factor: int
+    """Accelerators its gang holds at once, all of one type."""
+    throughputs: Mapping[str, float]
+    """Accelerator type -> steps per second of the whole gang on that type (absent or 0: the
+    job cannot run there)."""
+    weight: float = 1.0
+    """Its priority weight: a weight of 2 asks for twice the share of a weight of 1."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Active jobs and the region's accelerators, as arrays in a fixed order."""
+
+    jobs: tuple[str, ...]
+    accelerators: tuple[str, ...]
+    throughputs: F64
+    """Jobs x accelerator types, steps per second (0: cannot run there)."""
+    scale_factors: F64
+    weights: F64
+    counts: F64
+    """Accelerators of each type."""
+
+    @classmethod
+    def of(cls, jobs: Sequence[AcceleratorJob], counts: Mapping[str, int]) -> Problem:
+        accelerators = tuple(sorted(counts))
+        throughputs = np.array(
+            [[job.throughputs.get(kind, 0.0) for kind in accelerators] for job in jobs],
+            dtype=np.float64,
+        ).reshape(len(jobs), len(accelerators))
+        bad = [job.name for job in jobs if job.scale_factor < 1 or job.weight <= 0]
+        if bad:
+            raise ValueError(f"jobs {bad} need a scale factor of 1 or more and a positive weight")
+        return cls(
+            jobs=tuple(job.name for job in jobs),
+            accelerators=accelerators,
+            throughputs=throughputs,
+            scale_factors=np.array([job.scale_factor for job in jobs], dtype=np.float64),
+            weights=np.array([job.weight for job in jobs], dtype=np.float64),
+            counts=np.array([counts[kind] for kind in accelerators], dtype=np.float64),
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.jobs), len(self.accelerators)
+
+    def runnable(self) -> npt.NDArray[np.bool_]:
+        """Jobs x types: where a job can run (a throughput above 0)."""
+        runs: npt.NDArray[np.bool_] = self.throughputs > 0
+        return runs
+
+    def equal_share(self) -> Allocation:
+        """The heterogeneity-blind fair allocation: every job the same accelerator time per
+        unit of weight (a gang of `scale_factor` gets 1/scale_factor of the time), as much as
+        the accelerators allow, each job's time spread over the types it can run on in
+        proportion to their counts. The heterogeneity-aware policies measure each job's
+        throughput against what it gets here."""
+        runs = self.runnable()
+        spread = runs * self.counts
+        totals = spread.sum(axis=1, keepdims=True)
+        spread = np.divide(spread, totals, out=np.zeros_like(spread), where=totals > 0)
+        asks = self.weights / self.scale_factors
+
+        def at(level: float) -> Allocation:
+            shares: Allocation = np.minimum(1.0, level * asks)[:, None] * spread
+            return shares
+
+        def fits(level: float) -> bool:
+            load = (at(level) * self.scale_factors[:, None]).sum(axis=0)
+            return bool(np.all(load <= self.counts * (1 + 1e-12)))
+
+        # The level at which the busiest type is full (or every job runs all the time).
+        low, high = 0.0, float(1.0 / asks.min()) if len(asks) else 0.0
+        if fits(high):
+            return at(high)
+        for _ in range(60):
+            middle = (low + high) / 2
+            low, high = (middle, high) if fits(middle) else (low, middle)
+        return at(low)
+
+    def effective_throughputs(self, allocation: Allocation) -> F64:
+        """Per job, its steps per second under `allocation`."""
+        rates: F64 = (self.throughputs * allocation).sum(axis=1)
+        return rates

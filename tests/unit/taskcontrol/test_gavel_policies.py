@@ -1,0 +1,112 @@
+"""Gavel's policies against cases solved by hand, and every registered policy's allocation
+within the accelerators on random problems."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.taskcontrol.appsched.gavel.policies import max_min_fairness
+from tether.taskcontrol.appsched.gavel.policies.max_sum_throughput import max_sum_throughput
+from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
+from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob, Problem
+
+TOLERANCE = 1e-6
+
+
+def job(name: str, scale_factor: int = 1, weight: float = 1.0, **speeds: float) -> AcceleratorJob:
+    return AcceleratorJob(name, scale_factor, speeds, weight)
+
+
+def test_blind_max_min_gives_every_job_the_same_accelerator_time() -> None:
+    # One type, 2 GPUs: a gang of 2 gets half the time of a single-GPU job.
+    problem = Problem.of([job("a", v100=1), job("b", v100=1), job("c", 2, v100=1)], {"v100": 2})
+    allocation = max_min_fairness.agnostic(problem)
+    assert allocation[:, 0] == pytest.approx([2 / 3, 2 / 3, 1 / 3], abs=TOLERANCE)
+
+
+def test_a_heavier_weight_gets_a_proportionally_larger_share() -> None:
+    problem = Problem.of([job("a", v100=1), job("b", weight=3, v100=1)], {"v100": 1})
+    allocation = max_min_fairness.agnostic(problem)
+    assert allocation[:, 0] == pytest.approx([0.25, 0.75], abs=TOLERANCE)
+
+
+def test_the_aware_policy_puts_a_lone_job_on_its_fastest_type() -> None:
+    problem = Problem.of([job("a", v100=4, k80=1)], {"v100": 1, "k80": 1})
+    allocation = max_min_fairness.heterogeneity_aware(problem)
+    # Accelerator types in sorted order: k80, v100.
+    assert problem.accelerators == ("k80", "v100")
+    assert allocation[0] == pytest.approx([0.0, 1.0], abs=TOLERANCE)
+
+
+def test_the_aware_policy_gives_each_job_the_type_it_is_relatively_fast_on() -> None:
+    # b cannot run on a V100 at all: it takes the K80, and a has the V100 to itself.
+    problem = Problem.of([job("a", v100=2, k80=1), job("b", k80=1)], {"v100": 1, "k80": 1})
+    allocation = max_min_fairness.heterogeneity_aware(problem)
+    assert allocation == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]), abs=TOLERANCE)
+
+
+def test_the_aware_policy_raises_the_worst_relative_throughput_above_the_blind_one() -> None:
+    problem = Problem.of([job("a", v100=10, k80=1), job("b", v100=1, k80=1)], {"v100": 1, "k80": 1})
+    baseline = problem.effective_throughputs(problem.equal_share())
+    aware = problem.effective_throughputs(max_min_fairness.heterogeneity_aware(problem))
+    # a alone on the V100 (10 / 5.5) and b alone on the K80 (1 / 1): nobody below 1.
+    assert min(aware / baseline) == pytest.approx(1.0, abs=TOLERANCE)
+    assert aware[0] / baseline[0] > 1.5
+
+
+def test_max_sum_throughput_runs_each_job_where_its_normalized_throughput_is_highest() -> None:
+    problem = Problem.of([job("a", v100=10, k80=5), job("b", v100=2, k80=2)], {"v100": 1, "k80": 1})
+    allocation = max_sum_throughput(problem)
+    assert allocation == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]), abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "jobs", "shares"),
+    [
+        (1, [job("a", v100=1), job("b", weight=3, v100=1)], [0.25, 0.75]),
+        (2, [job("a", v100=1), job("c", 2, v100=1)], [1.0, 0.5]),
+        (4, [job("a", v100=1), job("b", v100=1)], [1.0, 1.0]),
+    ],
+)
+def test_the_equal_share_is_equal_weighted_accelerator_time(
+    gpus: int, jobs: list[AcceleratorJob], shares: list[float]
+) -> None:
+    problem = Problem.of(jobs, {"v100": gpus})
+    assert problem.equal_share()[:, 0] == pytest.approx(shares, abs=1e-9)
+
+
+def test_a_job_needs_a_scale_factor_and_a_positive_weight() -> None:
+    with pytest.raises(ValueError, match=r"\['bad'\]"):
+        Problem.of([job("bad", 0, v100=1)], {"v100": 1})
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> Problem:
+    types = ["k80", "p100", "v100"]
+    counts = {kind: draw(st.integers(0, 4)) for kind in types}
+    speeds = st.one_of(st.just(0.0), st.floats(0.1, 50.0))
+    jobs = [
+        AcceleratorJob(
+            f"j{number}",
+            draw(st.sampled_from([1, 2, 4])),
+            {kind: draw(speeds) for kind in types},
+            draw(st.sampled_from([1.0, 2.0, 0.5])),
+        )
+        for number in range(draw(st.integers(0, 8)))
+    ]
+    return Problem.of(jobs, counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.sampled_from(sorted(POLICIES)))
+def test_every_allocation_fits_the_accelerators(problem: Problem, name: str) -> None:
+    allocation = POLICIES[name](problem)
+    assert allocation.shape == problem.shape
+    assert (allocation >= 0).all()
+    assert (allocation.sum(axis=1) <= 1 + TOLERANCE).all()
+    used = (allocation * problem.scale_factors[:, None]).sum(axis=0)
+    assert (used <= problem.counts + TOLERANCE).all()
+    assert (allocation[~problem.runnable()] <= TOLERANCE).all()
