@@ -27,6 +27,15 @@ def test_blind_max_min_gives_every_job_the_same_accelerator_time() -> None:
     assert allocation[:, 0] == pytest.approx([2 / 3, 2 / 3, 1 / 3], abs=TOLERANCE)
 
 
+def test_alike_jobs_share_alike_whatever_their_number() -> None:
+    # 100 single-GPU jobs and 50 gangs of 2 on 20 GPUs, every job the same accelerator time t:
+    # 100 t + 50 * 2 * t / 2 = 20.
+    jobs = [job(f"s{n}", v100=1) for n in range(100)] + [job(f"g{n}", 2, v100=1) for n in range(50)]
+    allocation = max_min_fairness.agnostic(Problem.of(jobs, {"v100": 20}))
+    assert allocation[:100, 0] == pytest.approx([2 / 15] * 100, abs=TOLERANCE)
+    assert allocation[100:, 0] == pytest.approx([1 / 15] * 50, abs=TOLERANCE)
+
+
 def test_a_heavier_weight_gets_a_proportionally_larger_share() -> None:
     problem = Problem.of([job("a", v100=1), job("b", weight=3, v100=1)], {"v100": 1})
     allocation = max_min_fairness.agnostic(problem)

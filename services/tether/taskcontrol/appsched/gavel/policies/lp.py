@@ -1,12 +1,19 @@
-"""The linear programs the policies share, solved with HiGHS (scipy.optimize.milp, with no
-integer variables: sparse constraints, unlike linprog's typed interface): an
-allocation's variables are the jobs x types time fractions, row-major, bounded to [0, 1] where
-the job can run and to 0 where it cannot; every job runs at most all the time, and no type
-gives more accelerators than it has."""
+"""The linear programs the policies share, solved with HiGHS (scipy.optimize.milp with no
+integer variables, which takes sparse constraints): the variables are the time fractions of
+each job on each type, bounded to [0, 1] where the job can run and to 0 where it cannot; every
+job runs at most all the time, and no type gives more accelerators than it has.
+
+Jobs alike in everything a program reads (their coefficients, scale factor and where they can
+run) share one row: by symmetry some optimal allocation gives alike jobs alike rows (averaging
+an optimal one over them keeps it feasible and optimal), so a program's size follows the kinds
+of jobs, not their number."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
@@ -21,77 +28,110 @@ class NoSolution(RuntimeError):
     """The solver found no optimal allocation (a bug: the zero allocation is always feasible)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Kinds:
+    """The problem's jobs grouped by what the program reads of them, one row per kind."""
+
+    coefficients: F64
+    upper: F64
+    """1 where the kind can run, else 0."""
+    accelerators: F64
+    """Per kind, the accelerators a time fraction of 1 takes: scale factor times members."""
+    members: F64
+    of_job: npt.NDArray[np.intp]
+    """Per job, its kind."""
+
+    @classmethod
+    def of(cls, problem: Problem, coefficients: F64) -> _Kinds:
+        types = len(problem.accelerators)
+        keys = np.column_stack([coefficients, problem.runnable(), problem.scale_factors])
+        unique, of_job, members = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        return cls(
+            coefficients=unique[:, :types],
+            upper=unique[:, types : 2 * types],
+            accelerators=unique[:, -1] * members,
+            members=members.astype(np.float64),
+            of_job=of_job.reshape(-1),
+        )
+
+    def constraints(self, problem: Problem) -> tuple[sparse.csr_array, F64]:
+        """Each kind's row sums to at most 1, each type's accelerators to at most its count."""
+        kinds, types = self.coefficients.shape
+        per_type = sparse.csr_array(
+            (
+                np.repeat(self.accelerators, types),
+                (np.tile(np.arange(types), kinds), np.arange(kinds * types)),
+            ),
+            shape=(types, kinds * types),
+        )
+        rows = sparse.vstack([_per_row(np.ones((kinds, types))), per_type]).tocsr()
+        return rows, np.concatenate([np.ones(kinds), problem.counts])
+
+
 def max_min(problem: Problem, coefficients: F64) -> Allocation:
     """The allocation that maximizes the smallest `sum_t coefficients[j, t] * x[j, t]` over the
     jobs that can run on some accelerator there is; then, keeping every such job at that
     minimum at least, the sum of them. The minimum alone leaves the jobs above it wherever the
     solver happens to stop, accelerators idle among them; the second program hands out what
     the first left."""
-    jobs, types = problem.shape
     usable = coefficients * problem.runnable() * (problem.counts > 0)
-    counted = np.flatnonzero(usable.sum(axis=1) > 0)
+    kinds = _Kinds.of(problem, usable)
+    counted = np.flatnonzero(kinds.coefficients.sum(axis=1) > 0)
     if not len(counted):
-        return np.zeros((jobs, types))
-    rows, caps, upper = _base(problem)
-    values = _per_job(coefficients)[counted]
-    # First the minimum, one more variable z: z - sum_t c[j, t] x[j, t] <= 0 for each job.
+        return np.zeros(problem.shape)
+    rows, caps = kinds.constraints(problem)
+    values = _per_row(kinds.coefficients)[counted]
+    size = kinds.upper.size
+    # First the minimum, one more variable z: z - sum_t c[k, t] x[k, t] <= 0 for each kind.
     floor = sparse.hstack([-values, sparse.csr_array(np.ones((len(counted), 1)))])
     padded = sparse.hstack([rows, sparse.csr_array((rows.shape[0], 1))])
-    objective = np.zeros(jobs * types + 1)
+    objective = np.zeros(size + 1)
     objective[-1] = -1.0
     first = _solve(
         objective,
         sparse.vstack([padded, floor]).tocsr(),
         np.concatenate([caps, np.zeros(len(counted))]),
-        Bounds(np.append(np.zeros(len(upper)), -np.inf), np.append(upper, np.inf)),
+        Bounds(np.append(np.zeros(size), -np.inf), np.append(kinds.upper.reshape(-1), np.inf)),
     )
-    # Then the most in all with every job at the minimum (less a rounding margin).
+    # Then the most in all, every job kept at the minimum (less a rounding margin).
     least = first[-1] * (1 - _MARGIN)
     second = _solve(
-        -usable.reshape(-1),
+        -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
         sparse.vstack([rows, -values]).tocsr(),
         np.concatenate([caps, np.full(len(counted), -least)]),
-        Bounds(np.zeros(len(upper)), upper),
+        Bounds(np.zeros(size), kinds.upper.reshape(-1)),
     )
-    return second.reshape(jobs, types)
+    return _per_job(kinds, second)
 
 
 def max_sum(problem: Problem, coefficients: F64) -> Allocation:
     """The allocation that maximizes `sum_j sum_t coefficients[j, t] * x[j, t]`."""
-    jobs, types = problem.shape
-    if not jobs:
-        return np.zeros((0, types))
-    rows, caps, upper = _base(problem)
-    bounds = Bounds(np.zeros(len(upper)), upper)
-    solution = _solve(-coefficients.reshape(-1), rows.tocsr(), caps, bounds)
-    return solution.reshape(jobs, types)
-
-
-def _base(problem: Problem) -> tuple[sparse.csr_array, F64, F64]:
-    """The constraints every allocation meets: each job's row sums to at most 1, each type's
-    accelerators (scale factor times time fraction) to at most its count; and the variables'
-    upper bounds (1 where the job can run, else 0)."""
-    jobs, types = problem.shape
-    per_job = _per_job(np.ones((jobs, types)))
-    per_type = sparse.csr_array(
-        (
-            np.repeat(problem.scale_factors, types),
-            (np.tile(np.arange(types), jobs), np.arange(jobs * types)),
-        ),
-        shape=(types, jobs * types),
+    kinds = _Kinds.of(problem, coefficients * problem.runnable())
+    if not len(kinds.members):
+        return np.zeros(problem.shape)
+    rows, caps = kinds.constraints(problem)
+    solution = _solve(
+        -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
+        rows,
+        caps,
+        Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
     )
-    caps = np.concatenate([np.ones(jobs), problem.counts])
-    upper = problem.runnable().reshape(-1).astype(np.float64)
-    return sparse.vstack([per_job, per_type]).tocsr(), caps, upper
+    return _per_job(kinds, solution)
 
 
-def _per_job(values: F64) -> sparse.csr_array:
-    """One row per job holding its `values` over the job's own variables."""
-    jobs, types = values.shape
+def _per_row(values: F64) -> sparse.csr_array:
+    """One constraint row per row of `values`, over that row's variables."""
+    count, types = values.shape
     return sparse.csr_array(
-        (values.reshape(-1), (np.repeat(np.arange(jobs), types), np.arange(jobs * types))),
-        shape=(jobs, jobs * types),
+        (values.reshape(-1), (np.repeat(np.arange(count), types), np.arange(count * types))),
+        shape=(count, count * types),
     )
+
+
+def _per_job(kinds: _Kinds, solution: F64) -> Allocation:
+    rows = solution[: kinds.upper.size].reshape(kinds.upper.shape)
+    allocation: Allocation = rows[kinds.of_job]
+    return allocation
 
 
 def _solve(objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds) -> F64:
