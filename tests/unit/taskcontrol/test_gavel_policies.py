@@ -1,5 +1,6 @@
-"""Gavel's policies against cases solved by hand, and every registered policy's allocation
-within the accelerators on random problems."""
+"""Gavel's policies against cases solved by hand (max-min fairness blind and aware, maximum
+throughput, minimum makespan, FIFO), and every registered policy's allocation within the
+accelerators on random problems."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.taskcontrol.appsched.gavel.policies import max_min_fairness
+from tether.taskcontrol.appsched.gavel.policies import fifo, max_min_fairness
 from tether.taskcontrol.appsched.gavel.policies.max_sum_throughput import max_sum_throughput
+from tether.taskcontrol.appsched.gavel.policies.min_total_duration import min_total_duration
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob, Problem
 
 TOLERANCE = 1e-6
 
 
-def job(name: str, scale_factor: int = 1, weight: float = 1.0, **speeds: float) -> AcceleratorJob:
-    return AcceleratorJob(name, scale_factor, speeds, weight)
+def job(
+    name: str, scale_factor: int = 1, weight: float = 1.0, left: float = 0.0, **speeds: float
+) -> AcceleratorJob:
+    return AcceleratorJob(name, scale_factor, speeds, weight, left)
 
 
 def test_blind_max_min_gives_every_job_the_same_accelerator_time() -> None:
@@ -72,6 +76,30 @@ def test_max_sum_throughput_runs_each_job_where_its_normalized_throughput_is_hig
     assert allocation == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]), abs=TOLERANCE)
 
 
+def test_min_total_duration_finishes_every_job_at_once_as_early_as_it_can() -> None:
+    # 400 steps in all at one step a second on one GPU: both finish at 400 s.
+    problem = Problem.of([job("a", left=100, v100=1), job("b", left=300, v100=1)], {"v100": 1})
+    allocation = min_total_duration(problem)
+    assert allocation[:, 0] == pytest.approx([0.25, 0.75], abs=TOLERANCE)
+    rates = problem.effective_throughputs(allocation)
+    assert problem.remaining_steps / rates == pytest.approx([400, 400], rel=1e-6)
+
+
+def test_fifo_runs_the_oldest_jobs_whole_and_the_aware_one_on_their_fastest_type() -> None:
+    jobs = [
+        job("a", 2, v100=4, k80=1),
+        job("b", v100=2, k80=1),
+        job("c", 2, v100=2, k80=1),
+        job("d", v100=2, k80=1),
+    ]
+    problem = Problem.of(jobs, {"v100": 2, "k80": 2})
+    k80, v100 = [1.0, 0.0], [0.0, 1.0]
+    # Aware: a takes both V100s; b and d the K80s; c's gang of two no longer fits.
+    assert fifo.heterogeneity_aware(problem).tolist() == [v100, k80, [0.0, 0.0], k80]
+    # Blind: each takes the type with the most free, K80 first on a tie.
+    assert fifo.agnostic(problem).tolist() == [k80, v100, [0.0, 0.0], v100]
+
+
 @pytest.mark.parametrize(
     ("gpus", "jobs", "shares"),
     [
@@ -87,9 +115,11 @@ def test_the_equal_share_is_equal_weighted_accelerator_time(
     assert problem.equal_share()[:, 0] == pytest.approx(shares, abs=1e-9)
 
 
-def test_a_job_needs_a_scale_factor_and_a_positive_weight() -> None:
+def test_a_job_needs_a_scale_factor_a_positive_weight_and_no_negative_steps() -> None:
     with pytest.raises(ValueError, match=r"\['bad'\]"):
         Problem.of([job("bad", 0, v100=1)], {"v100": 1})
+    with pytest.raises(ValueError, match=r"\['late'\]"):
+        Problem.of([job("late", left=-1, v100=1)], {"v100": 1})
 
 
 @st.composite
@@ -103,6 +133,7 @@ def problems(draw: st.DrawFn) -> Problem:
             draw(st.sampled_from([1, 2, 4])),
             {kind: draw(speeds) for kind in types},
             draw(st.sampled_from([1.0, 2.0, 0.5])),
+            draw(st.sampled_from([0.0, 100.0, 5000.0])),
         )
         for number in range(draw(st.integers(0, 8)))
     ]

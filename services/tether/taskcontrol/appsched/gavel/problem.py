@@ -27,11 +27,13 @@ class AcceleratorJob:
     job cannot run there)."""
     weight: float = 1.0
     """Its priority weight: a weight of 2 asks for twice the share of a weight of 1."""
+    remaining_steps: float = 0.0
+    """Steps left to run (policies about finishing times read it)."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Active jobs and the region's accelerators, as arrays in a fixed order."""
+    """Active jobs, oldest first, and the region's accelerators, as arrays in a fixed order."""
 
     jobs: tuple[str, ...]
     accelerators: tuple[str, ...]
@@ -41,6 +43,7 @@ class Problem:
     weights: F64
     counts: F64
     """Accelerators of each type."""
+    remaining_steps: F64
 
     @classmethod
     def of(cls, jobs: Sequence[AcceleratorJob], counts: Mapping[str, int]) -> Problem:
@@ -49,9 +52,16 @@ class Problem:
             [[job.throughputs.get(kind, 0.0) for kind in accelerators] for job in jobs],
             dtype=np.float64,
         ).reshape(len(jobs), len(accelerators))
-        bad = [job.name for job in jobs if job.scale_factor < 1 or job.weight <= 0]
+        bad = [
+            job.name
+            for job in jobs
+            if job.scale_factor < 1 or job.weight <= 0 or job.remaining_steps < 0
+        ]
         if bad:
-            raise ValueError(f"jobs {bad} need a scale factor of 1 or more and a positive weight")
+            raise ValueError(
+                f"jobs {bad} need a scale factor of 1 or more, a positive weight and no "
+                "negative steps left"
+            )
         return cls(
             jobs=tuple(job.name for job in jobs),
             accelerators=accelerators,
@@ -59,6 +69,7 @@ class Problem:
             scale_factors=np.array([job.scale_factor for job in jobs], dtype=np.float64),
             weights=np.array([job.weight for job in jobs], dtype=np.float64),
             counts=np.array([counts[kind] for kind in accelerators], dtype=np.float64),
+            remaining_steps=np.array([job.remaining_steps for job in jobs], dtype=np.float64),
         )
 
     @property

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tether.taskcontrol.appsched.gavel.policies import max_min_fairness, max_sum_throughput
+from tether.taskcontrol.appsched.gavel.policies import (
+    fifo,
+    max_min_fairness,
+    max_sum_throughput,
+    min_total_duration,
+)
 from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
 Policy = Callable[[Problem], Allocation]
 
 POLICIES: dict[str, Policy] = {
+    "fifo": fifo.agnostic,
+    "fifo_perf": fifo.heterogeneity_aware,
     "max_min_fairness": max_min_fairness.agnostic,
     "max_min_fairness_perf": max_min_fairness.heterogeneity_aware,
     "max_sum_throughput": max_sum_throughput.max_sum_throughput,
+    "min_total_duration_perf": min_total_duration.min_total_duration,
 }
-"""Not yet: fifo, min_total_duration, finish_time_fairness, hierarchical (issue 20)."""
+"""Not yet: min_total_duration blind to types, finish_time_fairness, hierarchical (issue 20)."""
