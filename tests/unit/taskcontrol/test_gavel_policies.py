@@ -1,6 +1,6 @@
 """Gavel's policies against cases solved by hand (max-min fairness blind and aware, maximum
-throughput, minimum makespan, FIFO), and every registered policy's allocation within the
-accelerators on random problems."""
+throughput, minimum makespan, finish-time fairness, FIFO), and every registered policy's
+allocation within the accelerators on random problems."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.taskcontrol.appsched.gavel.policies import fifo, max_min_fairness
+from tether.taskcontrol.appsched.gavel.policies import fifo, finish_time_fairness, max_min_fairness
 from tether.taskcontrol.appsched.gavel.policies.max_sum_throughput import max_sum_throughput
 from tether.taskcontrol.appsched.gavel.policies.min_total_duration import min_total_duration
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
@@ -85,6 +85,23 @@ def test_min_total_duration_finishes_every_job_at_once_as_early_as_it_can() -> N
     assert problem.remaining_steps / rates == pytest.approx([400, 400], rel=1e-6)
 
 
+def test_finish_time_fairness_shortens_the_worst_finish_time_against_the_equal_share() -> None:
+    # a runs only on the V100. The equal share gives both jobs 2/3 of a GPU's time (a on the
+    # V100, b half on each): 150 s for 100 steps. Alone on a type each, both finish in 100 s.
+    problem = Problem.of(
+        [job("a", left=100, v100=1), job("b", left=100, v100=1, k80=1)],
+        {
+            "v100": 1,
+            "k80": 1,
+        },
+    )
+    allocation = finish_time_fairness.heterogeneity_aware(problem)
+    assert allocation == pytest.approx(np.array([[0.0, 1.0], [1.0, 0.0]]), abs=2e-3)
+    equal = problem.effective_throughputs(problem.equal_share())
+    ratios = equal / problem.effective_throughputs(allocation)
+    assert ratios == pytest.approx([2 / 3, 2 / 3], abs=2e-3)
+
+
 def test_fifo_runs_the_oldest_jobs_whole_and_the_aware_one_on_their_fastest_type() -> None:
     jobs = [
         job("a", 2, v100=4, k80=1),
@@ -134,6 +151,7 @@ def problems(draw: st.DrawFn) -> Problem:
             {kind: draw(speeds) for kind in types},
             draw(st.sampled_from([1.0, 2.0, 0.5])),
             draw(st.sampled_from([0.0, 100.0, 5000.0])),
+            draw(st.sampled_from([0.0, 60.0, 3600.0])),
         )
         for number in range(draw(st.integers(0, 8)))
     ]

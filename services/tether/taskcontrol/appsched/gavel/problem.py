@@ -3,6 +3,7 @@ and how many accelerators of each type there are; and the allocation it returns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ class AcceleratorJob:
     """Its priority weight: a weight of 2 asks for twice the share of a weight of 1."""
     remaining_steps: float = 0.0
     """Steps left to run (policies about finishing times read it)."""
+    elapsed_s: float = 0.0
+    """Seconds since the job arrived (finish-time fairness reads it)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Problem:
     counts: F64
     """Accelerators of each type."""
     remaining_steps: F64
+    elapsed_s: F64
 
     @classmethod
     def of(cls, jobs: Sequence[AcceleratorJob], counts: Mapping[str, int]) -> Problem:
@@ -55,12 +59,15 @@ class Problem:
         bad = [
             job.name
             for job in jobs
-            if job.scale_factor < 1 or job.weight <= 0 or job.remaining_steps < 0
+            if job.scale_factor < 1
+            or job.weight <= 0
+            or job.remaining_steps < 0
+            or job.elapsed_s < 0
         ]
         if bad:
             raise ValueError(
-                f"jobs {bad} need a scale factor of 1 or more, a positive weight and no "
-                "negative steps left"
+                f"jobs {bad} need a scale factor of 1 or more, a positive weight, and no "
+                "negative steps left or time elapsed"
             )
         return cls(
             jobs=tuple(job.name for job in jobs),
@@ -70,7 +77,12 @@ class Problem:
             weights=np.array([job.weight for job in jobs], dtype=np.float64),
             counts=np.array([counts[kind] for kind in accelerators], dtype=np.float64),
             remaining_steps=np.array([job.remaining_steps for job in jobs], dtype=np.float64),
+            elapsed_s=np.array([job.elapsed_s for job in jobs], dtype=np.float64),
         )
+
+    def blind(self) -> Problem:
+        """The problem with every type equally fast for every job (1 where it can run)."""
+        return dataclasses.replace(self, throughputs=self.runnable().astype(np.float64))
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -74,34 +74,62 @@ def max_min(problem: Problem, coefficients: F64) -> Allocation:
     minimum at least, the sum of them. The minimum alone leaves the jobs above it wherever the
     solver happens to stop, accelerators idle among them; the second program hands out what
     the first left."""
-    usable = coefficients * problem.runnable() * (problem.counts > 0)
-    kinds = _Kinds.of(problem, usable)
-    counted = np.flatnonzero(kinds.coefficients.sum(axis=1) > 0)
-    if not len(counted):
+    program = _MaxMin.of(problem, coefficients)
+    if program is None:
         return np.zeros(problem.shape)
-    rows, caps = kinds.constraints(problem)
-    values = _per_row(kinds.coefficients)[counted]
-    size = kinds.upper.size
-    # First the minimum, one more variable z: z - sum_t c[k, t] x[k, t] <= 0 for each kind.
-    floor = sparse.hstack([-values, sparse.csr_array(np.ones((len(counted), 1)))])
-    padded = sparse.hstack([rows, sparse.csr_array((rows.shape[0], 1))])
-    objective = np.zeros(size + 1)
-    objective[-1] = -1.0
-    first = _solve(
-        objective,
-        sparse.vstack([padded, floor]).tocsr(),
-        np.concatenate([caps, np.zeros(len(counted))]),
-        Bounds(np.append(np.zeros(size), -np.inf), np.append(kinds.upper.reshape(-1), np.inf)),
-    )
-    # Then the most in all, every job kept at the minimum (less a rounding margin).
-    least = first[-1] * (1 - _MARGIN)
-    second = _solve(
+    kinds, rows, caps, values = program.kinds, program.rows, program.caps, program.values
+    # Every job kept at the minimum (less a rounding margin).
+    least = program.minimum() * (1 - _MARGIN)
+    solution = _solve(
         -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
         sparse.vstack([rows, -values]).tocsr(),
-        np.concatenate([caps, np.full(len(counted), -least)]),
-        Bounds(np.zeros(size), kinds.upper.reshape(-1)),
+        np.concatenate([caps, np.full(values.shape[0], -least)]),
+        Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
     )
-    return _per_job(kinds, second)
+    return _per_job(kinds, solution)
+
+
+def max_min_value(problem: Problem, coefficients: F64) -> float:
+    """The largest smallest `sum_t coefficients[j, t] * x[j, t]` (0 when no job can run)."""
+    program = _MaxMin.of(problem, coefficients)
+    return 0.0 if program is None else program.minimum()
+
+
+@dataclass(frozen=True, slots=True)
+class _MaxMin:
+    """A max-min program over the kinds of jobs that can run on some accelerator there is."""
+
+    kinds: _Kinds
+    rows: sparse.csr_array
+    caps: F64
+    values: sparse.csr_array
+    """One row per counted kind: its objective over its variables."""
+
+    @classmethod
+    def of(cls, problem: Problem, coefficients: F64) -> _MaxMin | None:
+        usable = coefficients * problem.runnable() * (problem.counts > 0)
+        kinds = _Kinds.of(problem, usable)
+        counted = np.flatnonzero(kinds.coefficients.sum(axis=1) > 0)
+        if not len(counted):
+            return None
+        rows, caps = kinds.constraints(problem)
+        return cls(kinds, rows, caps, _per_row(kinds.coefficients)[counted])
+
+    def minimum(self) -> float:
+        """The optimum: one more variable z, with z - sum_t c[k, t] x[k, t] <= 0 per kind."""
+        size, counted = self.kinds.upper.size, self.values.shape[0]
+        floor = sparse.hstack([-self.values, sparse.csr_array(np.ones((counted, 1)))])
+        padded = sparse.hstack([self.rows, sparse.csr_array((self.rows.shape[0], 1))])
+        objective = np.zeros(size + 1)
+        objective[-1] = -1.0
+        upper = np.append(self.kinds.upper.reshape(-1), np.inf)
+        solution = _solve(
+            objective,
+            sparse.vstack([padded, floor]).tocsr(),
+            np.concatenate([self.caps, np.zeros(counted)]),
+            Bounds(np.append(np.zeros(size), -np.inf), upper),
+        )
+        return float(solution[-1])
 
 
 def max_sum(problem: Problem, coefficients: F64) -> Allocation:
