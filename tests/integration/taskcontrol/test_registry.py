@@ -249,7 +249,8 @@ async def test_an_sdk_controller_registers_serves_and_unregisters(
     region: Store, registry: Registry
 ) -> None:
     controller = FirstOnly()
-    await controller.start("127.0.0.1:0", registry.address, ALICE, job_handle="ads/web", ttl_s=3)
+    # A 6 s TTL renewed every 2 s: a loaded 2-core machine stalled a 1 s renewal past a 3 s TTL.
+    await controller.start("127.0.0.1:0", registry.address, ALICE, job_handle="ads/web", ttl_s=6)
     try:
         assert await stored_registrations(region) == [controller.registration_id]
         registered = await read_registration(region, controller.registration_id)
@@ -269,14 +270,14 @@ async def test_an_sdk_controller_registers_serves_and_unregisters(
             stale = await stub.Process(request)
             assert list(stale.acknowledged_operation_ids) == []
             assert controller.calls == [5]
-        # Renewed every second: it outlives its 3 s TTL. A renewal made after that TTL ran out
+        # Renewed every 2 s: it outlives its 6 s TTL. A renewal made after that TTL ran out
         # shows it (of a lapsed registration, it would have failed, and the controller
         # registered again under another id).
         outlived = registered.expires_at + timedelta(seconds=registered.ttl_s)
         await eventually(
             lambda: read_registration(region, controller.registration_id),
             lambda renewed: renewed is not None and renewed.expires_at >= outlived,
-            timeout_s=10,
+            timeout_s=20,
             what="a renewal after the first TTL",
         )
         assert await stored_registrations(region) == [controller.registration_id]
