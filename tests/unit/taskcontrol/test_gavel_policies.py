@@ -1,6 +1,6 @@
 """Gavel's policies against cases solved by hand (max-min fairness blind and aware, maximum
-throughput, minimum makespan, finish-time fairness, FIFO), and every registered policy's
-allocation within the accelerators on random problems."""
+throughput, minimum makespan, finish-time fairness, hierarchical, FIFO), and every registered
+policy's allocation within the accelerators on random problems."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.taskcontrol.appsched.gavel.policies import fifo, finish_time_fairness, max_min_fairness
+from tether.taskcontrol.appsched.gavel.policies import (
+    fifo,
+    finish_time_fairness,
+    hierarchical,
+    max_min_fairness,
+)
 from tether.taskcontrol.appsched.gavel.policies.max_sum_throughput import max_sum_throughput
 from tether.taskcontrol.appsched.gavel.policies.min_total_duration import min_total_duration
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
@@ -19,9 +24,14 @@ TOLERANCE = 1e-6
 
 
 def job(
-    name: str, scale_factor: int = 1, weight: float = 1.0, left: float = 0.0, **speeds: float
+    name: str,
+    scale_factor: int = 1,
+    weight: float = 1.0,
+    left: float = 0.0,
+    entity: str = "",
+    **speeds: float,
 ) -> AcceleratorJob:
-    return AcceleratorJob(name, scale_factor, speeds, weight, left)
+    return AcceleratorJob(name, scale_factor, speeds, weight, left, entity=entity)
 
 
 def test_blind_max_min_gives_every_job_the_same_accelerator_time() -> None:
@@ -102,6 +112,26 @@ def test_finish_time_fairness_shortens_the_worst_finish_time_against_the_equal_s
     assert ratios == pytest.approx([2 / 3, 2 / 3], abs=2e-3)
 
 
+def test_hierarchical_shares_by_entity_first_and_fills_what_one_cannot_use() -> None:
+    # Entity a (one job) and b (three), weighted alike, on 3 GPUs. Half each would give a's
+    # job 1.5 GPUs: it can use one (all its time), and b's jobs share the other two.
+    jobs = [job("a0", entity="a", v100=1)] + [job(f"b{n}", entity="b", v100=1) for n in range(3)]
+    allocation = hierarchical.hierarchical(Problem.of(jobs, {"v100": 3}))
+    assert allocation[:, 0] == pytest.approx([1.0, 2 / 3, 2 / 3, 2 / 3], abs=1e-4)
+    # On 2 GPUs both entities get one: a's job all the time, b's a third each.
+    allocation = hierarchical.hierarchical(Problem.of(jobs, {"v100": 2}))
+    assert allocation[:, 0] == pytest.approx([1.0, 1 / 3, 1 / 3, 1 / 3], abs=1e-4)
+
+
+def test_hierarchical_weighs_entities() -> None:
+    # b weighs 3: of 4 GPUs it gets 3, whatever the number of jobs on each side.
+    jobs = [job(f"a{n}", entity="a", v100=1) for n in range(4)]
+    jobs += [job(f"b{n}", entity="b", v100=1) for n in range(6)]
+    allocation = hierarchical.hierarchical(Problem.of(jobs, {"v100": 4}, {"b": 3}))
+    assert allocation[:4, 0].sum() == pytest.approx(1.0, abs=1e-3)
+    assert allocation[4:, 0].sum() == pytest.approx(3.0, abs=1e-3)
+
+
 def test_fifo_runs_the_oldest_jobs_whole_and_the_aware_one_on_their_fastest_type() -> None:
     jobs = [
         job("a", 2, v100=4, k80=1),
@@ -152,10 +182,11 @@ def problems(draw: st.DrawFn) -> Problem:
             draw(st.sampled_from([1.0, 2.0, 0.5])),
             draw(st.sampled_from([0.0, 100.0, 5000.0])),
             draw(st.sampled_from([0.0, 60.0, 3600.0])),
+            draw(st.sampled_from(["a", "b"])),
         )
         for number in range(draw(st.integers(0, 8)))
     ]
-    return Problem.of(jobs, counts)
+    return Problem.of(jobs, counts, {"a": draw(st.sampled_from([1.0, 3.0]))})
 
 
 @settings(max_examples=60, deadline=None)

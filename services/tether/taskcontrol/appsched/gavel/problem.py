@@ -32,6 +32,8 @@ class AcceleratorJob:
     """Steps left to run (policies about finishing times read it)."""
     elapsed_s: float = 0.0
     """Seconds since the job arrived (finish-time fairness reads it)."""
+    entity: str = ""
+    """Whose job it is (its entitlement): the hierarchical policy shares by entity first."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,23 @@ class Problem:
     """Accelerators of each type."""
     remaining_steps: F64
     elapsed_s: F64
+    entities: tuple[str, ...]
+    entity_weights: F64
+    """Per job, its entity's weight."""
 
     @classmethod
-    def of(cls, jobs: Sequence[AcceleratorJob], counts: Mapping[str, int]) -> Problem:
+    def of(
+        cls,
+        jobs: Sequence[AcceleratorJob],
+        counts: Mapping[str, int],
+        entity_weights: Mapping[str, float] | None = None,
+    ) -> Problem:
+        """The problem of `jobs` (oldest first) on `counts` accelerators of each type; an
+        entity `entity_weights` does not name weighs 1."""
+        weights = entity_weights or {}
+        light = sorted(entity for entity, weight in weights.items() if weight <= 0)
+        if light:
+            raise ValueError(f"entities {light} need a positive weight")
         accelerators = tuple(sorted(counts))
         throughputs = np.array(
             [[job.throughputs.get(kind, 0.0) for kind in accelerators] for job in jobs],
@@ -78,6 +94,8 @@ class Problem:
             counts=np.array([counts[kind] for kind in accelerators], dtype=np.float64),
             remaining_steps=np.array([job.remaining_steps for job in jobs], dtype=np.float64),
             elapsed_s=np.array([job.elapsed_s for job in jobs], dtype=np.float64),
+            entities=tuple(job.entity for job in jobs),
+            entity_weights=np.array([weights.get(job.entity, 1.0) for job in jobs]),
         )
 
     def blind(self) -> Problem:

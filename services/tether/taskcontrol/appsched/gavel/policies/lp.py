@@ -19,7 +19,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from tether.taskcontrol.appsched.gavel.problem import F64, Allocation, Problem
 
-_MARGIN = 1e-7
+MARGIN = 1e-7
 """Relative slack on the minimum the second program keeps: the first's optimum, exactly, can
 be just out of the second's reach in floating point."""
 
@@ -29,7 +29,7 @@ class NoSolution(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Kinds:
+class Kinds:
     """The problem's jobs grouped by what the program reads of them, one row per kind."""
 
     coefficients: F64
@@ -40,18 +40,24 @@ class _Kinds:
     members: F64
     of_job: npt.NDArray[np.intp]
     """Per job, its kind."""
+    extra: F64
+    """Per kind, the `extra` columns its jobs were grouped by too."""
 
     @classmethod
-    def of(cls, problem: Problem, coefficients: F64) -> _Kinds:
+    def of(cls, problem: Problem, coefficients: F64, extra: F64 | None = None) -> Kinds:
+        """Jobs alike in `coefficients`, where they can run, scale factor and `extra` (more
+        columns per job that a program reads)."""
         types = len(problem.accelerators)
-        keys = np.column_stack([coefficients, problem.runnable(), problem.scale_factors])
+        more = np.zeros((len(problem.jobs), 0)) if extra is None else extra
+        keys = np.column_stack([coefficients, problem.runnable(), problem.scale_factors, more])
         unique, of_job, members = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
         return cls(
             coefficients=unique[:, :types],
             upper=unique[:, types : 2 * types],
-            accelerators=unique[:, -1] * members,
+            accelerators=unique[:, 2 * types] * members,
             members=members.astype(np.float64),
             of_job=of_job.reshape(-1),
+            extra=unique[:, 2 * types + 1 :],
         )
 
     def constraints(self, problem: Problem) -> tuple[sparse.csr_array, F64]:
@@ -64,7 +70,7 @@ class _Kinds:
             ),
             shape=(types, kinds * types),
         )
-        rows = sparse.vstack([_per_row(np.ones((kinds, types))), per_type]).tocsr()
+        rows = sparse.vstack([per_row(np.ones((kinds, types))), per_type]).tocsr()
         return rows, np.concatenate([np.ones(kinds), problem.counts])
 
 
@@ -79,14 +85,14 @@ def max_min(problem: Problem, coefficients: F64) -> Allocation:
         return np.zeros(problem.shape)
     kinds, rows, caps, values = program.kinds, program.rows, program.caps, program.values
     # Every job kept at the minimum (less a rounding margin).
-    least = program.minimum() * (1 - _MARGIN)
-    solution = _solve(
+    least = program.minimum() * (1 - MARGIN)
+    solution = solve(
         -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
         sparse.vstack([rows, -values]).tocsr(),
         np.concatenate([caps, np.full(values.shape[0], -least)]),
         Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
     )
-    return _per_job(kinds, solution)
+    return per_job(kinds, solution)
 
 
 def max_min_value(problem: Problem, coefficients: F64) -> float:
@@ -99,7 +105,7 @@ def max_min_value(problem: Problem, coefficients: F64) -> float:
 class _MaxMin:
     """A max-min program over the kinds of jobs that can run on some accelerator there is."""
 
-    kinds: _Kinds
+    kinds: Kinds
     rows: sparse.csr_array
     caps: F64
     values: sparse.csr_array
@@ -108,12 +114,12 @@ class _MaxMin:
     @classmethod
     def of(cls, problem: Problem, coefficients: F64) -> _MaxMin | None:
         usable = coefficients * problem.runnable() * (problem.counts > 0)
-        kinds = _Kinds.of(problem, usable)
+        kinds = Kinds.of(problem, usable)
         counted = np.flatnonzero(kinds.coefficients.sum(axis=1) > 0)
         if not len(counted):
             return None
         rows, caps = kinds.constraints(problem)
-        return cls(kinds, rows, caps, _per_row(kinds.coefficients)[counted])
+        return cls(kinds, rows, caps, per_row(kinds.coefficients)[counted])
 
     def minimum(self) -> float:
         """The optimum: one more variable z, with z - sum_t c[k, t] x[k, t] <= 0 per kind."""
@@ -123,7 +129,7 @@ class _MaxMin:
         objective = np.zeros(size + 1)
         objective[-1] = -1.0
         upper = np.append(self.kinds.upper.reshape(-1), np.inf)
-        solution = _solve(
+        solution = solve(
             objective,
             sparse.vstack([padded, floor]).tocsr(),
             np.concatenate([self.caps, np.zeros(counted)]),
@@ -134,20 +140,20 @@ class _MaxMin:
 
 def max_sum(problem: Problem, coefficients: F64) -> Allocation:
     """The allocation that maximizes `sum_j sum_t coefficients[j, t] * x[j, t]`."""
-    kinds = _Kinds.of(problem, coefficients * problem.runnable())
+    kinds = Kinds.of(problem, coefficients * problem.runnable())
     if not len(kinds.members):
         return np.zeros(problem.shape)
     rows, caps = kinds.constraints(problem)
-    solution = _solve(
+    solution = solve(
         -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
         rows,
         caps,
         Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
     )
-    return _per_job(kinds, solution)
+    return per_job(kinds, solution)
 
 
-def _per_row(values: F64) -> sparse.csr_array:
+def per_row(values: F64) -> sparse.csr_array:
     """One constraint row per row of `values`, over that row's variables."""
     count, types = values.shape
     return sparse.csr_array(
@@ -156,13 +162,13 @@ def _per_row(values: F64) -> sparse.csr_array:
     )
 
 
-def _per_job(kinds: _Kinds, solution: F64) -> Allocation:
+def per_job(kinds: Kinds, solution: F64) -> Allocation:
     rows = solution[: kinds.upper.size].reshape(kinds.upper.shape)
     allocation: Allocation = rows[kinds.of_job]
     return allocation
 
 
-def _solve(objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds) -> F64:
+def solve(objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds) -> F64:
     """Minimizes `objective` with `rows @ x <= caps` within `bounds`."""
     constraint = LinearConstraint(rows, -np.inf, caps)
     result = milp(objective, constraints=constraint, bounds=bounds)

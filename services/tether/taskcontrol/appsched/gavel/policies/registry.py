@@ -7,6 +7,7 @@ from collections.abc import Callable
 from tether.taskcontrol.appsched.gavel.policies import (
     fifo,
     finish_time_fairness,
+    hierarchical,
     max_min_fairness,
     max_sum_throughput,
     min_total_duration,
@@ -20,9 +21,10 @@ POLICIES: dict[str, Policy] = {
     "fifo_perf": fifo.heterogeneity_aware,
     "finish_time_fairness": finish_time_fairness.agnostic,
     "finish_time_fairness_perf": finish_time_fairness.heterogeneity_aware,
+    "hierarchical": hierarchical.hierarchical,
     "max_min_fairness": max_min_fairness.agnostic,
     "max_min_fairness_perf": max_min_fairness.heterogeneity_aware,
     "max_sum_throughput": max_sum_throughput.max_sum_throughput,
     "min_total_duration_perf": min_total_duration.min_total_duration,
 }
-"""Not yet: min_total_duration blind to types, hierarchical (issue 20)."""
+"""Not yet: min_total_duration blind to types (issue 20)."""
