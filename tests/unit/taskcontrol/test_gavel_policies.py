@@ -4,6 +4,8 @@ policy's allocation within the accelerators on random problems."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -162,11 +164,22 @@ def test_the_equal_share_is_equal_weighted_accelerator_time(
     assert problem.equal_share()[:, 0] == pytest.approx(shares, abs=1e-9)
 
 
-def test_a_job_needs_a_scale_factor_a_positive_weight_and_no_negative_steps() -> None:
-    with pytest.raises(ValueError, match=r"\['bad'\]"):
-        Problem.of([job("bad", 0, v100=1)], {"v100": 1})
-    with pytest.raises(ValueError, match=r"\['late'\]"):
-        Problem.of([job("late", left=-1, v100=1)], {"v100": 1})
+@pytest.mark.parametrize(
+    ("jobs", "counts", "weights", "named"),
+    [
+        ([job("bad", 0, v100=1)], {"v100": 1}, {}, "job bad: scale factor 0"),
+        ([job("late", left=-1, v100=1)], {"v100": 1}, {}, "job late: a negative"),
+        ([job("odd", v100=-2)], {"v100": 1}, {}, "job odd: a negative throughput"),
+        ([job("nan", v100=float("nan"))], {"v100": 1}, {}, "job nan: a number that is not"),
+        ([job("a", v100=1)], {"v100": -1}, {}, "v100 count -1"),
+        ([job("a", v100=1)], {"v100": 1}, {"org": 0}, "entity org weight 0"),
+    ],
+)
+def test_what_no_policy_can_allocate_is_refused_naming_it(
+    jobs: list[AcceleratorJob], counts: dict[str, int], weights: dict[str, float], named: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        Problem.of(jobs, counts, weights)
 
 
 @st.composite

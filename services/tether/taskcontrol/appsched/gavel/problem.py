@@ -4,6 +4,7 @@ and how many accelerators of each type there are; and the allocation it returns.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,27 +65,12 @@ class Problem:
         """The problem of `jobs` (oldest first) on `counts` accelerators of each type; an
         entity `entity_weights` does not name weighs 1."""
         weights = entity_weights or {}
-        light = sorted(entity for entity, weight in weights.items() if weight <= 0)
-        if light:
-            raise ValueError(f"entities {light} need a positive weight")
+        _check(jobs, counts, weights)
         accelerators = tuple(sorted(counts))
         throughputs = np.array(
             [[job.throughputs.get(kind, 0.0) for kind in accelerators] for job in jobs],
             dtype=np.float64,
         ).reshape(len(jobs), len(accelerators))
-        bad = [
-            job.name
-            for job in jobs
-            if job.scale_factor < 1
-            or job.weight <= 0
-            or job.remaining_steps < 0
-            or job.elapsed_s < 0
-        ]
-        if bad:
-            raise ValueError(
-                f"jobs {bad} need a scale factor of 1 or more, a positive weight, and no "
-                "negative steps left or time elapsed"
-            )
         return cls(
             jobs=tuple(job.name for job in jobs),
             accelerators=accelerators,
@@ -144,3 +130,23 @@ class Problem:
         """Per job, its steps per second under `allocation`."""
         rates: F64 = (self.throughputs * allocation).sum(axis=1)
         return rates
+
+
+def _check(
+    jobs: Sequence[AcceleratorJob], counts: Mapping[str, int], weights: Mapping[str, float]
+) -> None:
+    """Refuses what no policy can allocate, naming it."""
+    problems = [f"{kind} count {count}" for kind, count in counts.items() if count < 0]
+    problems += [
+        f"entity {name} weight {weight}" for name, weight in weights.items() if weight <= 0
+    ]
+    for job in jobs:
+        numbers = [job.weight, job.remaining_steps, job.elapsed_s, *job.throughputs.values()]
+        if not all(math.isfinite(number) for number in numbers):
+            problems.append(f"job {job.name}: a number that is not finite")
+        elif job.scale_factor < 1 or job.weight <= 0:
+            problems.append(f"job {job.name}: scale factor {job.scale_factor}, weight {job.weight}")
+        elif job.remaining_steps < 0 or job.elapsed_s < 0 or min(numbers) < 0:
+            problems.append(f"job {job.name}: a negative throughput, steps left or time elapsed")
+    if problems:
+        raise ValueError("not a problem a policy can allocate: " + "; ".join(problems))
