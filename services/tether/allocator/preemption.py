@@ -74,18 +74,21 @@ def released_by(
     index: AllocationIndex, entitlement: Entitlement, stopped: Mapping[str, int]
 ) -> Released:
     """The index as stopping the tasks would leave it, seen by a job of `entitlement`."""
-    freed = index.held_from(stopped)
+    mine = {job: first for job, first in stopped.items() if entitlement_of(job) == entitlement.name}
+    theirs = {job: first for job, first in stopped.items() if job not in mine}
+    own = index.held_from(mine)
+    # A machine holds tasks of its owner's jobs only: the two sets of rows do not meet.
+    freed = index.held_from(theirs) | own
     owner = index.owners.code(entitlement.name)
     vacated = frozenset(
         row
         for row, (_, tasks) in freed.items()
         if int(index.task_count[row]) == tasks and int(index.owner[row]) not in (NONE, owner)
     )
-    mine = {job: first for job, first in stopped.items() if entitlement_of(job) == entitlement.name}
-    own = np.zeros(len(index.dimensions), np.int64)
-    for amount, _ in index.held_from(mine).values():
-        own += amount
-    return Released({row: amount for row, (amount, _) in freed.items()}, vacated, own)
+    credit = np.zeros(len(index.dimensions), np.int64)
+    for amount, _ in own.values():
+        credit += amount
+    return Released({row: amount for row, (amount, _) in freed.items()}, vacated, credit)
 
 
 def _merged(stopped: Iterable[tuple[str, int]]) -> dict[str, int]:

@@ -201,8 +201,8 @@ class HeldTasks:
 
         def add(row: int, code: int) -> None:
             vector = self.shapes[code].vector
-            zero = np.zeros(len(self._columns.dimensions), np.int64)
-            amount, tasks = freed.get(row, (zero, 0))
+            known = freed.get(row)
+            amount, tasks = known or (np.zeros(len(self._columns.dimensions), np.int64), 0)
             amount[: len(vector)] += vector
             freed[row] = (amount, tasks + 1)
 

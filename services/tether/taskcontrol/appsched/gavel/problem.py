@@ -126,6 +126,22 @@ class Problem:
             low, high = (middle, high) if fits(middle) else (low, middle)
         return at(low)
 
+    def throughputs_over(self, per_job: F64) -> F64:
+        """Each job's throughputs divided by its amount in `per_job` (0 where that is 0)."""
+        column = per_job[:, None]
+        scaled: F64 = np.divide(
+            self.throughputs, column, out=np.zeros_like(self.throughputs), where=column > 0
+        )
+        return scaled
+
+    def relative_to_equal_share(self) -> F64:
+        """Throughputs over each job's throughput under `equal_share`."""
+        return self.throughputs_over(self.effective_throughputs(self.equal_share()))
+
+    def relative_to_fastest(self) -> F64:
+        """Throughputs over each job's throughput on its fastest type."""
+        return self.throughputs_over(self.throughputs.max(axis=1, initial=0.0))
+
     def effective_throughputs(self, allocation: Allocation) -> F64:
         """Per job, its steps per second under `allocation`."""
         rates: F64 = (self.throughputs * allocation).sum(axis=1)

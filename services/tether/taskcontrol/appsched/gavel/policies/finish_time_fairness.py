@@ -35,13 +35,7 @@ def heterogeneity_aware(problem: Problem) -> Allocation:
         # Throughput over what the job needs to finish by ratio * D (0 for jobs not counted).
         slack = np.where(counted, ratio * finish - elapsed, 1.0)
         need = np.divide(left, slack, out=np.zeros_like(left), where=counted)
-        scaled: F64 = np.divide(
-            problem.throughputs,
-            need[:, None],
-            out=np.zeros_like(problem.throughputs),
-            where=need[:, None] > 0,
-        )
-        return scaled
+        return problem.throughputs_over(need)
 
     low = float(np.max(np.divide(elapsed, finish, out=np.zeros_like(left), where=counted)))
     high = 1.0

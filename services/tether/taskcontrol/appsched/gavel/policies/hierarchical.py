@@ -16,13 +16,7 @@ def hierarchical(problem: Problem) -> Allocation:
     entity's jobs still rising; its value is its throughput relative to the equal share, times
     its scale factor, over that share (as `max_min_fairness_perf` does with a job's weight).
     When an entity's jobs freeze, its others' shares grow: the entity keeps its weight."""
-    equal = problem.effective_throughputs(problem.equal_share())
-    relative = np.divide(
-        problem.throughputs,
-        equal[:, None],
-        out=np.zeros_like(problem.throughputs),
-        where=equal[:, None] > 0,
-    )
+    relative = problem.relative_to_equal_share()
     entities = np.array(problem.entities)
 
     def values(rising: Mask) -> F64:

@@ -83,16 +83,12 @@ def max_min(problem: Problem, coefficients: F64) -> Allocation:
     program = _MaxMin.of(problem, coefficients)
     if program is None:
         return np.zeros(problem.shape)
-    kinds, rows, caps, values = program.kinds, program.rows, program.caps, program.values
+    kinds, values = program.kinds, program.values
     # Every job kept at the minimum (less a rounding margin).
     least = program.minimum() * (1 - MARGIN)
-    solution = solve(
-        -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
-        sparse.vstack([rows, -values]).tocsr(),
-        np.concatenate([caps, np.full(values.shape[0], -least)]),
-        Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
-    )
-    return per_job(kinds, solution)
+    rows = sparse.vstack([program.rows, -values]).tocsr()
+    caps = np.concatenate([program.caps, np.full(values.shape[0], -least)])
+    return per_job(kinds, most_value(kinds, rows, caps))
 
 
 def max_min_value(problem: Problem, coefficients: F64) -> float:
@@ -122,20 +118,7 @@ class _MaxMin:
         return cls(kinds, rows, caps, per_row(kinds.coefficients)[counted])
 
     def minimum(self) -> float:
-        """The optimum: one more variable z, with z - sum_t c[k, t] x[k, t] <= 0 per kind."""
-        size, counted = self.kinds.upper.size, self.values.shape[0]
-        floor = sparse.hstack([-self.values, sparse.csr_array(np.ones((counted, 1)))])
-        padded = sparse.hstack([self.rows, sparse.csr_array((self.rows.shape[0], 1))])
-        objective = np.zeros(size + 1)
-        objective[-1] = -1.0
-        upper = np.append(self.kinds.upper.reshape(-1), np.inf)
-        solution = solve(
-            objective,
-            sparse.vstack([padded, floor]).tocsr(),
-            np.concatenate([self.caps, np.zeros(counted)]),
-            Bounds(np.append(np.zeros(size), -np.inf), upper),
-        )
-        return float(solution[-1])
+        return highest_floor(self.kinds, self.rows, self.caps, self.values)
 
 
 def max_sum(problem: Problem, coefficients: F64) -> Allocation:
@@ -144,13 +127,33 @@ def max_sum(problem: Problem, coefficients: F64) -> Allocation:
     if not len(kinds.members):
         return np.zeros(problem.shape)
     rows, caps = kinds.constraints(problem)
-    solution = solve(
-        -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
-        rows,
-        caps,
-        Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
-    )
-    return per_job(kinds, solution)
+    return per_job(kinds, most_value(kinds, rows, caps))
+
+
+def most_value(kinds: Kinds, rows: sparse.csr_array, caps: F64) -> F64:
+    """The variables with `rows @ x <= caps` that maximize the kinds' values summed over all
+    their jobs."""
+    objective = -(kinds.coefficients * kinds.members[:, None]).reshape(-1)
+    return solve(objective, rows, caps, Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)))
+
+
+def highest_floor(
+    kinds: Kinds, rows: sparse.csr_array, caps: F64, values: sparse.csr_array
+) -> float:
+    """The largest z that every row of `values` (a kind's value over its variables) reaches at
+    once with `rows @ x <= caps`: one more variable z, with z - value <= 0 per row."""
+    size, count = kinds.upper.size, values.shape[0]
+    program = sparse.vstack(
+        [
+            sparse.hstack([rows, sparse.csr_array((rows.shape[0], 1))]),
+            sparse.hstack([-values, sparse.csr_array(np.ones((count, 1)))]),
+        ]
+    ).tocsr()
+    objective = np.zeros(size + 1)
+    objective[-1] = -1.0
+    bounds = Bounds(np.append(np.zeros(size), -np.inf), np.append(kinds.upper.reshape(-1), np.inf))
+    solution = solve(objective, program, np.concatenate([caps, np.zeros(count)]), bounds)
+    return float(solution[-1])
 
 
 def per_row(values: F64) -> sparse.csr_array:

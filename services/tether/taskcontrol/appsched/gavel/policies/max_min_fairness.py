@@ -3,8 +3,6 @@ them (`max_min_fairness_perf`)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from tether.taskcontrol.appsched.gavel.policies.lp import max_min
 from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
@@ -21,12 +19,5 @@ def heterogeneity_aware(problem: Problem) -> Allocation:
     heterogeneity-blind equal share (`Problem.equal_share`), is as large as it can be: each job
     runs where it is fast relative to the others. As in Gavel, the objective also counts a
     job's scale factor, as the blind policy does."""
-    baseline = problem.effective_throughputs(problem.equal_share())
-    relative = np.divide(
-        problem.throughputs,
-        baseline[:, None],
-        out=np.zeros_like(problem.throughputs),
-        where=baseline[:, None] > 0,
-    )
     per_job = problem.scale_factors / problem.weights
-    return max_min(problem, relative * per_job[:, None])
+    return max_min(problem, problem.relative_to_equal_share() * per_job[:, None])

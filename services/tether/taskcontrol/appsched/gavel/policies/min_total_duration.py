@@ -3,8 +3,6 @@ as short as it can be."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from tether.taskcontrol.appsched.gavel.policies.lp import max_min
 from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
@@ -13,8 +11,4 @@ def min_total_duration(problem: Problem) -> Allocation:
     """Every job finishes by T when its throughput is at least its steps left over T: the
     smallest T maximizes the smallest throughput over steps left, one linear program (not a
     search over T). Jobs with no steps left get nothing."""
-    left = problem.remaining_steps[:, None]
-    per_step = np.divide(
-        problem.throughputs, left, out=np.zeros_like(problem.throughputs), where=left > 0
-    )
-    return max_min(problem, per_step)
+    return max_min(problem, problem.throughputs_over(problem.remaining_steps))

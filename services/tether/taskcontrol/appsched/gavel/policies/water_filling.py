@@ -12,7 +12,15 @@ import numpy.typing as npt
 import scipy.sparse as sparse
 from scipy.optimize import Bounds
 
-from tether.taskcontrol.appsched.gavel.policies.lp import MARGIN, Kinds, per_job, per_row, solve
+from tether.taskcontrol.appsched.gavel.policies.lp import (
+    MARGIN,
+    Kinds,
+    highest_floor,
+    most_value,
+    per_job,
+    per_row,
+    solve,
+)
 from tether.taskcontrol.appsched.gavel.problem import F64, Allocation, Problem
 
 Mask = npt.NDArray[np.bool_]
@@ -30,7 +38,6 @@ def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
     usable = problem.runnable() & (problem.counts > 0)
     rising: Mask = np.asarray(usable.any(axis=1))
     floors = np.zeros(len(problem.jobs))
-    allocation = np.zeros(problem.shape)
     while rising.any():
         step = _Step.of(problem, values(rising) * rising[:, None], rising, floors)
         level = step.level()
@@ -39,14 +46,8 @@ def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
             stuck = rising  # rounding: nobody can be shown to rise; freeze them all
         floors[stuck] = problem.effective_throughputs(allocation)[stuck]
         rising &= ~stuck
-    fastest = problem.throughputs.max(axis=1, initial=0.0)[:, None]
-    relative = np.divide(
-        problem.throughputs,
-        fastest,
-        out=np.zeros_like(problem.throughputs),
-        where=fastest > 0,
-    )
-    return _Step.of(problem, relative, np.zeros(len(problem.jobs), bool), floors).most()
+    finished = np.zeros(len(problem.jobs), bool)
+    return _Step.of(problem, problem.relative_to_fastest(), finished, floors).most()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,26 +79,8 @@ class _Step:
 
     def level(self) -> float:
         """The largest value every rising kind reaches at once."""
-        size, count = self.kinds.upper.size, len(self.rising)
         values = per_row(self.kinds.coefficients)[self.rising]
-        rows = sparse.vstack(
-            [
-                sparse.hstack([self.rows, sparse.csr_array((self.rows.shape[0], 1))]),
-                sparse.hstack([-values, sparse.csr_array(np.ones((count, 1)))]),
-            ]
-        ).tocsr()
-        objective = np.zeros(size + 1)
-        objective[-1] = -1.0
-        solution = solve(
-            objective,
-            rows,
-            np.concatenate([self.caps, np.zeros(count)]),
-            Bounds(
-                np.append(np.zeros(size), -np.inf),
-                np.append(self.kinds.upper.reshape(-1), np.inf),
-            ),
-        )
-        return float(solution[-1])
+        return highest_floor(self.kinds, self.rows, self.caps, values)
 
     def stuck(self, level: float) -> tuple[Allocation, Mask]:
         """An allocation with every rising kind at `level`, as many as can be a little above
@@ -129,11 +112,4 @@ class _Step:
 
     def most(self) -> Allocation:
         """Every frozen kind at its floor, the most value in all."""
-        kinds = self.kinds
-        solution = solve(
-            -(kinds.coefficients * kinds.members[:, None]).reshape(-1),
-            self.rows,
-            self.caps,
-            Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)),
-        )
-        return per_job(kinds, solution)
+        return per_job(self.kinds, most_value(self.kinds, self.rows, self.caps))
