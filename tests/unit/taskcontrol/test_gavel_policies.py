@@ -16,9 +16,9 @@ from tether.taskcontrol.appsched.gavel.policies import (
     finish_time_fairness,
     hierarchical,
     max_min_fairness,
+    min_total_duration,
 )
 from tether.taskcontrol.appsched.gavel.policies.max_sum_throughput import max_sum_throughput
-from tether.taskcontrol.appsched.gavel.policies.min_total_duration import min_total_duration
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob, Problem
 
@@ -91,10 +91,25 @@ def test_max_sum_throughput_runs_each_job_where_its_normalized_throughput_is_hig
 def test_min_total_duration_finishes_every_job_at_once_as_early_as_it_can() -> None:
     # 400 steps in all at one step a second on one GPU: both finish at 400 s.
     problem = Problem.of([job("a", left=100, v100=1), job("b", left=300, v100=1)], {"v100": 1})
-    allocation = min_total_duration(problem)
+    allocation = min_total_duration.heterogeneity_aware(problem)
     assert allocation[:, 0] == pytest.approx([0.25, 0.75], abs=TOLERANCE)
     rates = problem.effective_throughputs(allocation)
     assert problem.remaining_steps / rates == pytest.approx([400, 400], rel=1e-6)
+
+
+def test_the_blind_makespan_plan_takes_every_type_as_fast_as_the_fastest() -> None:
+    # b runs only on the V100. Blind, a's K80 looks as fast as its V100, so b keeps the V100 and
+    # a the K80 (both "finish" at 50 s). Aware, a's K80 is half as fast: a spends a third of
+    # its time on the V100 and both finish at 75 s, instead of a at 100 s.
+    jobs = [job("a", left=100, v100=2, k80=1), job("b", left=100, v100=2)]
+    problem = Problem.of(jobs, {"v100": 1, "k80": 1})
+    k80, v100 = problem.accelerators.index("k80"), problem.accelerators.index("v100")
+    blind = min_total_duration.agnostic(problem)
+    assert blind[0, [v100, k80]] == pytest.approx([0.0, 1.0], abs=TOLERANCE)
+    assert blind[1, [v100, k80]] == pytest.approx([1.0, 0.0], abs=TOLERANCE)
+    aware = min_total_duration.heterogeneity_aware(problem)
+    assert aware[0, [v100, k80]] == pytest.approx([1 / 3, 2 / 3], abs=TOLERANCE)
+    assert problem.effective_throughputs(aware) == pytest.approx([4 / 3, 4 / 3], rel=1e-6)
 
 
 def test_finish_time_fairness_shortens_the_worst_finish_time_against_the_equal_share() -> None:

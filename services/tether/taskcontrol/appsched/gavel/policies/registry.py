@@ -25,6 +25,6 @@ POLICIES: dict[str, Policy] = {
     "max_min_fairness": max_min_fairness.agnostic,
     "max_min_fairness_perf": max_min_fairness.heterogeneity_aware,
     "max_sum_throughput": max_sum_throughput.max_sum_throughput,
-    "min_total_duration_perf": min_total_duration.min_total_duration,
+    "min_total_duration": min_total_duration.agnostic,
+    "min_total_duration_perf": min_total_duration.heterogeneity_aware,
 }
-"""Not yet: min_total_duration blind to types (issue 20)."""

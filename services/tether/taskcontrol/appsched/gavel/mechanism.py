@@ -1,0 +1,128 @@
+"""Gavel's round-based mechanism: which jobs run in the next round, and on which accelerator
+type, so that over rounds each job's share of time on each type approaches the allocation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
+
+Shares = dict[str, dict[str, float]]
+"""Job -> accelerator type -> a fraction of time (or seconds)."""
+
+
+def shares_of(problem: Problem, allocation: Allocation) -> Shares:
+    """The allocation matrix by job and type name, leaving out what is zero."""
+    return {
+        job: {
+            kind: float(fraction)
+            for kind, fraction in zip(problem.accelerators, row, strict=True)
+            if fraction > 0
+        }
+        for job, row in zip(problem.jobs, allocation, strict=True)
+    }
+
+
+@dataclass
+class Ledger:
+    """Seconds each job ran on each type since the allocation last changed, the seconds since,
+    and what each job was owed when it changed."""
+
+    allocation: Shares = field(default_factory=dict)
+    received: Shares = field(default_factory=dict)
+    carried: Shares = field(default_factory=dict)
+    """Time owed (allocated minus received) under earlier allocations: a job that fell behind
+    goes first among equals."""
+    elapsed_s: float = 0.0
+
+    def reset(self, allocation: Shares) -> None:
+        """Measures shares against `allocation` from now on; jobs it does not name are
+        forgotten."""
+        carried: Shares = {}
+        for job in allocation:
+            owed = self.carried.get(job, {})
+            for kind in set(owed) | set(self.allocation.get(job, {})):
+                owed_now = self.deficit(job, kind)
+                if owed_now:
+                    carried.setdefault(job, {})[kind] = owed_now
+        self.allocation, self.carried, self.received = allocation, carried, {}
+        self.elapsed_s = 0.0
+
+    def record(self, ran: Mapping[str, str], seconds: float) -> None:
+        """Jobs ran `seconds` on the types `ran` names (job -> type)."""
+        for job, kind in ran.items():
+            got = self.received.setdefault(job, {})
+            got[kind] = got.get(kind, 0.0) + seconds
+        self.elapsed_s += seconds
+
+    def fraction(self, job: str, kind: str) -> float:
+        return self.allocation.get(job, {}).get(kind, 0.0)
+
+    def share(self, job: str, kind: str) -> float:
+        """The fraction of the time since the allocation changed that `job` ran on `kind`."""
+        if self.elapsed_s <= 0:
+            return 0.0
+        return self.received.get(job, {}).get(kind, 0.0) / self.elapsed_s
+
+    def deficit(self, job: str, kind: str) -> float:
+        """Seconds on `kind` the allocations owe `job`, now and before."""
+        owed = self.fraction(job, kind) * self.elapsed_s
+        got = self.received.get(job, {}).get(kind, 0.0)
+        return self.carried.get(job, {}).get(kind, 0.0) + owed - got
+
+    def priority(self, job: str, kind: str) -> float:
+        """The allocated fraction over the share received: above 1, the job is behind."""
+        fraction, share = self.fraction(job, kind), self.share(job, kind)
+        if fraction <= 0:
+            return 0.0
+        return fraction / share if share > 0 else math.inf
+
+
+def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dict[str, str]:
+    """Job -> the accelerator type it runs on next round.
+
+    Jobs take the (job, type) pairs of the allocation in order of priority (`Ledger.priority`),
+    then of time owed, then staying where they ran last round, then age; a pair is skipped
+    when the job already runs or the type has not room for its whole gang, so smaller jobs fill
+    behind a gang that does not fit. Accelerators still free then go to the jobs left, oldest
+    first, each on the type it is fastest on that has room: no accelerator idles while a job
+    that fits waits.
+    """
+    free = dict(zip(problem.accelerators, problem.counts.tolist(), strict=True))
+    runs = problem.runnable()
+    owed: list[tuple[tuple[float, float, bool, int], str, int]] = []
+    for index, job in enumerate(problem.jobs):
+        for column, kind in enumerate(problem.accelerators):
+            if runs[index, column] and ledger.fraction(job, kind) > 0:
+                rank = (
+                    ledger.priority(job, kind),
+                    ledger.deficit(job, kind),
+                    previous.get(job) == kind,
+                    -index,
+                )
+                owed.append((rank, kind, index))
+    owed.sort(key=lambda entry: entry[0], reverse=True)
+    chosen: dict[str, str] = {}
+
+    def take(index: int, kind: str) -> bool:
+        job, gang = problem.jobs[index], float(problem.scale_factors[index])
+        if job in chosen or free[kind] < gang:
+            return False
+        chosen[job] = kind
+        free[kind] -= gang
+        return True
+
+    for _, kind, index in owed:
+        take(index, kind)
+    for index in range(len(problem.jobs)):
+        by_speed = sorted(
+            (column for column in range(len(problem.accelerators)) if runs[index, column]),
+            key=lambda column: (problem.throughputs[index, column], -column),
+            reverse=True,
+        )
+        for column in by_speed:
+            if take(index, problem.accelerators[column]):
+                break
+    return chosen
