@@ -43,6 +43,17 @@ def test_blind_max_min_gives_every_job_the_same_accelerator_time() -> None:
     assert allocation[:, 0] == pytest.approx([2 / 3, 2 / 3, 1 / 3], abs=TOLERANCE)
 
 
+def test_a_blind_policy_does_not_choose_a_type_by_accident() -> None:
+    # Blind, a lone job's whole time is as good on either type: it gets the middle of the
+    # optimal allocations (as Gavel's interior-point solver gives it), not a vertex that puts
+    # it wholly on one type. Aware, it runs on its fastest type.
+    problem = Problem.of([job("a", v100=4, k80=1)], {"v100": 1, "k80": 1})
+    blind = max_min_fairness.agnostic(problem)
+    assert blind[0] == pytest.approx([0.5, 0.5], abs=0.01)
+    aware = max_min_fairness.heterogeneity_aware(problem)
+    assert aware[0, problem.accelerators.index("v100")] == pytest.approx(1.0, abs=TOLERANCE)
+
+
 def test_alike_jobs_share_alike_whatever_their_number() -> None:
     # 100 single-GPU jobs and 50 gangs of 2 on 20 GPUs, every job the same accelerator time t:
     # 100 t + 50 * 2 * t / 2 = 20.

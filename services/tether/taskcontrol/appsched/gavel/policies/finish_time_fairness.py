@@ -14,8 +14,9 @@ PRECISION = 1e-3
 
 
 def agnostic(problem: Problem) -> Allocation:
-    """Every type counts as equally fast (Gavel's blind variant)."""
-    return heterogeneity_aware(problem.blind())
+    """Every type counts as equally fast (Gavel's blind variant; the central optimum, not a
+    vertex: `lp.solve`)."""
+    return _fairest(problem.blind(), central=True)
 
 
 def heterogeneity_aware(problem: Problem) -> Allocation:
@@ -24,6 +25,10 @@ def heterogeneity_aware(problem: Problem) -> Allocation:
     throughput can be at least `r / (rho * D - t)` at once: a max-min program whose value is
     1 or more. The equal share itself reaches 1, so `rho` lies between the largest `t / D` and
     1, and bisection finds it; the allocation is the max-min one at that `rho`."""
+    return _fairest(problem, central=False)
+
+
+def _fairest(problem: Problem, *, central: bool) -> Allocation:
     equal = problem.effective_throughputs(problem.equal_share())
     left, elapsed = problem.remaining_steps, problem.elapsed_s
     counted = (left > 0) & (equal > 0)
@@ -45,4 +50,4 @@ def heterogeneity_aware(problem: Problem) -> Allocation:
             high = middle
         else:
             low = middle
-    return max_min(problem, coefficients(high))
+    return max_min(problem, coefficients(high), central=central)

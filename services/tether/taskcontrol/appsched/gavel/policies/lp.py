@@ -1,5 +1,5 @@
-"""The linear programs the policies share, solved with HiGHS (scipy.optimize.milp with no
-integer variables, which takes sparse constraints): the variables are the time fractions of
+"""The linear programs the policies share, solved with HiGHS (through highspy, its own
+binding): the variables are the time fractions of
 each job on each type, bounded to [0, 1] where the job can run and to 0 where it cannot; every
 job runs at most all the time, and no type gives more accelerators than it has.
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds
 
 from tether.taskcontrol.appsched.gavel.problem import F64, Allocation, Problem
 
@@ -33,6 +34,9 @@ class Kinds:
     """The problem's jobs grouped by what the program reads of them, one row per kind."""
 
     coefficients: F64
+    """Divided by `scale`: the largest is 1. Coefficients near the solver's tolerances (a
+    makespan's throughput over steps left is about 1e-6) would be solved to their noise."""
+    scale: float
     upper: F64
     """1 where the kind can run, else 0."""
     accelerators: F64
@@ -51,8 +55,10 @@ class Kinds:
         more = np.zeros((len(problem.jobs), 0)) if extra is None else extra
         keys = np.column_stack([coefficients, problem.runnable(), problem.scale_factors, more])
         unique, of_job, members = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        scale = float(np.abs(unique[:, :types]).max(initial=0.0)) or 1.0
         return cls(
-            coefficients=unique[:, :types],
+            coefficients=unique[:, :types] / scale,
+            scale=scale,
             upper=unique[:, types : 2 * types],
             accelerators=unique[:, 2 * types] * members,
             members=members.astype(np.float64),
@@ -74,12 +80,12 @@ class Kinds:
         return rows, np.concatenate([np.ones(kinds), problem.counts])
 
 
-def max_min(problem: Problem, coefficients: F64) -> Allocation:
+def max_min(problem: Problem, coefficients: F64, *, central: bool = False) -> Allocation:
     """The allocation that maximizes the smallest `sum_t coefficients[j, t] * x[j, t]` over the
     jobs that can run on some accelerator there is; then, keeping every such job at that
     minimum at least, the sum of them. The minimum alone leaves the jobs above it wherever the
     solver happens to stop, accelerators idle among them; the second program hands out what
-    the first left."""
+    the first left. `central`: see `solve`."""
     program = _MaxMin.of(problem, coefficients)
     if program is None:
         return np.zeros(problem.shape)
@@ -88,13 +94,13 @@ def max_min(problem: Problem, coefficients: F64) -> Allocation:
     least = program.minimum() * (1 - MARGIN)
     rows = sparse.vstack([program.rows, -values]).tocsr()
     caps = np.concatenate([program.caps, np.full(values.shape[0], -least)])
-    return per_job(kinds, most_value(kinds, rows, caps))
+    return per_job(kinds, most_value(kinds, rows, caps, central=central))
 
 
 def max_min_value(problem: Problem, coefficients: F64) -> float:
     """The largest smallest `sum_t coefficients[j, t] * x[j, t]` (0 when no job can run)."""
     program = _MaxMin.of(problem, coefficients)
-    return 0.0 if program is None else program.minimum()
+    return 0.0 if program is None else program.minimum() * program.kinds.scale
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,7 @@ class _MaxMin:
         return cls(kinds, rows, caps, per_row(kinds.coefficients)[counted])
 
     def minimum(self) -> float:
+        """In the kinds' scaled coefficients."""
         return highest_floor(self.kinds, self.rows, self.caps, self.values)
 
 
@@ -130,11 +137,12 @@ def max_sum(problem: Problem, coefficients: F64) -> Allocation:
     return per_job(kinds, most_value(kinds, rows, caps))
 
 
-def most_value(kinds: Kinds, rows: sparse.csr_array, caps: F64) -> F64:
+def most_value(kinds: Kinds, rows: sparse.csr_array, caps: F64, *, central: bool = False) -> F64:
     """The variables with `rows @ x <= caps` that maximize the kinds' values summed over all
     their jobs."""
     objective = -(kinds.coefficients * kinds.members[:, None]).reshape(-1)
-    return solve(objective, rows, caps, Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1)))
+    bounds = Bounds(np.zeros(kinds.upper.size), kinds.upper.reshape(-1))
+    return solve(objective, rows, caps, bounds, central=central)
 
 
 def highest_floor(
@@ -171,11 +179,41 @@ def per_job(kinds: Kinds, solution: F64) -> Allocation:
     return allocation
 
 
-def solve(objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds) -> F64:
-    """Minimizes `objective` with `rows @ x <= caps` within `bounds`."""
-    constraint = LinearConstraint(rows, -np.inf, caps)
-    result = milp(objective, constraints=constraint, bounds=bounds)
-    if result.status != 0 or result.x is None:
-        raise NoSolution(f"HiGHS found no optimal allocation: {result.message}")
-    solution: F64 = np.clip(result.x, 0.0, None)
+def solve(
+    objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds, *, central: bool = False
+) -> F64:
+    """Minimizes `objective` with `rows @ x <= caps` within `bounds`: by the simplex method,
+    an optimal vertex. `central`: by the interior-point method without crossover, an optimum
+    in the middle of the optimal ones. A policy blind to accelerator types finds many
+    allocations equally good that differ only in where jobs run; a vertex among them puts
+    jobs wholly on one type or another by an accident of pivoting (and Gavel's interior-point
+    solver returns the middle one). Should the interior-point method stop short of an
+    optimum it can vouch for, the simplex method's vertex it is."""
+    highs = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy leaves it unannotated
+    highs.setOptionValue("output_flag", False)
+    if central:
+        highs.setOptionValue("solver", "ipm")
+        highs.setOptionValue("run_crossover", "off")
+        # Presolve may settle the program itself, at a vertex.
+        highs.setOptionValue("presolve", "off")
+    model = highspy.HighsLp()
+    model.num_col_, model.num_row_ = objective.size, rows.shape[0]
+    model.col_cost_ = objective
+    model.col_lower_ = np.asarray(bounds.lb, dtype=np.float64)
+    model.col_upper_ = np.asarray(bounds.ub, dtype=np.float64)
+    model.row_lower_ = np.full(rows.shape[0], -highspy.kHighsInf)
+    model.row_upper_ = caps
+    columns = sparse.csc_array(rows)
+    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    model.a_matrix_.start_ = columns.indptr
+    model.a_matrix_.index_ = columns.indices
+    model.a_matrix_.value_ = columns.data
+    highs.passModel(model)
+    highs.run()
+    status = highs.getModelStatus()
+    if central and status != highspy.HighsModelStatus.kOptimal:
+        return solve(objective, rows, caps, bounds)
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise NoSolution(f"HiGHS found no optimal allocation: {highs.modelStatusToString(status)}")
+    solution: F64 = np.clip(np.asarray(highs.getSolution().col_value), 0.0, None)
     return solution

@@ -9,9 +9,10 @@ from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
 def agnostic(problem: Problem) -> Allocation:
     """Every accelerator counts as equally fast: the smallest weighted accelerator time of any
-    job (time fraction times scale factor, over its weight) is as large as it can be."""
+    job (time fraction times scale factor, over its weight) is as large as it can be. Which
+    type the time is on is all one to it: the central optimum, not a vertex (`lp.solve`)."""
     per_job = problem.scale_factors / problem.weights
-    return max_min(problem, problem.runnable() * per_job[:, None])
+    return max_min(problem, problem.runnable() * per_job[:, None], central=True)
 
 
 def heterogeneity_aware(problem: Problem) -> Allocation:

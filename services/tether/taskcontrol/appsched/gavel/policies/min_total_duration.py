@@ -13,10 +13,10 @@ from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 def agnostic(problem: Problem) -> Allocation:
     """Every type a job can run on counts as fast as its fastest (Gavel's blind program takes
     each job's V100 throughput for every type): the makespan is planned as if time on any type
-    were worth the same."""
+    were worth the same (the central optimum, not a vertex: `lp.solve`)."""
     fastest = problem.throughputs.max(axis=1, initial=0.0)
-    as_fast = problem.runnable() * fastest[:, None]
-    return heterogeneity_aware(dataclasses.replace(problem, throughputs=as_fast))
+    as_fast = dataclasses.replace(problem, throughputs=problem.runnable() * fastest[:, None])
+    return max_min(as_fast, as_fast.throughputs_over(as_fast.remaining_steps), central=True)
 
 
 def heterogeneity_aware(problem: Problem) -> Allocation:

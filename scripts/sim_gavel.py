@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Gavel's heterogeneity-aware policies, simulated: the real policies, mechanism and round
+scheduler (`tether.taskcontrol.appsched.gavel`) on a simulated clock, jobs progressing at the
+measured throughput of the accelerator type they were given (../shared/data/gavel/).
+
+Experiments (--experiment, default all):
+
+  traces      Gavel's two physical-cluster traces on 8 V100 + 16 P100 + 24 K80 with the
+              physical throughputs: average JCT of max_min_fairness.trace under max-min
+              fairness, makespan of minimize_makespan.trace under min_total_duration, each
+              blind and aware, against the figures of Gavel's own simulator (`error`).
+  continuous  Poisson arrivals on 36 V100 + 36 P100 + 36 K80 drawn as the paper draws them;
+              the average JCT of jobs --window (the paper's 4000-5000; --quick 200-400)
+              against the load, for max-min fairness and FIFO, blind and aware. A policy's
+              sweep stops at the first load it does not sustain (more than --max-active jobs
+              active at once). Plotted to --plot-jct.
+  solve       Seconds per solve of every policy against the active jobs (32 to 4,096), with
+              HiGHS, and the same linear programs in cvxpy with ECOS (up to --cvxpy-max jobs).
+              Plotted to --plot-solve.
+
+Prints one JSON line per point, then a summary line ("benchmark": "gavel") with
+jct_ratio_agnostic_over_aware (max-min fairness at the highest load the blind policy
+sustains), makespan_ratio_agnostic_over_aware, the trace errors and solve_s per policy and
+job count.
+
+Usage: .venv/bin/python scripts/sim_gavel.py [--experiment traces] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from allocbench import log
+from gavel.plot import plot_jct, plot_solve_times
+from gavel.solve_times import problem_of, time_policy
+from gavel.workload import poisson_jobs, read_trace
+from gavel.world import simulate
+
+from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
+from tether.taskcontrol.appsched.gavel.profile import ThroughputProfile
+
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gavel"
+PHYSICAL = {"v100": 8, "p100": 16, "k80": 24}
+SIMULATED = {"v100": 36, "p100": 36, "k80": 36}
+REFERENCE = {
+    # Gavel's own simulator (commit c4fa400, cvxpy 1.9 with ECOS, seed 0, 360 s rounds).
+    ("max_min_fairness.trace", "max_min_fairness"): 5.20,
+    ("max_min_fairness.trace", "max_min_fairness_perf"): 3.82,
+    ("minimize_makespan.trace", "min_total_duration"): 20.71,
+    ("minimize_makespan.trace", "min_total_duration_perf"): 17.40,
+}
+CONTINUOUS_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "fifo", "fifo_perf")
+SOLVE_JOBS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--experiment", choices=("traces", "continuous", "solve", "all"), default="all"
+    )
+    parser.add_argument("--data", type=Path, default=DATA, help="Gavel's data directory")
+    parser.add_argument("--quick", action="store_true", help="a smaller window and sweep")
+    parser.add_argument("--round-s", type=float, default=360.0, help="round length (360)")
+    parser.add_argument(
+        "--loads",
+        type=lambda text: [float(value) for value in text.split(",")],
+        help="jobs per hour to sweep (default 0.5 to 4 by 0.5; --quick: 1 to 4 by 1)",
+    )
+    parser.add_argument(
+        "--window",
+        type=lambda text: tuple(int(value) for value in text.split("-")),
+        help="the jobs measured, FIRST-LAST (4000-5000; --quick 200-400)",
+    )
+    parser.add_argument("--max-active", type=int, default=800, help="saturation (800 jobs)")
+    parser.add_argument("--cvxpy-max", type=int, default=4096, help="largest cvxpy solve")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plot-jct", type=Path, default=Path("sim_gavel_jct.png"))
+    parser.add_argument("--plot-solve", type=Path, default=Path("sim_gavel_solve.png"))
+    return parser.parse_args()
+
+
+def emit(line: dict[str, Any]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def traces(args: argparse.Namespace) -> dict[str, Any]:
+    profile = ThroughputProfile.load(args.data / "physical_cluster_isolated_throughputs.json")
+    found: dict[str, Any] = {"trace_errors": {}}
+    results: dict[str, float] = {}
+    for (trace, policy), reference in REFERENCE.items():
+        jobs = read_trace(args.data / trace)
+        outcome = simulate(jobs, profile, POLICIES[policy], PHYSICAL, round_s=args.round_s)
+        metric = "average_jct_h" if trace == "max_min_fairness.trace" else "makespan_h"
+        value = outcome.average_jct_s() if metric == "average_jct_h" else outcome.makespan_s
+        results[policy] = value / 3600
+        error = results[policy] / reference - 1
+        found["trace_errors"][policy] = round(error, 4)
+        emit(
+            {
+                "experiment": "traces",
+                "trace": trace,
+                "policy": policy,
+                metric: round(results[policy], 3),
+                "gavel_reference_h": reference,
+                "error": round(error, 4),
+                "rounds": outcome.rounds,
+            }
+        )
+    found["jct_ratio_traces"] = round(
+        results["max_min_fairness"] / results["max_min_fairness_perf"], 3
+    )
+    found["makespan_ratio_agnostic_over_aware"] = round(
+        results["min_total_duration"] / results["min_total_duration_perf"], 3
+    )
+    return found
+
+
+def continuous(args: argparse.Namespace) -> dict[str, Any]:
+    profile = ThroughputProfile.load(args.data / "isolated_throughputs.json")
+    first, last = args.window or ((200, 400) if args.quick else (4000, 5000))
+    loads = args.loads or ([1.0, 2.0, 3.0, 4.0] if args.quick else [x / 2 for x in range(1, 9)])
+    measured = {f"j{number:05d}" for number in range(first, last)}
+    points: list[dict[str, Any]] = []
+    sustained: dict[str, dict[float, float]] = {policy: {} for policy in CONTINUOUS_POLICIES}
+    for policy in CONTINUOUS_POLICIES:
+        for load in sorted(loads):
+            # Arrivals go on past the window so that its jobs see the load until they finish.
+            jobs = poisson_jobs(profile, jobs_per_hour=load, count=last * 2, seed=args.seed)
+            started = time.monotonic()
+            outcome = simulate(
+                jobs,
+                profile,
+                POLICIES[policy],
+                SIMULATED,
+                round_s=args.round_s,
+                until_finished=measured,
+                max_active=args.max_active,
+            )
+            jct_h = None if outcome.saturated else outcome.average_jct_s(sorted(measured)) / 3600
+            point = {
+                "experiment": "continuous",
+                "policy": policy,
+                "jobs_per_hour": load,
+                "window": f"{first}-{last}",
+                "average_jct_h": None if jct_h is None else round(jct_h, 3),
+                "saturated": outcome.saturated,
+                "rounds": outcome.rounds,
+                "sim_s": round(time.monotonic() - started, 1),
+            }
+            emit(point)
+            points.append(point)
+            if jct_h is None:
+                break
+            sustained[policy][load] = jct_h
+    plot_jct(args.plot_jct, points, f"36 V100 + 36 P100 + 36 K80, jobs {first}-{last}")
+    blind, aware = sustained["max_min_fairness"], sustained["max_min_fairness_perf"]
+    common = sorted(set(blind) & set(aware))
+    if not common:
+        return {"jct_ratio_agnostic_over_aware": None}
+    highest = common[-1]
+    return {
+        "jct_ratio_agnostic_over_aware": round(blind[highest] / aware[highest], 3),
+        "at_jobs_per_hour": highest,
+        "plot_jct": str(args.plot_jct),
+    }
+
+
+def solve(args: argparse.Namespace) -> dict[str, Any]:
+    profile = ThroughputProfile.load(args.data / "isolated_throughputs.json")
+    counts = SOLVE_JOBS[:6] if args.quick else SOLVE_JOBS
+    points: list[dict[str, Any]] = []
+    solve_s: dict[str, dict[int, float]] = {}
+    for jobs in counts:
+        problem = problem_of(profile, jobs, SIMULATED, seed=args.seed + jobs)
+        for policy in POLICIES:
+            timing = time_policy(policy, problem, with_cvxpy=jobs <= args.cvxpy_max)
+            point: dict[str, Any] = {
+                "experiment": "solve",
+                "policy": policy,
+                "jobs": jobs,
+                "solve_s": round(timing.highs_s, 4),
+                "programs": timing.programs,
+                "cvxpy_s": None if timing.cvxpy_s is None else round(timing.cvxpy_s, 4),
+            }
+            emit(point)
+            points.append(point)
+            solve_s.setdefault(policy, {})[jobs] = point["solve_s"]
+        log(f"solve: {jobs} jobs timed")
+    plot_solve_times(args.plot_solve, points)
+    return {"solve_s": solve_s, "plot_solve": str(args.plot_solve)}
+
+
+def main() -> None:
+    args = parse_args()
+    if not args.data.is_dir():
+        sys.exit(f"no Gavel data at {args.data} (--data)")
+    summary: dict[str, Any] = {"benchmark": "gavel", "round_s": args.round_s}
+    experiments = {"traces": traces, "continuous": continuous, "solve": solve}
+    for name, run in experiments.items():
+        if args.experiment in (name, "all"):
+            log(f"{name}: running")
+            summary.update(run(args))
+    emit(summary)
+
+
+if __name__ == "__main__":
+    main()
