@@ -189,7 +189,9 @@ def solve(
     jobs wholly on one type or another by an accident of pivoting (and Gavel's interior-point
     solver returns the middle one). Should the interior-point method stop short of an
     optimum it can vouch for, the simplex method's vertex it is."""
-    highs = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy leaves it unannotated
+    # The bare binding highspy exports: its `Highs` wrapper sets up callbacks, which print
+    # HiGHS's banner on stdout whatever the options say.
+    highs = highspy._Highs()  # type: ignore[attr-defined]  # in __all__, not in its stubs
     highs.setOptionValue("output_flag", False)
     if central:
         highs.setOptionValue("solver", "ipm")
