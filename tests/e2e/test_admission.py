@@ -1,8 +1,9 @@
 """Admission on a whole region (`tether up`, real task processes): jobs over quota queue and
 start in order; a high-priority job preempts a low one through TaskControl, with notice and a
 grace deadline, and the low one requeues and runs again later; no task runs twice at once; a
-team that borrows its sibling's idle quota gives it back when the sibling submits; nothing is
-preempted for a job whose tasks would not fit the machines anyway."""
+team that borrows its sibling's idle quota gives it back when the sibling submits; a suspended
+job stops with notice like a preempted one and runs again once resumed; nothing is preempted
+for a job whose tasks would not fit the machines anyway."""
 
 from __future__ import annotations
 
@@ -170,6 +171,46 @@ def test_a_high_priority_job_preempts_a_low_one_which_requeues_and_runs_later(
         sampler.stop()
         sampler.join()
     assert all(count == 1 for count in sampler.most.values()), sampler.most
+
+
+@pytest.mark.timeout(180)
+def test_a_suspended_job_stops_with_notice_frees_its_quota_and_resumes(
+    region: LocalRegion,
+) -> None:
+    create_entitlement(region, "rounds", 2)
+    with region.client() as client:
+        gang = submit(client, job("gang", "rounds", 2, seconds=3600))
+        wait_for(lambda: all_running(client, gang, 2), timeout_s=60, what="the gang running")
+        waiting = submit(client, job("waiting", "rounds", 2, seconds=3600))
+        with Controller(region, gang) as controller:
+            patched = client.patch(f"/v1/jobs/{gang}", json={"suspended": True})
+            assert patched.status_code == 200, patched.text
+            # Its controller is told, with the grace to checkpoint, as for a preemption.
+            wait_for(
+                lambda: len(controller.preempts) == 2, timeout_s=30, what="PREEMPT for the gang"
+            )
+            # At the deadline its tasks stop, and the job that waited for the quota runs.
+            wait_for(lambda: all_running(client, waiting, 2), timeout_s=60, what="the waiting job")
+        record = admission(region, gang)
+        assert (record["state"], record["reason"], record["preempted_by"]) == (
+            "queued",
+            "suspended",
+            None,
+        )
+        preempted = [event for event in record["history"] if event["kind"] == "preempted"]
+        assert [event["cause"] for event in preempted] == ["suspended"]
+        assert get_json(client, f"/v1/jobs/{gang}")["running"] == 0
+        # Resumed, it is first in the queue and runs once the quota frees.
+        resumed = client.patch(f"/v1/jobs/{gang}", json={"suspended": False})
+        assert resumed.status_code == 200, resumed.text
+        wait_for(
+            lambda: get_json(client, f"/v1/jobs/{gang}")["queue_position"] == 1,
+            timeout_s=30,
+            what="the resumed job first in its queue",
+        )
+        assert client.delete(f"/v1/jobs/{waiting}").status_code == 202
+        wait_for(lambda: all_running(client, gang, 2), timeout_s=60, what="the gang again")
+        assert client.delete(f"/v1/jobs/{gang}").status_code == 202
 
 
 def test_nothing_is_preempted_for_a_job_whose_tasks_would_not_fit_the_machines(

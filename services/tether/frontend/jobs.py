@@ -1,4 +1,5 @@
-"""Job writes: submission (admission, idempotency) and compare-and-swap changes (scale, delete)."""
+"""Job writes: submission (admission, idempotency) and compare-and-swap changes (scale, update,
+delete)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tether.frontend.admission import admissions_of, check_submission, position
 from tether.frontend.bodies import spec_sha256
 from tether.frontend.operations import job_operations
 from tether.frontend.problems import Conflict, NotFound, validation_problem
-from tether.frontend.schemas.jobs import JobView
+from tether.frontend.schemas.jobs import JobView, UpdateRequest
 from tether.model import (
     OPEN_STATES,
     ControlStatus,
@@ -176,11 +177,10 @@ async def change_job(store: Store, entitlement: str, name: str, change: JobChang
     raise Conflict(f"job '{entitlement}/{name}' kept changing; try again")
 
 
-def with_count(spec: JobSpec, count: int) -> JobSpec:
-    """`spec` with another task count, validated like a submitted spec (the region's task
-    limit applies); 422 naming `count` if it does not validate."""
-    data = spec.model_dump(mode="json")
-    data["count"] = count
+def respecified(spec: JobSpec, **changes: object) -> JobSpec:
+    """`spec` with `changes`, validated like a submitted spec (the region's task limit applies,
+    only batch jobs suspend); 422 naming the field if it does not validate."""
+    data = {**spec.model_dump(mode="json"), **changes}
     try:
         return from_json(JobSpec, json.dumps(data))
     except ValidationError as exc:
@@ -202,7 +202,7 @@ async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
             raise Conflict(f"job '{job.handle}' is being deleted and cannot be scaled")
         if job.spec.count == count:
             return job
-        spec = with_count(job.spec, count)
+        spec = respecified(job.spec, count=count)
         admission = await records.get(store, admission_key, Admission)
         # Scaling down always goes through, even when a lowered quota is already exceeded.
         if count > job.spec.count:
@@ -225,24 +225,37 @@ async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
     raise Conflict(f"job '{entitlement}/{name}' kept changing; try again")
 
 
-async def update_version(store: Store, entitlement: str, name: str, version: str) -> Job:
-    """Set the package version its tasks run and bump the generation; 409 while deleting."""
+async def update(store: Store, entitlement: str, name: str, request: UpdateRequest) -> Job:
+    """Apply what `request` names and bump the generation (unless nothing changes); 409 while
+    deleting, and for a placement change unless the job is suspended."""
 
-    async def update(job: Job) -> Job | None:
+    async def change(job: Job) -> Job | None:
         if job.deleting:
             raise Conflict(f"job '{job.handle}' is being deleted and cannot be updated")
-        if job.spec.task.version == version:
+        changes: dict[str, object] = {}
+        if request.version is not None and request.version != job.spec.task.version:
+            task = job.spec.task.model_copy(update={"version": request.version})
+            changes["task"] = task.model_dump(mode="json")
+        if request.suspended is not None and request.suspended != job.spec.suspended:
+            changes["suspended"] = request.suspended
+        if request.placement is not None and request.placement != job.spec.placement:
+            if not job.spec.suspended:
+                raise Conflict(
+                    f"job '{job.handle}' is not suspended: its placement changes only while "
+                    "it is (its running tasks would not move); suspend it first"
+                )
+            changes["placement"] = request.placement.model_dump(mode="json")
+        if not changes:
             return None
-        task = job.spec.task.model_copy(update={"version": version})
         return job.model_copy(
             update={
-                "spec": job.spec.model_copy(update={"task": task}),
+                "spec": respecified(job.spec, **changes),
                 "generation": job.generation + 1,
                 "updated_at": datetime.now(UTC),
             }
         )
 
-    return await change_job(store, entitlement, name, update)
+    return await change_job(store, entitlement, name, change)
 
 
 async def delete(store: Store, entitlement: str, name: str) -> Job:

@@ -47,6 +47,8 @@ class PreemptionCause(enum.StrEnum):
     """It ran on quota another entitlement lent, and that entitlement needs it back."""
     FAIR_SHARE = "fair-share"
     """It borrowed beyond its weighted fair share, and a borrower below its share waits."""
+    SUSPENDED = "suspended"
+    """Its owner (or its application-level scheduler) suspended it."""
 
 
 class AdmissionEvent(TetherModel):

@@ -260,10 +260,15 @@ BATCH_ONLY: Final = ("deadline", "min_count", "expected_duration_s")
 
 
 def _batch_only_schema(schema: dict[str, Any]) -> None:
-    # What _batch_only checks: without kind (a service) or with another kind than batch, these
-    # fields must be absent or null.
+    # What _batch_only and _only_batch_suspends check: without kind (a service) or with another
+    # kind than batch, these fields must be absent or null, and the job not suspended.
     schema["if"] = {"properties": {"kind": {"not": {"const": JobKind.BATCH.value}}}}
-    schema["then"] = {"properties": {field: {"type": "null"} for field in BATCH_ONLY}}
+    schema["then"] = {
+        "properties": {
+            **{field: {"type": "null"} for field in BATCH_ONLY},
+            "suspended": {"const": False},
+        }
+    }
 
 
 class OnFull(enum.StrEnum):
@@ -302,6 +307,12 @@ class JobSpec(TetherModel):
     min_count: int | None = Field(default=None, ge=1)
     """Only for batch jobs: an elastic job is admitted with at least this many tasks (at most
     `count`), grows as quota frees and shrinks first under pressure. None: all or nothing."""
+    suspended: bool = False
+    """Only for batch jobs: a suspended job runs no task and holds no quota. Suspending a
+    running job stops its tasks with notice, as a preemption does (its controller is told, and
+    they have the entitlement's grace to checkpoint); it keeps its place in the queue and is
+    admitted again, there, once resumed. What an application-level scheduler (Gavel's rounds)
+    turns jobs on and off with; a job may be submitted suspended."""
     at_most_once: bool = False
     """Never run two processes of one task at once, even across a partition: a task whose
     machine went silent is replaced only after the region's fencing period, by which time its
@@ -334,6 +345,18 @@ class JobSpec(TetherModel):
                 {"field": info.field_name, "kind": kind.value},
             )
         return value
+
+    @field_validator("suspended")
+    @classmethod
+    def _only_batch_suspends(cls, suspended: bool, info: ValidationInfo) -> bool:
+        kind = info.data.get("kind")
+        if suspended and kind is not None and kind is not JobKind.BATCH:
+            raise PydanticCustomError(
+                "batch_only",
+                "only batch jobs may be suspended, and this job's kind is '{kind}'",
+                {"kind": kind.value},
+            )
+        return suspended
 
     @field_validator("min_count")
     @classmethod

@@ -138,6 +138,20 @@ class TetherClient:
         response = self._request("PATCH", _job_path(handle), json={"version": version})
         return _view(JobView, response)
 
+    def suspend_job(self, handle: str) -> JobView:
+        """Suspend a batch job: its tasks stop with notice, and it holds no quota."""
+        response = self._request("PATCH", _job_path(handle), json={"suspended": True})
+        return _view(JobView, response)
+
+    def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView:
+        """Resume a suspended job, with another placement if given (a `Placement` as JSON):
+        it is admitted again at its place in its entitlement's queue."""
+        body: dict[str, Any] = {"suspended": False}
+        if placement is not None:
+            body["placement"] = placement
+        response = self._request("PATCH", _job_path(handle), json=body)
+        return _view(JobView, response)
+
     def request_operations(
         self, handle: str, kind: str, tasks: list[int] | None = None, reason: str = ""
     ) -> list[OperationView]:

@@ -264,6 +264,42 @@ async def test_update_rolls_a_new_version_into_the_spec(region: Region) -> None:
     assert_problem(deleting, 409, "being deleted")
 
 
+async def test_a_batch_job_is_suspended_placed_elsewhere_and_resumed(region: Region) -> None:
+    api = region.api
+    spec = job_spec("train", count=2, kind="batch")
+    assert (await api.post("/v1/jobs", headers=ALICE, json=spec)).is_success
+    elsewhere = {"constraints": [{"attribute": "gpu_type", "op": "in", "values": ["v100"]}]}
+
+    revision = await region.store.revision()
+    running = await api.patch("/v1/jobs/team-a/train", headers=ALICE, json={"placement": elsewhere})
+    assert_problem(running, 409, "not suspended: its placement changes only while it is")
+    nothing = await api.patch("/v1/jobs/team-a/train", headers=ALICE, json={})
+    assert "name at least one of version, suspended, placement" in str(
+        assert_problem(nothing, 422)["errors"]
+    )
+    assert await region.store.revision() == revision
+
+    suspended = await api.patch("/v1/jobs/team-a/train", headers=ALICE, json={"suspended": True})
+    assert suspended.status_code == 200, suspended.text
+    assert (suspended.json()["spec"]["suspended"], suspended.json()["generation"]) == (True, 2)
+    resumed = await api.patch(
+        "/v1/jobs/team-a/train",
+        headers=ALICE,
+        json={"suspended": False, "placement": elsewhere},
+    )
+    assert resumed.status_code == 200, resumed.text
+    stored = await stored_job(region, "train")
+    assert stored is not None
+    assert (stored.spec.suspended, stored.generation) == (False, 3)
+    assert stored.spec.placement.constraints[0].values == ["v100"]
+
+    assert (await api.post("/v1/jobs", headers=ALICE, json=job_spec("web"))).is_success
+    service = await api.patch("/v1/jobs/team-a/web", headers=ALICE, json={"suspended": True})
+    assert "only batch jobs may be suspended" in str(assert_problem(service, 422)["errors"])
+    submitted = await api.post("/v1/jobs", headers=ALICE, json=job_spec("web2", suspended=True))
+    assert "only batch jobs may be suspended" in str(assert_problem(submitted, 422)["errors"])
+
+
 async def test_bad_paths_and_methods_are_problems(region: Region) -> None:
     bad_name = await region.api.get("/v1/jobs/Team_A/web", headers=ALICE)
     assert assert_problem(bad_name, 422)["errors"][0]["loc"] == ["path", "ent"]

@@ -89,14 +89,23 @@ class Harness:
 
     def stopped(self, handle: str) -> None:
         """The job's tasks beyond its admission have stopped."""
+        self._holding(handle, self.queues.jobs[handle].admission.admitted)
+
+    def suspend(self, handle: str, suspended: bool = True) -> None:
+        """The job's spec says it is suspended (or no longer)."""
         job = self.queues.jobs[handle]
         self.queues.put(
-            QueuedJob(job.entitlement, job.admission, job.revision, job.admission.admitted)
+            QueuedJob(job.entitlement, job.admission, job.revision, job.holding, False, suspended)
         )
 
     def finish(self, handle: str) -> None:
+        self._holding(handle, 0)
+
+    def _holding(self, handle: str, tasks: int) -> None:
         job = self.queues.jobs[handle]
-        self.queues.put(QueuedJob(job.entitlement, job.admission, job.revision, 0))
+        self.queues.put(
+            QueuedJob(job.entitlement, job.admission, job.revision, tasks, False, job.suspended)
+        )
 
 
 def test_jobs_are_admitted_whole_in_order_as_quota_frees() -> None:
@@ -206,6 +215,47 @@ def test_a_higher_priority_job_preempts_the_lowest_and_newest_then_the_victim_re
     )
     assert requeued.history[-1].kind is AdmissionEventKind.REQUEUED
     assert requeued.preemptions == 1
+
+
+def test_a_suspended_job_stops_with_notice_and_resumes_at_its_place() -> None:
+    h = Harness(ent("team", 10))
+    h.submit(record("team", "gavel", 6, queued_s=1))
+    h.decide()
+    h.stopped("team/gavel")
+    h.suspend("team/gavel")
+    h.decide(NOW + timedelta(seconds=10))
+    suspended = h.queues.jobs["team/gavel"].admission
+    assert (suspended.state, suspended.admitted) == (AdmissionState.PREEMPTING, 0)
+    assert suspended.history[-1].cause is PreemptionCause.SUSPENDED
+    assert suspended.preempted_by is None
+    # Suspending is the owner's choice: not counted against the preemption rate limit.
+    assert suspended.preempted_at == []
+    # Its tasks hold the quota until they stop; then it waits, suspended, holding none.
+    h.submit(record("team", "later", 6, queued_s=2))
+    h.decide(NOW + timedelta(seconds=11))
+    assert h.state("team/later") == (AdmissionState.QUEUED, 0)
+    h.stopped("team/gavel")
+    h.decide(NOW + timedelta(seconds=12))
+    assert h.state("team/gavel") == (AdmissionState.QUEUED, 0)
+    assert h.queues.jobs["team/gavel"].admission.reason == "suspended"
+    assert h.state("team/later") == (AdmissionState.ADMITTED, 6)
+    # Resumed with room for one of them, it goes first: it kept its place.
+    h.submit(record("team", "latest", 4, queued_s=3))
+    h.finish("team/later")
+    h.suspend("team/gavel", False)
+    h.decide(NOW + timedelta(seconds=13))
+    assert h.state("team/gavel") == (AdmissionState.ADMITTED, 6)
+    assert h.state("team/latest") == (AdmissionState.ADMITTED, 4)
+
+
+def test_a_job_suspended_while_queued_is_never_admitted() -> None:
+    h = Harness(ent("team", 10))
+    h.submit(record("team", "held", 2, queued_s=1))
+    h.suspend("team/held")
+    h.submit(record("team", "other", 2, queued_s=2))
+    h.decide()
+    assert h.state("team/held") == (AdmissionState.QUEUED, 0)
+    assert h.state("team/other") == (AdmissionState.ADMITTED, 2)
 
 
 def test_equal_priority_and_the_protected_band_are_never_preempted() -> None:

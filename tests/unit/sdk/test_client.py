@@ -101,6 +101,12 @@ def test_job_paths_and_bodies() -> None:
     assert (recorder.last.method, recorder.last.url.path) == ("POST", "/v1/jobs/team-a/web/scale")
     assert json.loads(recorder.last.content) == {"count": 5}
     assert scaled.generation == 2
+    tether.suspend_job("team-a/web")
+    assert (recorder.last.method, recorder.last.url.path) == ("PATCH", "/v1/jobs/team-a/web")
+    assert json.loads(recorder.last.content) == {"suspended": True}
+    on_v100 = {"constraints": [{"attribute": "gpu_type", "op": "==", "values": ["v100"]}]}
+    tether.resume_job("team-a/web", placement=on_v100)
+    assert json.loads(recorder.last.content) == {"suspended": False, "placement": on_v100}
     recorder.response = httpx.Response(202, json={"handle": "team-a/web", "deleting": True})
     tether.delete_job("team-a/web")
     assert (recorder.last.method, recorder.last.url.path) == ("DELETE", "/v1/jobs/team-a/web")

@@ -131,7 +131,11 @@ async def scale_job(
     "/{ent}/{job}",
     response_model=JobView,
     responses=problems(400, 404, 409, 413, 422),
-    openapi_extra=request_body(UpdateRequest, 'The version to roll out: {"version": "2.0"}.'),
+    openapi_extra=request_body(
+        UpdateRequest,
+        'A version to roll out, {"version": "2.0"}; a batch job suspended or resumed, '
+        '{"suspended": true}; or, while suspended, another placement.',
+    ),
 )
 async def update_job(
     request: Request,
@@ -143,11 +147,13 @@ async def update_job(
 ) -> Response:
     """Roll out another package version: running tasks become UPDATE operations that the job's
     TaskController approves (without one, at most `update.max_unavailable_percent` of the tasks
-    are down at once). The generation grows by one, unless the version is the same."""
+    are down at once). Suspend a batch job: its tasks stop with notice, as if preempted, and it
+    holds no quota until resumed, when it is admitted again at its place in the queue. Change
+    the placement of a suspended job. The generation grows by one, unless nothing changes."""
     await authorize_entitlement(store, principal, ent)
     body = await read_body(request, settings.max_body_bytes)
     wanted = parse_model(UpdateRequest, body, request.headers.get("content-type"))
-    updated = await jobs.update_version(store, ent, job, wanted.version)
+    updated = await jobs.update(store, ent, job, wanted)
     return (await jobs.job_view(store, updated)).response()
 
 

@@ -5,13 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from tether.frontend.records import TaskRecords, state_counts
 from tether.frontend.schemas import View
-from tether.model import ControlStatus, Job, JobSpec, TaskState, TetherModel, Timestamp, Version
+from tether.model import (
+    ControlStatus,
+    Job,
+    JobSpec,
+    Placement,
+    TaskState,
+    TetherModel,
+    Timestamp,
+    Version,
+)
 from tether.model.admission import Admission
 from tether.model.job import RegionTaskLimit
+
+UPDATABLE = ("version", "suspended", "placement")
+"""The fields of a job that PATCH changes."""
 
 
 class JobView(View):
@@ -68,12 +81,38 @@ class JobList(View):
 
 
 class UpdateRequest(TetherModel):
-    """The body of PATCH /v1/jobs/{ent}/{job}."""
+    """The body of PATCH /v1/jobs/{ent}/{job}: at least one of its fields."""
 
-    version: Version = Field(
-        description="The package version to roll out: running tasks are updated through the "
-        "job's TaskController (or at most the update policy's max_unavailable_percent at once)."
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": [field]} for field in UPDATABLE]}
     )
+
+    version: Version | None = Field(
+        default=None,
+        description="The package version to roll out: running tasks are updated through the "
+        "job's TaskController (or at most the update policy's max_unavailable_percent at once).",
+    )
+    suspended: bool | None = Field(
+        default=None,
+        description="Suspend a batch job (its tasks stop with notice, as if preempted, and it "
+        "holds no quota) or resume it (it is admitted again at its place in the queue).",
+    )
+    placement: Placement | None = Field(
+        default=None,
+        description="Where its tasks go: changed only while the job is suspended (its running "
+        "tasks would not move), as an application-level scheduler sends a job to another "
+        "machine type before resuming it.",
+    )
+
+    @model_validator(mode="after")
+    def _something(self) -> UpdateRequest:
+        if all(getattr(self, field) is None for field in UPDATABLE):
+            raise PydanticCustomError(
+                "nothing_to_update",
+                "name at least one of {fields}",
+                {"fields": ", ".join(UPDATABLE)},
+            )
+        return self
 
 
 class ScaleRequest(TetherModel):

@@ -161,9 +161,9 @@ class Decider:
             self.queues.remove(handle)
             return
         stored = self._state.admissions.items.get(keys.admission(entitlement, name))
+        spec = job.value.spec
         if stored is None:
             # Older than admission records: it was admitted whole by the quota check of its day.
-            spec = job.value.spec
             record = Admission.of(spec, job.value.created_at).model_copy(
                 update={"state": AdmissionState.ADMITTED, "admitted": spec.count}
             )
@@ -173,7 +173,9 @@ class Decider:
         holding = holding_of(
             job.value, record, self._state.tasks_of(handle), self._state.statuses_of(handle)
         )
-        self.queues.put(QueuedJob(entitlement, record, revision, holding, job.value.deleting))
+        self.queues.put(
+            QueuedJob(entitlement, record, revision, holding, job.value.deleting, spec.suspended)
+        )
 
     async def _catch_up(self) -> None:
         """Waits until the admissions mirror holds every admission up to the newest ledger

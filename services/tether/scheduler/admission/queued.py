@@ -21,6 +21,9 @@ class QueuedJob:
     finished for good."""
     closed: bool = False
     """Its job is being deleted: never admitted again, never a victim."""
+    suspended: bool = False
+    """Its job is suspended (`JobSpec.suspended`): its admitted tasks are stopped with notice,
+    as if preempted, and it is not admitted again until it is resumed. It keeps its place."""
     demand: Vector | None = None
     """Per task, over the tree's dimensions; None when no quota of the tree has a dimension it
     needs (it can never be admitted). Set by `AdmissionQueues.put`."""

@@ -22,6 +22,7 @@ from tether.model.admission import (
     AdmissionEvent,
     AdmissionEventKind,
     AdmissionState,
+    PreemptionCause,
 )
 from tether.model.quota_tree import QuotaTree, Vector, neg
 from tether.scheduler.admission.proposals import Proposal, Stopped, preempted
@@ -72,6 +73,8 @@ class AdmissionQueues:
         # changes, and entries that no longer match are dropped as they reach the top.
         self._in_heap: dict[str, QueueKey] = {}
         self._preempting: set[str] = set()
+        # Suspended jobs still admitted: stopped by the next pass.
+        self._to_suspend: set[str] = set()
         # Entitlement -> its admitted jobs: the candidates for preemption, found without
         # reading every job waiting.
         self._admitted: defaultdict[str, set[str]] = defaultdict(set)
@@ -111,6 +114,10 @@ class AdmissionQueues:
             self._preempting.add(job.handle)
         else:
             self._preempting.discard(job.handle)
+        if job.suspended and state is AdmissionState.ADMITTED:
+            self._to_suspend.add(job.handle)
+        else:
+            self._to_suspend.discard(job.handle)
         if state is AdmissionState.ADMITTED:
             self._admitted[job.entitlement].add(job.handle)
         else:
@@ -123,6 +130,7 @@ class AdmissionQueues:
     def remove(self, handle: str) -> None:
         self._uncharge(handle)
         self._preempting.discard(handle)
+        self._to_suspend.discard(handle)
         self._refused.pop(handle, None)
         job = self.jobs.pop(handle, None)
         if job is not None:
@@ -137,6 +145,8 @@ class AdmissionQueues:
         owed = {
             by for handle in self._preempting if (by := self.jobs[handle].admission.preempted_by)
         }
+        for handle in sorted(self._to_suspend):
+            self._suspend(self.jobs[handle], now, outcome)
         for handle in sorted(self._preempting):
             self._settle_preempted(self.jobs[handle], now, outcome)
         blocked: dict[str, QueuedJob] = {}
@@ -223,7 +233,7 @@ class AdmissionQueues:
 
     def _wants(self, job: QueuedJob) -> bool:
         record = job.admission
-        if job.closed:
+        if job.closed or job.suspended:
             return False
         if record.state is AdmissionState.QUEUED:
             return True
@@ -239,7 +249,9 @@ class AdmissionQueues:
         holding = job.holding
         if record.state is AdmissionState.ADMITTED:
             holding = max(holding, record.admitted)
-        self.put(QueuedJob(job.entitlement, record, job.revision, holding, job.closed))
+        self.put(
+            QueuedJob(job.entitlement, record, job.revision, holding, job.closed, job.suspended)
+        )
         return decision
 
     def _next_head(self, blocked: dict[str, QueuedJob], owed: set[str]) -> QueuedJob | None:
@@ -327,6 +339,27 @@ class AdmissionQueues:
         outcome.decisions.append(self._apply(job, changed))
         return True
 
+    def _suspend(self, job: QueuedJob, now: datetime, outcome: Outcome) -> None:
+        """Stops a suspended job's tasks with notice, as a preemption does (no preemptor, and
+        not counted against its preemption rate limit); it goes back to its queue, at its
+        place, once they have stopped."""
+        record = job.admission
+        event = AdmissionEvent(
+            at=now,
+            kind=AdmissionEventKind.PREEMPTED,
+            detail=f"{record.admitted} task(s) suspended",
+            tasks=record.admitted,
+            cause=PreemptionCause.SUSPENDED,
+        )
+        changed = record.with_event(
+            event,
+            state=AdmissionState.PREEMPTING,
+            admitted=0,
+            preempted_by=None,
+            reason="suspended",
+        )
+        outcome.decisions.append(self._apply(job, changed))
+
     def _settle_preempted(self, job: QueuedJob, now: datetime, outcome: Outcome) -> None:
         """A preempted job goes back to its queue (or, shrunk, stays admitted) once no more
         tasks than it is admitted hold resources."""
@@ -342,8 +375,9 @@ class AdmissionQueues:
             changed = record.with_event(event, state=AdmissionState.ADMITTED, reason="")
         else:
             event = AdmissionEvent(at=now, kind=AdmissionEventKind.REQUEUED, by=record.preempted_by)
+            reason = "suspended" if job.suspended else ""
             changed = record.with_event(
-                event, state=AdmissionState.QUEUED, admitted_at=None, reason=""
+                event, state=AdmissionState.QUEUED, admitted_at=None, reason=reason
             )
         outcome.decisions.append(self._apply(job, changed))
 
