@@ -1,5 +1,6 @@
 """Tether's domain model: the strict, immutable pydantic types every service shares."""
 
+from tether.model.accelerator import GPU_TYPE_ATTRIBUTE, AcceleratorSpec
 from tether.model.allocation import Allocation
 from tether.model.base import (
     JOB_HANDLE_RULE,
@@ -111,6 +112,7 @@ __all__ = [
     "DEFAULT_REGION_FILE",
     "DEFAULT_STATE_DIR",
     "DRAIN_KINDS",
+    "GPU_TYPE_ATTRIBUTE",
     "JOB_HANDLE_RULE",
     "MAX_MAINTENANCE_S",
     "MAX_QUANTITY",
@@ -121,6 +123,7 @@ __all__ = [
     "RESERVED_ENV_PREFIX",
     "TERMINAL_STATES",
     "ZERO",
+    "AcceleratorSpec",
     "AdvanceNotice",
     "Affinity",
     "AgentHeartbeat",

@@ -22,6 +22,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
 from tether.config import limit_settings
+from tether.model.accelerator import AcceleratorSpec
 from tether.model.base import (
     JOB_HANDLE_RULE,
     STORED_CONTEXT,
@@ -255,7 +256,7 @@ class RegionTaskLimit:
         return json_schema
 
 
-BATCH_ONLY: Final = ("deadline", "min_count", "expected_duration_s")
+BATCH_ONLY: Final = ("deadline", "min_count", "expected_duration_s", "accelerator")
 """JobSpec fields that only batch jobs may set."""
 
 
@@ -307,6 +308,9 @@ class JobSpec(TetherModel):
     min_count: int | None = Field(default=None, ge=1)
     """Only for batch jobs: an elastic job is admitted with at least this many tasks (at most
     `count`), grows as quota frees and shrinks first under pressure. None: all or nothing."""
+    accelerator: AcceleratorSpec | None = None
+    """Only for batch jobs: a training job that Gavel's policies schedule (its gang of
+    `scale_factor` tasks, the count, one GPU each)."""
     suspended: bool = False
     """Only for batch jobs: a suspended job runs no task and holds no quota. Suspending a
     running job stops its tasks with notice, as a preemption does (its controller is told, and
@@ -345,6 +349,33 @@ class JobSpec(TetherModel):
                 {"field": info.field_name, "kind": kind.value},
             )
         return value
+
+    @field_validator("accelerator")
+    @classmethod
+    def _one_gpu_per_worker(
+        cls, accelerator: AcceleratorSpec | None, info: ValidationInfo
+    ) -> AcceleratorSpec | None:
+        count, task = info.data.get("count"), info.data.get("task")
+        if accelerator is None or count is None or task is None:
+            return accelerator
+        if accelerator.scale_factor != count:
+            raise PydanticCustomError(
+                "scale_factor_not_count",
+                "scale_factor ({scale_factor}) must be the job's count ({count}): one task "
+                "per worker of the gang",
+                {"scale_factor": accelerator.scale_factor, "count": count},
+            )
+        if info.data.get("min_count") is not None:
+            raise PydanticCustomError(
+                "elastic_gang", "an accelerator job's gang runs whole: it has no min_count", {}
+            )
+        if task.resources.gpus != 1:
+            raise PydanticCustomError(
+                "not_one_gpu",
+                "each task of an accelerator job asks for exactly 1 GPU, not {gpus}",
+                {"gpus": task.resources.gpus},
+            )
+        return accelerator
 
     @field_validator("suspended")
     @classmethod

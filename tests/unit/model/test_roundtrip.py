@@ -17,6 +17,7 @@ from tether.model import (
     MAX_MAINTENANCE_S,
     MAX_QUANTITY,
     ON_MACHINE_STATES,
+    AcceleratorSpec,
     AdvanceNotice,
     Affinity,
     AgentHeartbeat,
@@ -219,21 +220,36 @@ placements = st.builds(
 update_policies = st.builds(UpdatePolicy, max_unavailable_percent=st.integers(1, 100))
 
 
+accelerator_specs = st.builds(
+    AcceleratorSpec,
+    job_type=st.text(min_size=1, max_size=40),
+    total_steps=st.floats(min_value=1e-3, max_value=1e12),
+    scale_factor=st.integers(1, 64),
+)
+
+
 @st.composite
 def job_specs(draw: st.DrawFn) -> JobSpec:
     kind = draw(st.sampled_from(JobKind))
     count = draw(st.integers(1, limit_settings().max_tasks_per_job))
+    task = draw(task_templates)
+    batch = draw(batch_fields(count)) if kind is JobKind.BATCH else {}
+    if kind is JobKind.BATCH and draw(st.booleans()):
+        # A Gavel job: a whole gang of `count` workers, one GPU each.
+        gang = draw(accelerator_specs).model_copy(update={"scale_factor": count})
+        task = task.model_copy(update={"resources": task.resources.model_copy(update={"gpus": 1})})
+        batch |= {"accelerator": gang, "min_count": None}
     return JobSpec(
         name=draw(names),
         entitlement=draw(names),
         count=count,
-        task=draw(task_templates),
+        task=task,
         placement=draw(placements),
         priority=draw(st.integers(0, 1000)),
         kind=kind,
         update=draw(update_policies),
         on_full=draw(st.none() | st.sampled_from(OnFull)),
-        **(draw(batch_fields(count)) if kind is JobKind.BATCH else {}),
+        **batch,
     )
 
 
@@ -243,6 +259,7 @@ def batch_fields(draw: st.DrawFn, count: int) -> dict[str, Any]:
         "deadline": draw(st.none() | timestamps),
         "expected_duration_s": draw(st.none() | positive_seconds),
         "min_count": draw(st.none() | st.integers(1, count)),
+        "suspended": draw(st.booleans()),
     }
 
 
@@ -433,6 +450,7 @@ region_states = st.builds(
 )
 
 STRATEGIES: dict[type[TetherModel], st.SearchStrategy[Any]] = {
+    AcceleratorSpec: accelerator_specs,
     Resources: resources,
     Topology: topologies,
     HostProfile: host_profiles,

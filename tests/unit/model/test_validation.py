@@ -238,6 +238,33 @@ def test_deadline_on_a_service_job_is_rejected() -> None:
     assert "'service'" in msg
 
 
+def accelerator_job(**overrides: Any) -> dict[str, Any]:
+    """A Gavel training job: a gang of 3 workers, one GPU each."""
+    gang = {"job_type": "ResNet-50 (batch size 64)", "total_steps": 1000, "scale_factor": 3}
+    return job_json(
+        kind="batch",
+        accelerator=gang | overrides,
+        task=task_json(resources={"cpu": 1000, "memory_mib": 512, "gpus": 1}),
+    )
+
+
+def test_an_accelerator_job_is_a_batch_gang_of_one_gpu_workers() -> None:
+    spec = from_json(JobSpec, json.dumps(accelerator_job()))
+    assert spec.accelerator is not None
+    assert (spec.accelerator.scale_factor, spec.accelerator.total_steps) == (3, 1000.0)
+    service = accelerator_job() | {"kind": "service"}
+    assert "only batch jobs may set accelerator" in error_at(job_errors(service), ("accelerator",))
+    wrong_gang = error_at(job_errors(accelerator_job(scale_factor=2)), ("accelerator",))
+    assert "scale_factor (2) must be the job's count (3)" in wrong_gang
+    two_gpus = accelerator_job()
+    two_gpus["task"]["resources"]["gpus"] = 2
+    assert "exactly 1 GPU, not 2" in error_at(job_errors(two_gpus), ("accelerator",))
+    elastic = accelerator_job() | {"min_count": 1}
+    assert "runs whole" in error_at(job_errors(elastic), ("accelerator",))
+    no_steps = error_at(job_errors(accelerator_job(total_steps=0)), ("accelerator", "total_steps"))
+    assert "greater than 0" in no_steps
+
+
 def test_deadline_on_a_batch_job_is_accepted_when_timezone_aware() -> None:
     spec = from_json(JobSpec, json.dumps(job_json(kind="batch", deadline="2030-01-01T00:00:00Z")))
     assert spec.deadline == datetime(2030, 1, 1, tzinfo=UTC)
