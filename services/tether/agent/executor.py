@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import math
 import os
 import signal
 import subprocess
@@ -79,6 +80,10 @@ class Executor(abc.ABC):
     def launch(self, files: AttemptFiles, assignment: Assignment, env: dict[str, str]) -> None:
         """Starts the attempt with `env` as its whole environment; OSError when it cannot. An
         at-most-once attempt runs only while the last `fence` holds it."""
+
+    def progress(self, files: AttemptFiles) -> float | None:
+        """The steps the attempt reports having made in all; None: it reports none."""
+        return None
 
     @abc.abstractmethod
     def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
@@ -160,6 +165,7 @@ class ProcessExecutor(Executor):
                 "HOME": str(sandbox),
                 "LANG": "C.UTF-8",
                 **env,
+                "TETHER_PROGRESS_FILE": str(files.progress),
             },
             cwd=str(sandbox),
             stdout_path=str(files.log("stdout")),
@@ -193,6 +199,15 @@ class ProcessExecutor(Executor):
 
     def state(self, files: AttemptFiles) -> ShimState | None:
         return read_record(ShimState, files.state)
+
+    def progress(self, files: AttemptFiles) -> float | None:
+        """The number the task last wrote to its progress file; what is not a finite number
+        of 0 or more (a write caught halfway) counts as none."""
+        try:
+            steps = float(files.progress.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return steps if math.isfinite(steps) and steps >= 0 else None
 
     def end(self, files: AttemptFiles) -> ShimExit | None:
         return read_record(ShimExit, files.exit)

@@ -65,6 +65,11 @@ class Attempt:
     state: ShimState | None = None
     reported: TaskState | None = None
     stop_sent_at: float | None = None
+    progress: float | None = None
+    """The steps the task last reported (at first, those its assignment resumes from)."""
+    progress_read_at: float = 0.0
+    """Monotonic time the executor was last asked for them."""
+    progress_reported: float | None = None
 
     @property
     def task(self) -> TaskRef:
@@ -412,6 +417,10 @@ class Agent(Service):
         if not shim_running:
             await self._shim_died(attempt)
         elif attempt.state is not None and attempt.state.pid is not None:
+            if attempt.progress is None and wanted and assignment is not None:
+                attempt.progress = assignment.progress  # adopted: resumed from there
+            if time.monotonic() - attempt.progress_read_at >= self._settings.progress_interval_s:
+                self._read_progress(attempt)
             await self._report(attempt, TaskState.RUNNING, allow_create=True)
 
     def _stop(self, attempt: Attempt) -> None:
@@ -438,7 +447,15 @@ class Agent(Service):
             self._executor.record_end(attempt.files, end)
         await self._finished(attempt, end)
 
+    def _read_progress(self, attempt: Attempt) -> None:
+        """The steps the task reports now, if it reports any."""
+        reported = self._executor.progress(attempt.files)
+        if reported is not None:
+            attempt.progress = reported
+        attempt.progress_read_at = time.monotonic()
+
     async def _finished(self, attempt: Attempt, end: ShimExit) -> None:
+        self._read_progress(attempt)
         if end.stopped or attempt.stop_sent_at is not None:
             state = TaskState.KILLED
         elif end.exit_code == 0:
@@ -465,7 +482,7 @@ class Agent(Service):
     # --- starting ----------------------------------------------------------------------------
 
     async def _launch(self, task: TaskRef, assignment: Assignment) -> None:
-        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        attempt = self._attempt(task, assignment)
         if not await self._report(attempt, TaskState.STARTING, allow_create=True):
             # The status already describes a newer attempt, or the task is gone: this
             # assignment is stale.
@@ -498,19 +515,26 @@ class Agent(Service):
             "TETHER_TASK_ID": task.task_id,
             "TETHER_TASK_ATTEMPT": str(assignment.attempt),
             "TETHER_MACHINE": self.machine.id,
+            # Where its earlier attempts got to: a task that checkpoints resumes from there.
+            "TETHER_PROGRESS": _steps(assignment.progress or 0.0),
         }
+
+    def _attempt(self, task: TaskRef, assignment: Assignment) -> Attempt:
+        """A new attempt of the assignment's, with the progress it resumes from."""
+        files = self.work_dir.attempt(task, assignment.attempt)
+        return Attempt(files, time.monotonic(), progress=assignment.progress)
 
     async def _report_waiting(self, task: TaskRef, assignment: Assignment, message: str) -> None:
         """A task that may not start before the host profile switch is `placed`, saying why."""
         if self._waiting.get(task) == (assignment.attempt, message):
             return
-        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        attempt = self._attempt(task, assignment)
         await self._report(attempt, TaskState.PLACED, allow_create=True, message=message)
         self._waiting[task] = (assignment.attempt, message)
 
     async def _report_never_started(self, task: TaskRef, assignment: Assignment) -> None:
         """An attempt stopped before it ever ran here is `killed`, so the scheduler can let go."""
-        attempt = Attempt(self.work_dir.attempt(task, assignment.attempt), time.monotonic())
+        attempt = self._attempt(task, assignment)
         await self._report(
             attempt,
             TaskState.KILLED,
@@ -537,7 +561,7 @@ class Agent(Service):
         extra, as the failed write reads the key in the same round trip; a decision not to
         write is only ever taken on a fresh read.
         """
-        if attempt.reported is state:
+        if attempt.reported is state and attempt.progress_reported == attempt.progress:
             return True
         task = attempt.task
         key = keys.task_status(task.entitlement, task.job, task.index)
@@ -547,17 +571,19 @@ class Agent(Service):
         if stored is None:
             stored = _read_status(await self._store.get(key)) if fresh else _StoredStatus(0)
         for _ in range(STATUS_CAS_ATTEMPTS):
-            same = (stored.attempt, stored.machine, stored.state, stored.message) == (
-                attempt.number,
-                self.machine.id,
-                state,
-                message,
-            )
+            same = (
+                stored.attempt,
+                stored.machine,
+                stored.state,
+                stored.message,
+                stored.progress,
+            ) == (attempt.number, self.machine.id, state, message, attempt.progress)
             if same or not self._may_write(stored, attempt.number, allow_create):
                 if not fresh:
                     stored, fresh = _read_status(await self._store.get(key)), True
                     continue
                 attempt.reported = state
+                attempt.progress_reported = attempt.progress if same else attempt.progress_reported
                 return same
             shim_state = attempt.state
             status = TaskStatus(
@@ -569,6 +595,7 @@ class Agent(Service):
                 pid=shim_state.pid if shim_state else None,
                 limits=shim_state.limits if shim_state else "",
                 started_at=shim_state.started_at if shim_state else None,
+                progress=attempt.progress,
                 updated_at=datetime.now(UTC),
                 **fields,
             )
@@ -582,9 +609,14 @@ class Agent(Service):
             )
             if result.succeeded:
                 self._statuses[key] = _StoredStatus(
-                    result.revision, attempt.number, self.machine.id, state, message
+                    result.revision,
+                    attempt.number,
+                    self.machine.id,
+                    state,
+                    message,
+                    status.progress,
                 )
-                attempt.reported = state
+                attempt.reported, attempt.progress_reported = state, status.progress
                 return True
             if not result.kvs(1):
                 return False  # the task is gone: nothing to report, nothing to start
@@ -614,6 +646,12 @@ class _StoredStatus:
     machine: str = ""
     state: TaskState | None = None
     message: str = ""
+    progress: float | None = None
+
+
+def _steps(steps: float) -> str:
+    """Steps as a task reads them: an integer without a fraction."""
+    return str(int(steps)) if steps.is_integer() else repr(steps)
 
 
 def _read_status(kv: KeyValue | None) -> _StoredStatus:
@@ -625,7 +663,12 @@ def _read_status(kv: KeyValue | None) -> _StoredStatus:
         _log.warning("replacing malformed status %s: %s", kv.key, error)
         return _StoredStatus(kv.mod_revision)
     return _StoredStatus(
-        kv.mod_revision, status.attempt, status.machine, status.state, status.message
+        kv.mod_revision,
+        status.attempt,
+        status.machine,
+        status.state,
+        status.message,
+        status.progress,
     )
 
 

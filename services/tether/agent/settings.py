@@ -37,6 +37,12 @@ class AgentSettings(BaseSettings):
     poll_interval_s: float = Field(
         default=0.2, gt=0, le=10, description="How often the agent looks at its shims' files."
     )
+    progress_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often a running task's progress file is read, and its steps reported "
+        "when they changed.",
+    )
     kill_grace_s: float = Field(
         default=5.0, gt=0, le=300, description="SIGTERM to SIGKILL grace when stopping a task."
     )

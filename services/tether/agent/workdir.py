@@ -150,6 +150,11 @@ class AttemptFiles:
     def exit(self) -> Path:
         return self.dir / "exit.json"
 
+    @property
+    def progress(self) -> Path:
+        """Where the task writes its step count (`TETHER_PROGRESS_FILE`)."""
+        return self.dir / "progress"
+
     def log(self, stream: str) -> Path:
         """`stdout.log` or `stderr.log`."""
         return self.dir / f"{stream}.log"

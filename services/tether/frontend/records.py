@@ -117,6 +117,15 @@ async def job_tasks(store: Store, ent: str, job: str) -> list[TaskRecords]:
     return await _read_tasks(store, keys.tasks_of(ent, job), keys.statuses_of(ent, job))
 
 
+async def job_progress(store: Store, ent: str, job: str, count: int) -> float | None:
+    """The fewest steps any of the job's `count` tasks reported, by whichever attempt (a
+    preempted task's status outlives it); None unless every one of them reported."""
+    found = await store.range(keys.statuses_of(ent, job))
+    steps = {keys.task_of_key(kv.key)[2]: load(TaskStatus, kv).progress for kv in found.kvs}
+    reported = [steps.get(index) for index in range(count)]
+    return None if None in reported else min(s for s in reported if s is not None)
+
+
 async def tasks_by_job(store: Store, ent: str | None = None) -> dict[str, list[TaskRecords]]:
     """Tasks with their statuses by job handle, by index: of one entitlement's jobs when `ent`
     is given, else of the whole region."""

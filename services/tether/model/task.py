@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Self
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from tether.model.accelerator import AcceleratorSpec
 from tether.model.base import JobHandle, Name, Quantity, TetherModel, Timestamp, Version
 from tether.model.job import TaskTemplate
 
@@ -147,6 +148,10 @@ class TaskStatus(TetherModel):
     """How the agent enforces the task's resource limits, e.g. "cgroup-v2", "rlimit"."""
     started_at: Timestamp | None = None
     finished_at: Timestamp | None = None
+    progress: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Steps the task reports having made in all, the ones it resumed from included (it writes
+    them to `TETHER_PROGRESS_FILE`); None: it reports none. Kept when the task is preempted
+    or suspended, so that its next attempt resumes from them."""
     updated_at: Timestamp
 
     @property
@@ -189,6 +194,11 @@ class Assignment(TetherModel):
     template: TaskTemplate
     at_most_once: bool = False
     """The job's `at_most_once`: the agent fences this attempt to its lease."""
+    progress: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Steps the task's earlier attempts reported: where this one resumes (the agent passes
+    them as `TETHER_PROGRESS`). None: none were reported."""
+    accelerator: AcceleratorSpec | None = None
+    """The job's `accelerator`: a simulated machine runs the task at its profiled speed."""
 
     @property
     def task_id(self) -> str:

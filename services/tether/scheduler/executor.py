@@ -281,7 +281,9 @@ def _task_ops(job_handle: str, writes: Sequence[TaskWrite]) -> tuple[list[Compar
         if write.silent is not None:
             compares.append(key_missing(keys.heartbeat(write.silent)))
         if write.task is None:
-            ops += [Delete(task_key), Delete(keys.task_status(entitlement, name, write.index))]
+            ops.append(Delete(task_key))
+            if not write.keep_status:
+                ops.append(Delete(keys.task_status(entitlement, name, write.index)))
         else:
             ops.append(Put(task_key, to_json(write.task)))
         if write.unassign is not None:

@@ -29,6 +29,7 @@ from tether.scheduler.plan import (
     changed,
     incarnation,
     is_healthy,
+    reported_progress,
 )
 
 
@@ -273,14 +274,18 @@ def _execute(
         return
     if operation.kind in (OperationKind.STOP, OperationKind.PREEMPT):
         stopped = changed(task, desired=DesiredState.STOPPED, updated_at=now)
-        write = TaskWrite(task.index, stored_task.revision, stopped, assignment(job, stopped))
+        progress = reported_progress(view, task.index)
+        write = TaskWrite(
+            task.index, stored_task.revision, stopped, assignment(job, stopped, progress)
+        )
         plan.writes.append(replace(write, operation=done))
         return
     if operation.kind is OperationKind.UPDATE:
         message = f"updated to {job.spec.task.version}"
     else:
         message = f"restarted: {operation.reason}"
-    write = incarnation(job, stored_task, task.restarts, message, now)
+    progress = reported_progress(view, task.index)
+    write = incarnation(job, stored_task, task.restarts, message, now, progress)
     plan.writes.append(replace(write, operation=done))
 
 

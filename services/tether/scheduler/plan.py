@@ -83,8 +83,9 @@ class OperationWrite:
 
 @dataclass(frozen=True, slots=True)
 class TaskWrite:
-    """One task's new record (None: delete the task and its status) with its assignment changes,
-    written only if the task key is still at `revision` (0: the task must not exist yet)."""
+    """One task's new record (None: delete the task and, unless `keep_status`, its status) with
+    its assignment changes, written only if the task key is still at `revision` (0: the task
+    must not exist yet)."""
 
     index: int
     revision: int
@@ -98,6 +99,9 @@ class TaskWrite:
     silent: str | None = None
     """A machine whose heartbeat must still be missing for the write to apply: an agent that
     came back may already have taken up the task again."""
+    keep_status: bool = False
+    """A preempted or suspended task's status outlives it: the progress it reported is where
+    its next attempt resumes (`reported_progress`). The job's deletion deletes it."""
 
 
 @dataclass(slots=True)
@@ -130,9 +134,15 @@ def is_healthy(task: Task, status: TaskStatus | None) -> bool:
 
 
 def incarnation(
-    job: Job, stored: Stored[Task], restarts: int, message: str, now: datetime
+    job: Job,
+    stored: Stored[Task],
+    restarts: int,
+    message: str,
+    now: datetime,
+    progress: float | None,
 ) -> TaskWrite:
-    """A new attempt of the task on its machine, running the job's current spec."""
+    """A new attempt of the task on its machine, running the job's current spec, resuming
+    from `progress`."""
     task = stored.value
     started = changed(
         task,
@@ -145,10 +155,11 @@ def incarnation(
         message=message,
         updated_at=now,
     )
-    return TaskWrite(task.index, stored.revision, started, assignment(job, started))
+    return TaskWrite(task.index, stored.revision, started, assignment(job, started, progress))
 
 
-def assignment(job: Job, task: Task) -> tuple[str, Assignment]:
+def assignment(job: Job, task: Task, progress: float | None) -> tuple[str, Assignment]:
+    """What the task's machine runs; a new attempt resumes from `progress`."""
     assert task.machine is not None, "only a task with a machine is assigned"
     return task.machine, Assignment(
         job=task.job,
@@ -158,7 +169,16 @@ def assignment(job: Job, task: Task) -> tuple[str, Assignment]:
         desired=task.desired,
         template=job.spec.task,
         at_most_once=job.spec.at_most_once,
+        progress=progress,
+        accelerator=job.spec.accelerator,
     )
+
+
+def reported_progress(view: JobView, index: int) -> float | None:
+    """The steps task `index` last reported, by whichever attempt: its status outlives an
+    attempt, and a preempted task's outlives the task (`TaskWrite.keep_status`)."""
+    status = view.statuses.get(index)
+    return None if status is None else status.progress
 
 
 def changed(task: Task, **changes: Any) -> Task:

@@ -30,6 +30,7 @@ from tether.scheduler.plan import (
     assignment,
     changed,
     incarnation,
+    reported_progress,
 )
 
 FINISHED: Final = frozenset({TaskState.EXITED, TaskState.FAILED, TaskState.KILLED})
@@ -66,15 +67,26 @@ def _plan_task(
         return
     if job.deleting or task.index >= view.live_count:
         if task.machine is None or machine_down or (status and status.state in FINISHED):
-            plan.release.append(TaskWrite(task.index, stored.revision, None, unassign=task.machine))
+            # Preempted or suspended (not scaled down): it will run again, from its progress.
+            preempted = not job.deleting and task.index < job.spec.count
+            plan.release.append(
+                TaskWrite(
+                    task.index,
+                    stored.revision,
+                    None,
+                    unassign=task.machine,
+                    keep_status=preempted,
+                )
+            )
         elif (
             task.desired is not DesiredState.STOPPED
             and not awaits_stop(view, stored)
             and not awaits_preempt(view, stored)
         ):
             stopped = changed(task, desired=DesiredState.STOPPED, updated_at=now)
+            progress = reported_progress(view, task.index)
             plan.writes.append(
-                TaskWrite(task.index, stored.revision, stopped, assignment(job, stopped))
+                TaskWrite(task.index, stored.revision, stopped, assignment(job, stopped, progress))
             )
         return
     if task.machine is None and task.state in FINISHED:
@@ -89,7 +101,8 @@ def _plan_task(
     elif task.desired is DesiredState.STOPPED:
         # Scaled down and back up before it was removed: run it again, as a new attempt so that
         # the agent never confuses it with the stopping one.
-        plan.writes.append(incarnation(job, stored, task.restarts, "resumed", now))
+        progress = reported_progress(view, task.index)
+        plan.writes.append(incarnation(job, stored, task.restarts, "resumed", now, progress))
     elif status is not None and status.state in FINISHED:
         _plan_restart(job, stored, status, now, plan)
 
@@ -181,7 +194,14 @@ def _plan_restart(
         plan.wake(due)
         return
     plan.writes.append(
-        incarnation(job, stored, task.restarts + 1, f"restarted: {_outcome(status)}", now)
+        incarnation(
+            job,
+            stored,
+            task.restarts + 1,
+            f"restarted: {_outcome(status)}",
+            now,
+            status.progress,
+        )
     )
 
 
@@ -239,7 +259,10 @@ def placement_writes(
         if stored is None or stored.value.machine is not None:
             continue
         placed = changed(stored.value, machine=machine)
-        writes.append(incarnation(job, Stored(placed, stored.revision), placed.restarts, "", now))
+        progress = reported_progress(view, index)
+        writes.append(
+            incarnation(job, Stored(placed, stored.revision), placed.restarts, "", now, progress)
+        )
     return writes
 
 

@@ -53,6 +53,9 @@ class JobView(View):
     """Its place in its entitlement's queue and what it is admitted."""
     queue_position: int | None = None
     """1 for the next job its entitlement admits (only when showing one job)."""
+    progress: float | None = None
+    """The fewest steps any of its tasks reported, kept across preemption and suspension
+    (only when showing one job; None until every task reported)."""
 
 
 class AdmissionEventView(View):
@@ -167,6 +170,8 @@ class TaskView(View):
     message: str
     started_at: datetime | None
     updated_at: datetime
+    progress: float | None = None
+    """Steps the task last reported (`TETHER_PROGRESS_FILE`); None: none."""
 
 
 class TopologyView(View):

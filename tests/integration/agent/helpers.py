@@ -84,6 +84,7 @@ def assignment_put(
     desired: DesiredState = DesiredState.RUNNING,
     command: str = sys.executable,
     at_most_once: bool = False,
+    progress: float | None = None,
 ) -> Put:
     """The write of the task's assignment, as the scheduler makes it."""
     template = TaskTemplate(
@@ -101,6 +102,7 @@ def assignment_put(
         desired=desired,
         template=template,
         at_most_once=at_most_once,
+        progress=progress,
     )
     return Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment))
 

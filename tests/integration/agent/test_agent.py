@@ -139,6 +139,45 @@ async def test_task_lifecycle(
     assert (await fetch_log(agent.address, 0, attempt=1)).status_code == 404
 
 
+COUNT_STEPS = (
+    "import os, time\n"
+    "steps = float(os.environ['TETHER_PROGRESS'])\n"
+    "path = os.environ['TETHER_PROGRESS_FILE']\n"
+    "while True:\n"
+    "    steps += 1\n"
+    "    with open(path + '.new', 'w') as out:\n"
+    "        out.write(str(steps))\n"
+    "    os.replace(path + '.new', path)\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+async def test_a_task_reports_its_steps_and_resumes_from_those_of_its_last_attempt(
+    store: Store, start_agent: StartAgent, machine: Machine
+) -> None:
+    await start_agent(progress_interval_s=0.2)
+    # Task 0 counts on from the 100 steps its earlier attempts reported.
+    await assign(store, machine, 0, attempt=1, script=COUNT_STEPS, progress=100)
+    counting = await eventually(
+        lambda: read_status(store, 0),
+        lambda seen: seen is not None and (seen.progress or 0) > 102,
+        timeout_s=20,
+        what="task 0 to report steps past 100",
+    )
+    assert counting is not None
+    assert counting.state is TaskState.RUNNING
+    # Stopped (preempted, say), its last report carries the steps it got to.
+    await assign(store, machine, 0, attempt=1, script=COUNT_STEPS, desired=DesiredState.STOPPED)
+    killed = await wait_status(store, 0, 1, TaskState.KILLED)
+    assert killed.progress is not None
+    assert killed.progress >= (counting.progress or 0)
+    # A task that writes no progress file reports the steps it resumed from.
+    await assign(store, machine, 1, attempt=1, progress=7)
+    quiet = await wait_status(store, 1, 1, TaskState.RUNNING)
+    assert quiet.progress == 7
+    assert environ(quiet.pid or 0)["TETHER_PROGRESS"] == "7"
+
+
 async def test_tasks_survive_a_restart_and_are_adopted(
     store: Store, start_agent: StartAgent, machine: Machine, work_dir: Path
 ) -> None:

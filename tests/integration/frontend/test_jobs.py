@@ -28,6 +28,7 @@ JOB_VIEW_KEYS = {
     "control",
     "admission",
     "queue_position",
+    "progress",
 }
 
 

@@ -58,9 +58,11 @@ async def seed_tasks(store: Store) -> None:
     later = NOW + timedelta(seconds=5)
     statuses = [
         TaskStatus(job="team-a/web", index=0, machine="m1", attempt=1,
-                   state=TaskState.RUNNING, pid=4242, started_at=later, updated_at=later),
+                   state=TaskState.RUNNING, pid=4242, started_at=later, updated_at=later,
+                   progress=1234.5),
         TaskStatus(job="team-a/web", index=2, machine="m1", attempt=1, state=TaskState.EXITED,
-                   pid=17, exit_code=0, started_at=NOW, finished_at=NOW, updated_at=NOW),
+                   pid=17, exit_code=0, started_at=NOW, finished_at=NOW, updated_at=NOW,
+                   progress=50),
         TaskStatus(job="team-a/web", index=10, machine="m2", attempt=1, state=TaskState.FAILED,
                    pid=99, exit_code=-9, message="killed by signal 9", updated_at=later),
     ]  # fmt: skip
@@ -94,6 +96,7 @@ async def test_tasks_show_effective_states(region: Region) -> None:
         "message": "",
         "started_at": running["started_at"],
         "updated_at": running["started_at"],
+        "progress": 1234.5,
     }
     assert running["started_at"] is not None
     assert (pending["state"], pending["machine"], pending["pid"]) == ("pending", None, None)
@@ -101,11 +104,14 @@ async def test_tasks_show_effective_states(region: Region) -> None:
     # The status is about attempt 1; the task is at attempt 2, so its own state shows.
     assert (placed["state"], placed["pid"], placed["exit_code"]) == ("placed", None, None)
     assert (placed["restarts"], placed["attempt"]) == (1, 2)
+    # Until attempt 2 reports, its progress is what attempt 1 reported: where it resumed.
+    assert placed["progress"] == 50
     assert (failed["state"], failed["desired"], failed["exit_code"]) == ("failed", "stopped", -9)
     assert failed["message"] == "killed by signal 9"
 
     job = (await region.api.get("/v1/jobs/team-a/web", headers=ALICE)).json()
     assert job["running"] == 1
+    assert job["progress"] is None  # task 1 reported none
     assert job["tasks"] == {
         "pending": 1,
         "placed": 1,

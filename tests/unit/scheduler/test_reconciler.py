@@ -98,8 +98,10 @@ def make_status(
     *,
     exit_code: int | None = None,
     finished_at: datetime = NOW,
+    progress: float | None = None,
 ) -> TaskStatus:
     return TaskStatus(
+        progress=progress,
         job=HANDLE,
         index=index,
         machine=machine,
@@ -392,6 +394,26 @@ def test_preempted_tasks_get_notice_then_stop_and_go() -> None:
         replace(view, statuses={s.index: s for s in killed}), NOW + timedelta(seconds=31)
     )
     assert sorted((write.index, write.task) for write in gone.release) == [(1, None), (2, None)]
+    # Their statuses stay, with the steps they reported: where their next attempts resume.
+    assert all(write.keep_status for write in gone.release)
+
+
+def test_a_preempted_task_resumes_from_the_steps_it_reported() -> None:
+    # Task 1 was preempted at 500 steps: its task record is gone, its status kept.
+    kept = make_status(1, "m1", 4, TaskState.KILLED, progress=500)
+    view = make_view(make_job(2), make_task(0, "m1", attempt=1), statuses=(kept,))
+    pending = Stored(
+        Task(job=HANDLE, index=1, generation=1, version="1.0", attempt=9, updated_at=NOW), 40
+    )
+    view = replace(view, tasks={**view.tasks, 1: pending})
+    (write,) = placement_writes(view, {1: "m2"}, NOW)
+    assert write.assignment is not None
+    machine, assignment = write.assignment
+    assert (machine, assignment.attempt, assignment.progress) == ("m2", 10, 500)
+    # A task scaled away, or one of a job being deleted, takes its status with it.
+    shrunk = make_view(make_job(1), make_task(1))
+    released = plan_job(shrunk, NOW).release
+    assert [(write.index, write.keep_status) for write in released] == [(1, False)]
 
 
 def test_only_tasks_preempted_for_another_entitlement_hand_their_machines_back() -> None:

@@ -54,6 +54,10 @@ class JobView(View):
     queue_position: int | None = None
     """1 for the next job its entitlement admits; None when it is not waiting (a single job's
     view only)."""
+    progress: float | None = None
+    """The fewest steps any of its tasks reported (`TETHER_PROGRESS_FILE`), kept across
+    preemption and suspension: a gang's step count (a single job's view only; None until every
+    task reported)."""
 
     @classmethod
     def of(

@@ -26,6 +26,9 @@ class TaskView(View):
     message: str
     started_at: Timestamp | None
     updated_at: Timestamp
+    progress: float | None = None
+    """Steps the task last reported (`TETHER_PROGRESS_FILE`), by this attempt or, until it
+    reports, the one it resumed from; None: it reports none."""
 
     @classmethod
     def of(cls, records: TaskRecords) -> TaskView:
@@ -46,6 +49,7 @@ class TaskView(View):
             message=status.message if status and status.message else task.message,
             started_at=status.started_at if status else None,
             updated_at=max(task.updated_at, status.updated_at) if status else task.updated_at,
+            progress=records.status.progress if records.status else None,
         )
 
 
