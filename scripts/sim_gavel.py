@@ -43,8 +43,8 @@ from gavel.solve_times import problem_of, time_policy
 from gavel.workload import poisson_jobs, read_trace
 from gavel.world import simulate
 
+from tether.model.accelerator import ThroughputProfile
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
-from tether.taskcontrol.appsched.gavel.profile import ThroughputProfile
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "gavel"
 PHYSICAL = {"v100": 8, "p100": 16, "k80": 24}

@@ -14,10 +14,10 @@ import scipy.sparse as sparse
 from scipy.optimize import Bounds
 
 from gavel.workload import poisson_jobs
+from tether.model.accelerator import ThroughputProfile
 from tether.taskcontrol.appsched.gavel.policies import lp
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.problem import F64, AcceleratorJob, Problem
-from tether.taskcontrol.appsched.gavel.profile import ThroughputProfile
 
 ENTITIES = {"org-a": 1.0, "org-b": 2.0, "org-c": 3.0, "org-d": 4.0}
 """The hierarchical policy's entities and their weights."""

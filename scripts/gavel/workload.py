@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from contention.workload import LONG_U, SCALE_WEIGHTS, SCALES, SHORT_SHARE, SHORT_U
 
+from tether.model.accelerator import ThroughputProfile
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
-from tether.taskcontrol.appsched.gavel.profile import ThroughputProfile
 
 REFERENCE_TYPE = "v100"
 """The accelerator a generated job's duration is drawn on."""

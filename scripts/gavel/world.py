@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gavel.workload import TraceJob
+from tether.model.accelerator import ThroughputProfile
 from tether.taskcontrol.appsched.gavel.policies.registry import Policy
-from tether.taskcontrol.appsched.gavel.profile import ThroughputProfile
 from tether.taskcontrol.appsched.gavel.rounds import ROUND_S, RoundScheduler
 
 

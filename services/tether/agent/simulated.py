@@ -8,6 +8,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -19,7 +20,15 @@ from tether.agent.settings import AgentSettings
 from tether.agent.shim import fence_verdict
 from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef
 from tether.aio import cancel_and_wait
-from tether.model import Assignment, Machine, Resources, Topology
+from tether.model import (
+    GPU_TYPE_ATTRIBUTE,
+    AcceleratorSpec,
+    Assignment,
+    Machine,
+    Resources,
+    Topology,
+)
+from tether.model.accelerator import ThroughputProfile
 from tether.service import Service
 from tether.store import Store, StoreError, keys
 
@@ -40,16 +49,42 @@ RETRY_S: Final = 1.0
 _pids = itertools.count(SIMULATED_PID_BASE)
 
 
+Speed = Callable[[AcceleratorSpec], float | None]
+"""Steps per second a gang makes on this machine's accelerators (None: it cannot run here)."""
+
+
+@dataclass(slots=True)
+class _Training:
+    """A simulated accelerator task: steps made at a constant speed until its total."""
+
+    resumed: float
+    speed: float
+    total: float
+    started: float
+    """Monotonic."""
+    stopped: float | None = None
+    finisher: asyncio.TimerHandle | None = None
+
+    def steps(self) -> float:
+        until = time.monotonic() if self.stopped is None else self.stopped
+        return min(self.total, self.resumed + self.speed * (until - self.started))
+
+
 class SimulatedExecutor(Executor):
     """Runs no process and keeps nothing on disk: a launched attempt runs at once, with a
     made-up pid, until the agent stops it or `finish()` ends it. An at-most-once attempt the
-    fence no longer holds ends when the agent next looks at it."""
+    fence no longer holds ends when the agent next looks at it.
+
+    Given a `speed`, a task of an accelerator job makes steps at it from those its assignment
+    resumes from, reports them as its progress, and exits 0 once it reaches the job's total."""
 
     poll_interval_s = POLL_INTERVAL_S
 
-    def __init__(self) -> None:
+    def __init__(self, speed: Speed | None = None) -> None:
+        self._speed = speed
         self._states: dict[AttemptFiles, ShimState] = {}
         self._ends: dict[AttemptFiles, ShimExit] = {}
+        self._training: dict[AttemptFiles, _Training] = {}
         self._at_most_once: set[AttemptFiles] = set()
         self._held: frozenset[str] = frozenset()
         self._valid_until = 0.0
@@ -73,7 +108,25 @@ class SimulatedExecutor(Executor):
         )
         if assignment.at_most_once:
             self._at_most_once.add(files)
+        self._train(files, assignment)
         self.wake()
+
+    def _train(self, files: AttemptFiles, assignment: Assignment) -> None:
+        gang = assignment.accelerator
+        speed = None if gang is None or self._speed is None else self._speed(gang)
+        if gang is None or not speed:
+            return
+        resumed = min(assignment.progress or 0.0, gang.total_steps)
+        training = _Training(resumed, speed, gang.total_steps, time.monotonic())
+        done = ShimExit(exit_code=0, finished_at=datetime.now(UTC), message="trained")
+        training.finisher = asyncio.get_running_loop().call_later(
+            (gang.total_steps - resumed) / speed, self._end, files, done
+        )
+        self._training[files] = training
+
+    def progress(self, files: AttemptFiles) -> float | None:
+        training = self._training.get(files)
+        return None if training is None else training.steps()
 
     def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
         self._held = frozenset(files.fence_key for files in held)
@@ -126,10 +179,19 @@ class SimulatedExecutor(Executor):
     def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
         self._states.pop(files, None)
         self._ends.pop(files, None)
+        self._training.pop(files, None)
         self._at_most_once.discard(files)
 
     def _end(self, files: AttemptFiles, end: ShimExit) -> None:
-        self._ends.setdefault(files, end)
+        if files in self._ends:
+            return
+        training = self._training.get(files)
+        if training is not None:
+            training.stopped = time.monotonic()
+            if training.finisher is not None:
+                training.finisher.cancel()
+            end = end.model_copy(update={"finished_at": datetime.now(UTC)})
+        self._ends[files] = end
         self.wake()
 
 
@@ -143,10 +205,12 @@ def simulated_machines(
     hardware_type: str,
     capacity: Resources,
     prefix: str = "sim",
+    gpu_types: Sequence[str] = (),
 ) -> list[Machine]:
     """`count` machines spread round-robin over the datacenters, then their MSBs, each MSB's
-    machines in racks of `rack_size`. Ids have a fixed width, so that no machine's id starts
-    another's (agents watch their id as a key prefix)."""
+    machines in racks of `rack_size`, and over `gpu_types` (their `gpu_type` attribute) in
+    turn. Ids have a fixed width, so that no machine's id starts another's (agents watch their
+    id as a key prefix)."""
     width = len(str(count))
     per_round = len(datacenters) * msbs_per_dc
     machines = []
@@ -166,9 +230,22 @@ def simulated_machines(
                 topology=topology,
                 hardware_type=hardware_type,
                 capacity=capacity,
+                attributes=(
+                    {GPU_TYPE_ATTRIBUTE: gpu_types[i % len(gpu_types)]} if gpu_types else {}
+                ),
             )
         )
     return machines
+
+
+def profiled_speed(profile: ThroughputProfile, machine: Machine) -> Speed:
+    """A gang's speed on the machine's accelerator type, as `profile` measured it."""
+    kind = machine.attributes.get(GPU_TYPE_ATTRIBUTE)
+
+    def speed(gang: AcceleratorSpec) -> float | None:
+        return profile.table.get((gang.job_type, gang.scale_factor), {}).get(str(kind))
+
+    return speed
 
 
 class AgentFleet(Service):
@@ -181,7 +258,8 @@ class AgentFleet(Service):
     time (an agent the store refuses is tried again), so that a signal can stop a fleet that is
     still starting; `started` is set once all run. Each agent's work dir is
     `settings.work_dir / <machine id>` (only a host profile switch writes there). The fleet
-    closes the stores on `stop()`.
+    closes the stores on `stop()`. With a throughput `profile`, accelerator tasks make steps
+    at its speed for their machine's `gpu_type` (`SimulatedExecutor`).
     """
 
     name = "agent-sim"
@@ -194,6 +272,7 @@ class AgentFleet(Service):
         *,
         starting_at_once: int = STARTING_AT_ONCE,
         progress: Callable[[str], None] | None = None,
+        profile: ThroughputProfile | None = None,
     ) -> None:
         if not stores:
             raise ValueError("a fleet needs at least one store")
@@ -203,6 +282,7 @@ class AgentFleet(Service):
         self._shared: list[FleetStore] = []
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
+        self._profile = profile
         self.agents: list[Agent] = []
         self.executors: dict[str, SimulatedExecutor] = {}
         """Each machine's executor, by machine id."""
@@ -221,7 +301,10 @@ class AgentFleet(Service):
         step = max(1, len(self.machines) // 10)
 
         async def start_one(number: int, machine: Machine) -> None:
-            executor = SimulatedExecutor()
+            profile = self._profile
+            executor = SimulatedExecutor(
+                None if profile is None else profiled_speed(profile, machine)
+            )
             settings = self._settings.model_copy(update={"work_dir": root / machine.id})
             store = self._shared[number % len(self._shared)]
             async with slots:

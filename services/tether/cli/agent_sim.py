@@ -14,6 +14,7 @@ from tether.agent.simulated import AgentFleet, simulated_machines
 from tether.cli.serving import load_settings, serve
 from tether.cli.store import StoreUrl
 from tether.model import Resources
+from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.region.plan import DATACENTERS, HARDWARE_TYPE, MSBS_PER_DC
 from tether.service import connect_store
 from tether.store import Store
@@ -49,6 +50,22 @@ def agent_sim(
     cpu: Annotated[int, typer.Option(min=1, help="Millicores each machine offers.")] = 32_000,
     memory_mib: Annotated[int, typer.Option(min=1, help="MiB each machine offers.")] = 131_072,
     disk_gib: Annotated[int, typer.Option(min=1, help="GiB of disk each machine offers.")] = 1000,
+    gpus: Annotated[int, typer.Option(min=0, help="GPUs each machine offers.")] = 0,
+    gpu_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An accelerator type (repeatable): the machines take them in turn as their "
+            "gpu_type attribute, e.g. --gpu-type v100 --gpu-type k80.",
+        ),
+    ] = None,
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            help="A throughput profile (Gavel's isolated_throughputs.json format): tasks of "
+            "accelerator jobs make steps at its speed for their machine's type, report them "
+            "and exit once done. Without one they run until stopped.",
+        ),
+    ] = None,
     lease_ttl_s: Annotated[
         int,
         typer.Option(
@@ -76,8 +93,17 @@ def agent_sim(
     Each machine is a real agent (heartbeat lease, assignments, host profiles, task statuses)
     whose executor runs no process: an assigned task runs at once, with a made-up pid, until it
     is stopped. The machines heartbeat like any agent, so the brokers register them; they
-    spread round-robin over the datacenters and their MSBs, in racks of --rack-size.
+    spread round-robin over the datacenters and their MSBs, in racks of --rack-size. With
+    --profile, a task of an accelerator job makes steps at the profiled speed of its machine's
+    --gpu-type, reports them as its progress and exits 0 once it has made them all.
     """
+    throughputs = None
+    if profile is not None:
+        try:
+            throughputs = ThroughputProfile.load(profile)
+        except ProfileError as error:
+            typer.echo(f"error: --profile: {error}", err=True)
+            raise typer.Exit(2) from None
     settings = load_settings(
         lambda: AgentSettings(lease_ttl_s=lease_ttl_s, work_dir=work_dir),
         {"lease_ttl_s": "--lease-ttl-s", "work_dir": "--work-dir"},
@@ -90,8 +116,9 @@ def agent_sim(
             msbs_per_dc=msbs_per_dc,
             rack_size=rack_size,
             hardware_type=hardware_type,
-            capacity=Resources(cpu=cpu, memory_mib=memory_mib, disk_gib=disk_gib),
+            capacity=Resources(cpu=cpu, memory_mib=memory_mib, disk_gib=disk_gib, gpus=gpus),
             prefix=id_prefix,
+            gpu_types=gpu_type or (),
         )
     except pydantic.ValidationError as error:
         # Only names can be wrong here: the prefix, a datacenter, the region or hardware type.
@@ -103,6 +130,6 @@ def agent_sim(
     def make_fleet(store: Store) -> AgentFleet:
         others = [connect_store(url) for _ in range(connections - 1)]
         progress = functools.partial(typer.echo, err=True)
-        return AgentFleet(fleet, settings, [store, *others], progress=progress)
+        return AgentFleet(fleet, settings, [store, *others], progress=progress, profile=throughputs)
 
     serve(make_fleet, url, log_level)

@@ -1,7 +1,14 @@
-"""Accelerator jobs: what Gavel's heterogeneity-aware policies read of a batch job."""
+"""Accelerator jobs: what Gavel's heterogeneity-aware policies read of a batch job, and
+throughput profiles, the measured steps per second of each job type, at each scale factor, on
+each accelerator type, in the format of Gavel's `isolated_throughputs.json`:
+`{accelerator type: {job type: {scale factor: steps per second}}}`."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, StringConstraints
@@ -27,3 +34,57 @@ class AcceleratorSpec(TetherModel):
     scale_factor: int = Field(
         ge=1, description="Workers in its gang, one accelerator each: the job's task count."
     )
+
+
+class ProfileError(ValueError):
+    """A profile that is not in the expected format; the message names where."""
+
+
+@dataclass(frozen=True)
+class ThroughputProfile:
+    """Job type and scale factor -> accelerator type -> steps per second."""
+
+    table: Mapping[tuple[str, int], Mapping[str, float]]
+
+    @classmethod
+    def load(cls, path: Path) -> ThroughputProfile:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise ProfileError(f"{path}: {error}") from None
+        return cls.parse(data, source=str(path))
+
+    @classmethod
+    def parse(cls, data: object, *, source: str = "profile") -> ThroughputProfile:
+        table: dict[tuple[str, int], dict[str, float]] = {}
+        for accelerator, jobs in _mapping(data, source).items():
+            for job_type, factors in _mapping(jobs, f"{source}: {accelerator}").items():
+                where = f"{source}: {accelerator} / {job_type}"
+                for factor, rate in _mapping(factors, where).items():
+                    if not factor.isdigit() or int(factor) < 1:
+                        raise ProfileError(f"{where}: scale factor {factor!r} is not 1 or more")
+                    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+                        raise ProfileError(
+                            f"{where} / {factor}: {rate!r} is not a number of steps per second"
+                        )
+                    table.setdefault((job_type, int(factor)), {})[accelerator] = float(rate)
+        return cls(table)
+
+    def throughputs(self, job_type: str, scale_factor: int) -> dict[str, float]:
+        """Accelerator type -> steps per second of a gang of `scale_factor` of that type."""
+        found = self.table.get((job_type, scale_factor))
+        if found is None:
+            raise ProfileError(
+                f"the profile has no throughput for {job_type!r} at scale factor {scale_factor}"
+            )
+        return dict(found)
+
+    @property
+    def job_types(self) -> list[str]:
+        return sorted({job_type for job_type, _ in self.table})
+
+
+def _mapping(value: object, where: str) -> Mapping[str, object]:
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ProfileError(f"{where}: expected an object, found {type(value).__name__}")
+    return value

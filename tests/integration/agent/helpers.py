@@ -23,6 +23,7 @@ from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import ShimState, read_record
 from tether.model import (
+    AcceleratorSpec,
     Assignment,
     DesiredState,
     Machine,
@@ -85,6 +86,7 @@ def assignment_put(
     command: str = sys.executable,
     at_most_once: bool = False,
     progress: float | None = None,
+    accelerator: AcceleratorSpec | None = None,
 ) -> Put:
     """The write of the task's assignment, as the scheduler makes it."""
     template = TaskTemplate(
@@ -103,6 +105,7 @@ def assignment_put(
         template=template,
         at_most_once=at_most_once,
         progress=progress,
+        accelerator=accelerator,
     )
     return Put(keys.assignment(machine.id, ENT, JOB, index), to_json(assignment))
 

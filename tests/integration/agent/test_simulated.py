@@ -34,10 +34,13 @@ from tether.agent.simulated import (
     SIMULATED_PID_BASE,
     AgentFleet,
     SimulatedExecutor,
+    profiled_speed,
     simulated_machines,
 )
 from tether.agent.workdir import TaskRef
 from tether.model import (
+    GPU_TYPE_ATTRIBUTE,
+    AcceleratorSpec,
     AgentHeartbeat,
     DesiredState,
     Machine,
@@ -46,6 +49,7 @@ from tether.model import (
     TaskState,
     from_json,
 )
+from tether.model.accelerator import ThroughputProfile
 from tether.store import LeaseNotFound, Store, Watch, keys, open_store
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
@@ -65,6 +69,42 @@ async def simulated(
     finally:
         with contextlib.suppress(Exception):
             await agent.stop()
+
+
+async def test_a_simulated_accelerator_task_trains_at_its_profiled_speed(
+    store_url: str, store: Store, machine: Machine, tmp_path: Path, region_config: RegionConfig
+) -> None:
+    profile = ThroughputProfile.parse({"v100": {"ResNet-50": {"1": 40.0}}})
+    on_v100 = machine.model_copy(update={"attributes": {GPU_TYPE_ATTRIBUTE: "v100"}})
+    executor = SimulatedExecutor(profiled_speed(profile, on_v100))
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "agent"})
+    agent = Agent(on_v100, settings, open_store(store_url), executor=executor)
+    await agent.start()
+    try:
+        # 100 steps resumed of 140, at 40 a second: done a second later, reporting all 140.
+        short = AcceleratorSpec(job_type="ResNet-50", total_steps=140, scale_factor=1)
+        await assign(store, on_v100, 0, attempt=1, accelerator=short, progress=100)
+        done = await wait_status(store, 0, 1, TaskState.EXITED)
+        assert (done.exit_code, done.progress) == (0, 140)
+        assert done.finished_at is not None
+        assert done.started_at is not None
+        assert (done.finished_at - done.started_at).total_seconds() == pytest.approx(1, abs=0.5)
+        # Stopped part way, it reports the steps it got to.
+        long = short.model_copy(update={"total_steps": 1e9})
+        await assign(store, on_v100, 1, attempt=1, accelerator=long)
+        await wait_status(store, 1, 1, TaskState.RUNNING)
+        await asyncio.sleep(0.5)
+        await assign(store, on_v100, 1, attempt=1, accelerator=long, desired=DesiredState.STOPPED)
+        stopped = await wait_status(store, 1, 1, TaskState.KILLED)
+        assert stopped.progress is not None
+        assert 10 <= stopped.progress <= 1e3
+        # A job type the profile does not know just runs, reporting nothing.
+        unknown = short.model_copy(update={"job_type": "LM"})
+        await assign(store, on_v100, 2, attempt=1, accelerator=unknown)
+        running = await wait_status(store, 2, 1, TaskState.RUNNING)
+        assert running.progress is None
+    finally:
+        await agent.stop()
 
 
 async def test_a_simulated_task_runs_without_a_process_and_stops(
@@ -129,6 +169,19 @@ def test_simulated_machines_spread_over_fault_domains_with_fixed_width_ids() -> 
     racks = Counter((m.topology.dc, m.topology.msb, m.topology.rack) for m in machines)
     assert per_msb == {(dc, msb): 50 for dc in ("dc1", "dc2") for msb in ("msb1", "msb2")}
     assert set(racks.values()) == {10}
+    assert all(machine.attributes == {} for machine in machines)
+    typed = simulated_machines(
+        6,
+        region="r",
+        datacenters=["dc1"],
+        msbs_per_dc=1,
+        rack_size=10,
+        hardware_type="sim",
+        capacity=Resources(cpu=1000, memory_mib=1024, gpus=1),
+        gpu_types=["v100", "k80"],
+    )
+    kinds = [machine.attributes[GPU_TYPE_ATTRIBUTE] for machine in typed]
+    assert kinds == ["v100", "k80"] * 3
 
 
 async def test_a_fleet_runs_many_agents_on_shared_stores(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -63,3 +64,13 @@ def test_an_unknown_service_is_refused_with_the_list() -> None:
     )
     assert ran.returncode == 2
     assert "agent, agent-sim, allocator" in ran.stderr
+
+
+def test_a_simulated_fleet_refuses_a_profile_it_cannot_read(tmp_path: Path) -> None:
+    bad = tmp_path / "throughputs.json"
+    bad.write_text('{"v100": {"ResNet-50": {"one": 4.0}}}')
+    for path, says in ((bad, "scale factor 'one' is not 1 or more"), (tmp_path / "nope", "nope")):
+        ran = CliRunner().invoke(app, ["agent-sim", "--profile", str(path)])
+        assert ran.exit_code == 2
+        assert "error: --profile:" in ran.output
+        assert says in ran.output

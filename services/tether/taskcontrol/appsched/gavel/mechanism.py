@@ -87,8 +87,8 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
     then of time owed, then staying where they ran last round, then age; a pair is skipped
     when the job already runs or the type has not room for its whole gang, so smaller jobs fill
     behind a gang that does not fit. Accelerators still free then go to the jobs left, oldest
-    first, each on the type it is fastest on that has room: no accelerator idles while a job
-    that fits waits.
+    first, each on the type with room the allocation gives it most time on (else the one with
+    most free): no accelerator idles while a job that fits waits.
     """
     free = dict(zip(problem.accelerators, problem.counts.tolist(), strict=True))
     runs = problem.runnable()
@@ -116,13 +116,14 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
 
     for _, kind, index in owed:
         take(index, kind)
-    for index in range(len(problem.jobs)):
-        by_speed = sorted(
-            (column for column in range(len(problem.accelerators)) if runs[index, column]),
-            key=lambda column: (problem.throughputs[index, column], -column),
-            reverse=True,
-        )
-        for column in by_speed:
-            if take(index, problem.accelerators[column]):
+    for index, job in enumerate(problem.jobs):
+        if job in chosen:
+            continue
+        # The mechanism knows no more of speeds than the policy used: a leftover goes where
+        # the allocation gives the job most time, else where most accelerators are free.
+        kinds = [kind for column, kind in enumerate(problem.accelerators) if runs[index, column]]
+        kinds.sort(key=lambda kind: (ledger.fraction(job, kind), free[kind]), reverse=True)
+        for kind in kinds:
+            if take(index, kind):
                 break
     return chosen

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.taskcontrol.appsched.gavel.profile import ProfileError, ThroughputProfile
+from tether.model.accelerator import ProfileError, ThroughputProfile
 
 DATA = {
     "v100": {"ResNet-50": {"1": 4.39, "2": 8.1}, "A3C": {"1": 3.9}},
