@@ -65,6 +65,7 @@ def machine(
         "hostname": machine_id,
         "topology": {"region": "local", "dc": "dc1", "msb": "msb2", "rack": "r3"},
         "hardware_type": "std",
+        "attributes": {},
         "state": state,
         "entitlement": None,
         "host_profile": None,

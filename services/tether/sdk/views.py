@@ -190,6 +190,8 @@ class MachineView(View):
     hostname: str
     topology: TopologyView
     hardware_type: str
+    attributes: dict[str, str]
+    """Its labels, which job constraints match (`gpu_type`, say)."""
     state: str
     entitlement: str | None
     """The entitlement that owns it; None: the free pool."""

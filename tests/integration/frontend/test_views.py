@@ -36,6 +36,7 @@ def machine(
         topology=Topology(region="test", dc="dc1", msb="msb1", rack="r1"),
         hardware_type="std",
         capacity=Resources(cpu=8000, memory_mib=16384),
+        attributes={"gpu_type": "v100"} if machine_id == "m1" else {},
         host_profile_current=host_profile,
         state=state,
     )
@@ -152,6 +153,7 @@ async def test_machines_show_resources_owner_and_host_profiles(region: Region) -
         "hostname": "m1.example",
         "topology": {"region": "test", "dc": "dc1", "msb": "msb1", "rack": "r1"},
         "hardware_type": "std",
+        "attributes": {"gpu_type": "v100"},
         "state": "up",
         "entitlement": "team-a",
         "host_profile": "web",
@@ -162,7 +164,7 @@ async def test_machines_show_resources_owner_and_host_profiles(region: Region) -
         "tasks": 2,
         "heartbeat": True,
     }
-    assert (m2["id"], m2["tasks"], m2["heartbeat"]) == ("m2", 0, False)
+    assert (m2["id"], m2["tasks"], m2["heartbeat"], m2["attributes"]) == ("m2", 0, False, {})
     assert (m2["entitlement"], m2["host_profile"], m2["host_profile_current"]) == (None, None, None)
     assert m2["free"] == m2["capacity"]
     assert_problem(await region.api.get("/v1/machines"), 401)

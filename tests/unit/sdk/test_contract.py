@@ -216,6 +216,7 @@ class _Machine(BaseModel):
     hostname: str
     topology: _Topology
     hardware_type: str
+    attributes: dict[str, str]
     state: str
     entitlement: str | None
     host_profile: str | None

@@ -14,6 +14,8 @@ class MachineView(View):
     hostname: str
     topology: Topology
     hardware_type: str
+    attributes: dict[str, str]
+    """Its labels, which job constraints match (`gpu_type`, say)."""
     state: MachineState
     entitlement: str | None
     """The entitlement that owns the machine (its allocation record); None: the free pool."""
@@ -40,6 +42,7 @@ class MachineView(View):
             hostname=machine.hostname,
             topology=machine.topology,
             hardware_type=machine.hardware_type,
+            attributes=dict(machine.attributes),
             state=machine.state,
             entitlement=record.entitlement if record else None,
             host_profile=record.host_profile if record else None,
