@@ -104,7 +104,7 @@ def test_job_paths_and_bodies() -> None:
     tether.suspend_job("team-a/web")
     assert (recorder.last.method, recorder.last.url.path) == ("PATCH", "/v1/jobs/team-a/web")
     assert json.loads(recorder.last.content) == {"suspended": True}
-    on_v100 = {"constraints": [{"attribute": "gpu_type", "op": "==", "values": ["v100"]}]}
+    on_v100 = {"constraints": [{"attribute": "gpu_type", "op": "==", "value": "v100"}]}
     tether.resume_job("team-a/web", placement=on_v100)
     assert json.loads(recorder.last.content) == {"suspended": False, "placement": on_v100}
     recorder.response = httpx.Response(202, json={"handle": "team-a/web", "deleting": True})

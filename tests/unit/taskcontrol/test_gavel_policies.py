@@ -175,6 +175,15 @@ def test_fifo_runs_the_oldest_jobs_whole_and_the_aware_one_on_their_fastest_type
     assert fifo.agnostic(problem).tolist() == [k80, v100, [0.0, 0.0], v100]
 
 
+def test_the_blind_fifo_keeps_a_job_on_the_type_it_ran_on() -> None:
+    jobs = [AcceleratorJob("a", 1, {"v100": 1, "k80": 1}, running_on="v100")]
+    problem = Problem.of(jobs, {"v100": 1, "k80": 3})
+    allocation = fifo.agnostic(problem)
+    assert allocation[0, problem.accelerators.index("v100")] == 1.0
+    moved = Problem.of([AcceleratorJob("a", 1, {"v100": 1, "k80": 1})], {"v100": 1, "k80": 3})
+    assert fifo.agnostic(moved)[0, moved.accelerators.index("k80")] == 1.0
+
+
 @pytest.mark.parametrize(
     ("gpus", "jobs", "shares"),
     [

@@ -66,6 +66,12 @@ class Ledger:
             return 0.0
         return self.received.get(job, {}).get(kind, 0.0) / self.elapsed_s
 
+    def behind(self, job: str) -> float:
+        """`priority` on all the types the allocation gives `job` time on together (time on
+        others, leftovers, does not count)."""
+        kinds = self.allocation.get(job, {})
+        return _ratio(sum(kinds.values()), sum(self.share(job, kind) for kind in kinds))
+
     def deficit(self, job: str, kind: str) -> float:
         """Seconds on `kind` the allocations owe `job`, now and before."""
         owed = self.fraction(job, kind) * self.elapsed_s
@@ -74,17 +80,23 @@ class Ledger:
 
     def priority(self, job: str, kind: str) -> float:
         """The allocated fraction over the share received: above 1, the job is behind."""
-        fraction, share = self.fraction(job, kind), self.share(job, kind)
-        if fraction <= 0:
-            return 0.0
-        return fraction / share if share > 0 else math.inf
+        return _ratio(self.fraction(job, kind), self.share(job, kind))
+
+
+def _ratio(fraction: float, share: float) -> float:
+    """Allocated over received: 0 for nothing allocated, infinite for nothing received."""
+    if fraction <= 0:
+        return 0.0
+    return fraction / share if share > 0 else math.inf
 
 
 def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dict[str, str]:
     """Job -> the accelerator type it runs on next round.
 
     Jobs take the (job, type) pairs of the allocation in order of priority (`Ledger.priority`),
-    then of time owed, then staying where they ran last round, then age; a pair is skipped
+    then of time owed, then of the job's priority on all its types (`Ledger.behind`: a job
+    that ran elsewhere does not go before one that never ran), then staying where they ran last
+    round, then age; a pair is skipped
     when the job already runs or the type has not room for its whole gang, so smaller jobs fill
     behind a gang that does not fit. Accelerators still free then go to the jobs left, oldest
     first, each on the type with room the allocation gives it most time on (else the one with
@@ -92,13 +104,15 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
     """
     free = dict(zip(problem.accelerators, problem.counts.tolist(), strict=True))
     runs = problem.runnable()
-    owed: list[tuple[tuple[float, float, bool, int], str, int]] = []
+    owed: list[tuple[tuple[float, float, float, bool, int], str, int]] = []
     for index, job in enumerate(problem.jobs):
+        behind = ledger.behind(job)
         for column, kind in enumerate(problem.accelerators):
             if runs[index, column] and ledger.fraction(job, kind) > 0:
                 rank = (
                     ledger.priority(job, kind),
                     ledger.deficit(job, kind),
+                    behind,
                     previous.get(job) == kind,
                     -index,
                 )

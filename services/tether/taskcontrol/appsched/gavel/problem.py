@@ -35,6 +35,8 @@ class AcceleratorJob:
     """Seconds since the job arrived (finish-time fairness reads it)."""
     entity: str = ""
     """Whose job it is (its entitlement): the hierarchical policy shares by entity first."""
+    running_on: str = ""
+    """The accelerator type it ran on last round ("": none): the blind FIFO keeps it there."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Problem:
     entities: tuple[str, ...]
     entity_weights: F64
     """Per job, its entity's weight."""
+    running_on: tuple[str, ...] = ()
+    """Per job, the type it ran on last round ("": none)."""
 
     @classmethod
     def of(
@@ -82,6 +86,7 @@ class Problem:
             elapsed_s=np.array([job.elapsed_s for job in jobs], dtype=np.float64),
             entities=tuple(job.entity for job in jobs),
             entity_weights=np.array([weights.get(job.entity, 1.0) for job in jobs]),
+            running_on=tuple(job.running_on for job in jobs),
         )
 
     def blind(self) -> Problem:

@@ -105,6 +105,7 @@ class RoundScheduler:
                 throughputs=active.throughputs(),
                 remaining_steps=max(0.0, active.total_steps - active.steps_done),
                 elapsed_s=max(0.0, now_s - active.arrived_s),
+                running_on=self.last_round.get(active.job.name, ""),
             )
             for active in ordered
         ]

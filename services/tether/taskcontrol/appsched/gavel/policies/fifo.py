@@ -9,8 +9,9 @@ from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
 
 def agnostic(problem: Problem) -> Allocation:
-    """Each job, oldest first, on the type with the most accelerators free that it can run on
-    and that has room for its whole gang."""
+    """Each job, oldest first, on the type it ran on last round if that has room for its whole
+    gang (a blind policy has no reason to move it), else on the type with the most accelerators
+    free that it can run on and that has room."""
     return _first_come(problem, aware=False)
 
 
@@ -30,6 +31,9 @@ def _first_come(problem: Problem, *, aware: bool) -> Allocation:
             continue
         ranks = problem.throughputs[job, fits] if aware else free[fits]
         kind = int(fits[np.argmax(ranks)])
+        if not aware and problem.running_on and problem.running_on[job] in problem.accelerators:
+            stay = problem.accelerators.index(problem.running_on[job])
+            kind = stay if stay in fits else kind
         allocation[job, kind] = 1.0
         free[kind] -= gang
     return allocation

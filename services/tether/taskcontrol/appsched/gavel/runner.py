@@ -1,0 +1,231 @@
+"""Gavel's rounds on a real region, for one entitlement's accelerator jobs: each round observe
+the jobs through the REST API (new, done, their progress), plan with the `RoundScheduler`,
+suspend the jobs that leave their accelerators (their tasks get the entitlement's grace to
+checkpoint), wait until they have stopped, and resume the chosen ones on their type."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tether.model import GPU_TYPE_ATTRIBUTE
+from tether.model.accelerator import ProfileError, ThroughputProfile
+from tether.sdk.views import JobView, MachineView
+from tether.taskcontrol.appsched.gavel.policies.registry import Policy
+from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
+from tether.taskcontrol.appsched.gavel.rounds import ROUND_S, RoundScheduler
+
+_log = logging.getLogger(__name__)
+
+STOP_POLL_S = 0.5
+"""How often a round looks whether the jobs it suspended have stopped."""
+
+
+class Region(Protocol):
+    """What the runner asks of the region: `tether.sdk.TetherClient` is one."""
+
+    def list_jobs(self, entitlement: str | None = None) -> list[JobView]: ...
+    def get_job(self, handle: str) -> JobView: ...
+    def suspend_job(self, handle: str) -> JobView: ...
+    def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView: ...
+    def list_machines(self) -> list[MachineView]: ...
+
+
+def accelerators_of(machines: list[MachineView]) -> dict[str, int]:
+    """GPUs by `gpu_type` on the machines that are up."""
+    counts: dict[str, int] = {}
+    for machine in machines:
+        kind = machine.attributes.get(GPU_TYPE_ATTRIBUTE)
+        if kind is not None and machine.state == "up":
+            counts[kind] = counts.get(kind, 0) + machine.capacity.gpus
+    return counts
+
+
+def placed_type(spec: Mapping[str, Any]) -> str | None:
+    """The accelerator type a job's placement pins it to (`gpu_type == T`), if any."""
+    for constraint in spec.get("placement", {}).get("constraints", []):
+        if constraint.get("attribute") == GPU_TYPE_ATTRIBUTE and constraint.get("op") == "==":
+            return str(constraint.get("value"))
+    return None
+
+
+def on_type(placement: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """`placement` with its `gpu_type` constraint (if any) replaced by `gpu_type == kind`."""
+    constraints = [
+        constraint
+        for constraint in placement.get("constraints", [])
+        if constraint.get("attribute") != GPU_TYPE_ATTRIBUTE
+    ]
+    pinned = {"attribute": GPU_TYPE_ATTRIBUTE, "op": "==", "value": kind}
+    return {**placement, "constraints": [*constraints, pinned]}
+
+
+@dataclass
+class RoundReport:
+    """What one round did."""
+
+    started_s: float
+    running: dict[str, str] = field(default_factory=dict)
+    """Job handle -> the accelerator type it runs on this round."""
+    suspended: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+
+class GavelRunner:
+    """Runs rounds of `round_s` over `entitlement`'s accelerator jobs (`JobSpec.accelerator`).
+
+    A job is submitted suspended, or is suspended by the first round; the runner then owns its
+    `suspended` flag and its `gpu_type` constraint. Nothing is kept but in memory: a new runner
+    rebuilds its picture from the jobs and the steps their tasks reported.
+    """
+
+    def __init__(
+        self,
+        region: Region,
+        entitlement: str,
+        policy: Policy,
+        profile: ThroughputProfile,
+        *,
+        round_s: float = ROUND_S,
+        accelerators: Mapping[str, int] | None = None,
+        stop_timeout_s: float = 120.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.region = region
+        self.entitlement = entitlement
+        self.profile = profile
+        self.round_s = round_s
+        self.stop_timeout_s = stop_timeout_s
+        self._clock, self._sleep = clock, sleep
+        counts = dict(accelerators or accelerators_of(region.list_machines()))
+        if not any(counts.values()):
+            raise ValueError(
+                "no accelerators: no machine that is up has a gpu_type attribute and GPUs "
+                "(or give the counts)"
+            )
+        self.scheduler = RoundScheduler(policy, counts)
+        self.finished: dict[str, float] = {}
+        """Job handle -> when the runner saw it done."""
+        self._refused: set[str] = set()
+        self._resumed: set[str] = set()
+        """The jobs the last round started or moved."""
+        self._last_round_s = clock()
+
+    def round(self) -> RoundReport:
+        """One round: observe, plan, suspend what leaves, resume what comes."""
+        now = self._clock()
+        report = RoundReport(started_s=now)
+        views = self._observe(now, report)
+        chosen = self.scheduler.plan(now)
+        leaving = [
+            handle
+            for handle, view in views.items()
+            if handle in self.scheduler.jobs
+            and not view.spec.get("suspended", False)
+            and chosen.get(handle) != placed_type(view.spec)
+        ]
+        for handle in leaving:
+            self.region.suspend_job(handle)
+        report.suspended = leaving
+        self._wait_stopped(leaving)
+        for handle, kind in chosen.items():
+            view = views[handle]
+            if handle in leaving or view.spec.get("suspended", False):
+                self.region.resume_job(handle, on_type(view.spec.get("placement", {}), kind))
+                report.resumed.append(handle)
+        self.scheduler.record(chosen, self.round_s)
+        report.running = chosen
+        self._resumed, self._last_round_s = set(report.resumed), now
+        return report
+
+    def run(self, stop: threading.Event) -> None:
+        """Rounds every `round_s` until `stop` is set (a round under way finishes)."""
+        done = 0
+        while not stop.is_set():
+            started = self._clock()
+            report = self.round()
+            _log.info(
+                "round %d: %d running, %d suspended, %d resumed, %d finished",
+                done + 1,
+                len(report.running),
+                len(report.suspended),
+                len(report.resumed),
+                len(report.finished),
+            )
+            done += 1
+            stop.wait(max(0.0, started + self.round_s - self._clock()))
+
+    def _observe(self, now: float, report: RoundReport) -> dict[str, JobView]:
+        """The entitlement's accelerator jobs still to run, by handle; new ones added to the
+        scheduler, finished and deleted ones removed, and the steps of last round's reported."""
+        found: dict[str, JobView] = {}
+        for view in self.region.list_jobs(self.entitlement):
+            accelerator = view.spec.get("accelerator")
+            if accelerator is None or view.deleting or view.handle in self._refused:
+                continue
+            if view.tasks.get("exited", 0) >= view.count:
+                if view.handle in self.scheduler.jobs:
+                    self.scheduler.remove(view.handle)
+                    self.finished[view.handle] = now
+                    report.finished.append(view.handle)
+                continue
+            if view.handle not in self.scheduler.jobs and not self._add(view, accelerator):
+                continue
+            found[view.handle] = view
+        for gone in set(self.scheduler.jobs) - set(found):
+            self.scheduler.remove(gone)
+        ran, since = self.scheduler.last_round, now - self._last_round_s
+        for handle in found:
+            progress = self.region.get_job(handle).progress
+            if progress is None:
+                continue
+            kind = ran.get(handle)
+            # A job (re)started last round spent part of it starting: its steps then say
+            # little of its speed.
+            steady = kind is not None and handle not in self._resumed
+            self.scheduler.report(handle, progress, kind or "", since if steady else 0.0)
+        return found
+
+    def _add(self, view: JobView, accelerator: Mapping[str, Any]) -> bool:
+        try:
+            throughputs = self.profile.throughputs(
+                str(accelerator["job_type"]), int(accelerator["scale_factor"])
+            )
+            job = AcceleratorJob(
+                name=view.handle,
+                scale_factor=int(accelerator["scale_factor"]),
+                throughputs=throughputs,
+                entity=self.entitlement,
+            )
+            self.scheduler.add(job, float(accelerator["total_steps"]), view.created_at.timestamp())
+        except (ProfileError, ValueError) as error:
+            _log.warning("not scheduling %s: %s", view.handle, error)
+            self._refused.add(view.handle)
+            return False
+        return True
+
+    def _wait_stopped(self, handles: list[str]) -> None:
+        """Until none of `handles` runs a task (their grace may run out first)."""
+        deadline = self._clock() + self.stop_timeout_s
+        waiting = list(handles)
+        while waiting:
+            waiting = [handle for handle in waiting if not _stopped(self.region.get_job(handle))]
+            if not waiting:
+                return
+            if self._clock() > deadline:
+                _log.warning("%s still run after %.0f s", ", ".join(waiting), self.stop_timeout_s)
+                return
+            self._sleep(STOP_POLL_S)
+
+
+def _stopped(view: JobView) -> bool:
+    """Whether a suspended job's tasks have all stopped: it waits in its queue again."""
+    if view.admission is None:
+        return view.running == 0
+    return view.admission.state == "queued"

@@ -1,0 +1,241 @@
+"""Gavel's rounds against an in-memory region (the REST calls the runner makes, answered as the
+frontend would): jobs placed on their type, suspended and resumed elsewhere, their steps taken
+from the views, finished ones let go. The real region is in tests/e2e/test_gavel.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.support.api import JOB, machine
+from tether.model.accelerator import ThroughputProfile
+from tether.sdk.views import JobView, MachineView
+from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
+from tether.taskcontrol.appsched.gavel.runner import GavelRunner, on_type, placed_type
+
+PROFILE = ThroughputProfile.parse(
+    {
+        "v100": {"fast-on-v100": {"1": 10.0}, "alike": {"1": 2.0}},
+        "k80": {"fast-on-v100": {"1": 1.0}, "alike": {"1": 2.0}},
+    }
+)
+
+
+class FakeRegion:
+    """Jobs of team-a as views; a suspended job stops at once unless `slow_stop`."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.slow_stop: set[str] = set()
+        self.machines = [
+            gpu_machine("m1", "v100"),
+            gpu_machine("m2", "k80"),
+            machine("m3"),  # no GPU type: not counted
+        ]
+
+    def submit(self, name: str, job_type: str, steps: float, created: str) -> str:
+        view = copy.deepcopy(JOB) | {"handle": f"team-a/{name}", "name": name, "count": 1}
+        view["created_at"] = created
+        view["spec"] |= {
+            "name": name,
+            "count": 1,
+            "kind": "batch",
+            "suspended": True,
+            "accelerator": {"job_type": job_type, "total_steps": steps, "scale_factor": 1},
+        }
+        view["tasks"], view["running"] = {}, 0
+        self.jobs[view["handle"]] = view
+        return str(view["handle"])
+
+    def list_jobs(self, entitlement: str | None = None) -> list[JobView]:
+        assert entitlement == "team-a"
+        return [JobView.model_validate(view) for view in self.jobs.values()]
+
+    def get_job(self, handle: str) -> JobView:
+        return JobView.model_validate(self.jobs[handle])
+
+    def suspend_job(self, handle: str) -> JobView:
+        self.calls.append(("suspend", handle))
+        view = self.jobs[handle]
+        view["spec"]["suspended"] = True
+        if handle not in self.slow_stop:
+            view["running"] = 0
+            view["admission"] = admission(handle, "queued")
+        return self.get_job(handle)
+
+    def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView:
+        self.calls.append(("resume", f"{handle} on {placed_type({'placement': placement})}"))
+        view = self.jobs[handle]
+        view["spec"] |= {"suspended": False, "placement": placement}
+        view["running"] = 1
+        view["admission"] = admission(handle, "admitted")
+        return self.get_job(handle)
+
+    def list_machines(self) -> list[MachineView]:
+        return [MachineView.model_validate(found) for found in self.machines]
+
+
+def admission(handle: str, state: str) -> dict[str, Any]:
+    return {
+        "job": handle,
+        "state": state,
+        "priority": 100,
+        "queued_at": "2025-01-02T03:00:00Z",
+        "task_resources": {"cpu": 100, "memory_mib": 64, "gpus": 1},
+        "tasks": 1,
+        "least_tasks": 1,
+        "updated_at": "2025-01-02T03:00:00Z",
+    }
+
+
+def gpu_machine(machine_id: str, kind: str) -> dict[str, Any]:
+    found = machine(machine_id)
+    found["attributes"] = {"gpu_type": kind}
+    found["capacity"] = found["capacity"] | {"gpus": 1}
+    return found
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_735_787_045.0  # 2025-01-02T03:04:05Z
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def runner(region: FakeRegion, clock: Clock, policy: str = "max_min_fairness_perf") -> GavelRunner:
+    return GavelRunner(
+        region,
+        "team-a",
+        POLICIES[policy],
+        PROFILE,
+        round_s=60,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+
+
+def test_each_job_is_resumed_on_the_type_the_round_gives_it() -> None:
+    region, clock = FakeRegion(), Clock()
+    fast = region.submit("fast", "fast-on-v100", 1e6, "2025-01-02T03:00:00Z")
+    alike = region.submit("alike", "alike", 1e6, "2025-01-02T03:01:00Z")
+    gavel = runner(region, clock)
+    # The GPUs come from the machines' gpu_type attributes.
+    assert gavel.scheduler.counts == {"v100": 1, "k80": 1}
+    report = gavel.round()
+    # The job ten times as fast on the V100 gets it; the other runs as fast on the K80.
+    assert report.running == {fast: "v100", alike: "k80"}
+    assert sorted(region.calls) == [("resume", f"{alike} on k80"), ("resume", f"{fast} on v100")]
+    assert placed_type(region.jobs[fast]["spec"]) == "v100"
+
+
+def test_fifo_keeps_the_oldest_running_and_the_next_takes_a_finished_jobs_gpu() -> None:
+    region, clock = FakeRegion(), Clock()
+    first = region.submit("first", "alike", 1e6, "2025-01-02T03:00:00Z")
+    gavel = runner(region, clock, "fifo")
+    where = gavel.round().running[first]
+    assert placed_type(region.jobs[first]["spec"]) == where
+    second, third = (
+        region.submit(name, "alike", 1e6, f"2025-01-02T03:0{n}:00Z")
+        for n, name in enumerate(("second", "third"), start=1)
+    )
+    region.calls.clear()
+    report = gavel.round()
+    other = ({"v100", "k80"} - {where}).pop()
+    assert report.running == {first: where, second: other}
+    assert region.calls == [("resume", f"{second} on {other}")]
+    # The first finishes: the third takes its GPU, and the runner lets the first go.
+    region.jobs[first]["tasks"] = {"exited": 1}
+    report = gavel.round()
+    assert report.finished == [first]
+    assert first not in gavel.scheduler.jobs
+    assert report.running == {second: other, third: where}
+
+
+def test_jobs_sharing_gpus_take_turns_each_suspended_before_another_resumes() -> None:
+    region, clock = FakeRegion(), Clock()
+    jobs = [region.submit(f"j{n}", "alike", 1e6, f"2025-01-02T03:0{n}:00Z") for n in range(3)]
+    gavel = runner(region, clock, "max_min_fairness")
+    rounds = []
+    for _ in range(3):
+        region.calls.clear()
+        report = gavel.round()
+        rounds.append(report.running)
+        # Within a round every job that leaves its GPU is suspended (and stopped) before any
+        # job is resumed on one, and what runs is what was resumed or kept.
+        kinds = [call for call, _ in region.calls]
+        assert kinds == sorted(kinds, key=lambda call: call != "suspend")
+        for handle, kind in report.running.items():
+            assert region.jobs[handle]["spec"]["suspended"] is False
+            assert placed_type(region.jobs[handle]["spec"]) == kind
+        assert all(region.jobs[h]["spec"]["suspended"] for h in jobs if h not in report.running)
+        clock.sleep(60)
+    # Two GPUs, three alike jobs: over three rounds each ran two.
+    assert [sum(job in running for running in rounds) for job in jobs] == [2, 2, 2]
+
+
+def test_a_round_waits_for_suspended_jobs_to_stop_and_not_past_its_timeout() -> None:
+    region, clock = FakeRegion(), Clock()
+    fast = region.submit("fast", "fast-on-v100", 1e6, "2025-01-02T03:00:00Z")
+    gavel = runner(region, clock)
+    gavel.stop_timeout_s = 30
+    gavel.round()
+    # A job that no policy could place any more (its type is gone): it is suspended, and a
+    # stop that never comes costs the round its timeout, not more.
+    gavel.scheduler.counts = {"k80": 1}
+    gavel.scheduler.jobs[fast].job = gavel.scheduler.jobs[fast].job.__class__(
+        name=fast, scale_factor=1, throughputs={"k80": 1.0}
+    )
+    gavel.scheduler.report(fast, 0.0, "k80", 0.0)
+    gavel.scheduler._stale = True
+    region.slow_stop.add(fast)
+    started = clock.now
+    report = gavel.round()
+    assert report.suspended == [fast]
+    assert 30 <= clock.now - started <= 31
+
+
+def test_steps_come_from_the_job_views_and_a_steady_job_corrects_the_profile() -> None:
+    region, clock = FakeRegion(), Clock()
+    alike = region.submit("alike", "alike", 1e6, "2025-01-02T03:00:00Z")
+    gavel = runner(region, clock)
+    gavel.round()  # resumed: its first round says nothing of its speed
+    clock.sleep(60)
+    region.jobs[alike]["progress"] = 100.0
+    gavel.round()
+    assert gavel.scheduler.jobs[alike].steps_done == 100
+    assert gavel.scheduler.jobs[alike].measured == {}
+    clock.sleep(60)
+    region.jobs[alike]["progress"] = 400.0  # 5 steps a second, not the profile's 2
+    gavel.round()
+    kind = gavel.scheduler.last_round[alike]
+    assert gavel.scheduler.jobs[alike].measured[kind] == pytest.approx(5.0)
+
+
+def test_on_type_replaces_only_the_gpu_type_constraint() -> None:
+    placement = {
+        "gang": True,
+        "constraints": [
+            {"attribute": "zone", "op": "==", "value": "a"},
+            {"attribute": "gpu_type", "op": "==", "value": "k80"},
+        ],
+    }
+    moved = on_type(placement, "v100")
+    assert moved["gang"] is True
+    assert moved["constraints"] == [
+        {"attribute": "zone", "op": "==", "value": "a"},
+        {"attribute": "gpu_type", "op": "==", "value": "v100"},
+    ]
+
+
+def test_a_region_without_typed_gpus_is_refused() -> None:
+    region = FakeRegion()
+    region.machines = [machine("m1")]
+    with pytest.raises(ValueError, match="no accelerators"):
+        runner(region, Clock())
