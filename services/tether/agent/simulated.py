@@ -43,6 +43,8 @@ STARTING_AT_ONCE: Final = 64
 POLL_INTERVAL_S: Final = 60.0
 """The executor wakes its agent on every change: a poll only retries what failed, and
 thousands of agents polling often would take the fleet's CPU."""
+TRAINING_POLL_S: Final = 5.0
+"""How often an agent whose executor trains looks at its attempts (and reports their steps)."""
 RETRY_S: Final = 1.0
 """Pause before an agent the store refused tries to start again."""
 
@@ -82,6 +84,9 @@ class SimulatedExecutor(Executor):
 
     def __init__(self, speed: Speed | None = None) -> None:
         self._speed = speed
+        if speed is not None:
+            # Few machines train, and their steps are worth reporting as they go.
+            self.poll_interval_s = TRAINING_POLL_S
         self._states: dict[AttemptFiles, ShimState] = {}
         self._ends: dict[AttemptFiles, ShimExit] = {}
         self._training: dict[AttemptFiles, _Training] = {}

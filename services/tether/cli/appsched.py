@@ -1,4 +1,5 @@
-"""`tether appsched`: run a reference application-level scheduler (rolling, replicas, gang)."""
+"""`tether appsched`: run a reference application-level scheduler (rolling, replicas, gang) or
+Gavel's rounds (gavel)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ import grpc
 import httpx
 import typer
 
-from tether.cli.common import TOKEN_HINT, TokenOption, fail
+from tether.cli.common import TOKEN_HINT, TokenOption, UrlOption, client, fail
 from tether.cli.serving import LogLevel
 from tether.model import check_name, parse_job_handle
+from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.region.plan import RegionOptions
 from tether.region.supervisor import port_is_free
 from tether.sdk.settings import default_token, local_region
 from tether.service import configure_logging
 from tether.taskcontrol.appsched.base import ReferenceController
 from tether.taskcontrol.appsched.gang import GangController
+from tether.taskcontrol.appsched.gavel.controller import GavelController
+from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
+from tether.taskcontrol.appsched.gavel.rounds import ROUND_S
+from tether.taskcontrol.appsched.gavel.runner import GavelRunner
 from tether.taskcontrol.appsched.replicas import (
     FETCH_TIMEOUT_S,
     ReplicasController,
@@ -269,3 +275,81 @@ def gang(
     maintenance) is executed at its deadline regardless."""
     registration = _registration(job, entitlement, listen, registry, token, ttl)
     _serve(GangController(), registration, log_level)
+
+
+@app.command()
+def gavel(
+    entitlement: str = typer.Option(
+        ...,
+        "--entitlement",
+        metavar="NAME",
+        help="Schedule this entitlement's accelerator jobs (those with `accelerator` in their "
+        "spec), and serve as its TaskController.",
+    ),
+    policy: str = typer.Option(
+        "max_min_fairness_perf",
+        "--policy",
+        help=f"The allocation policy: {', '.join(sorted(POLICIES))}.",
+    ),
+    profile: Path = typer.Option(
+        ...,
+        "--profile",
+        metavar="PATH",
+        help="Throughputs of each job type on each accelerator type, in the format of Gavel's "
+        "isolated_throughputs.json; corrected by the steps jobs report as they run.",
+    ),
+    round_s: float = typer.Option(
+        ROUND_S, "--round-s", min=1.0, help="Seconds per round (Gavel's 6 minutes by default)."
+    ),
+    accelerators: str | None = typer.Option(
+        None,
+        "--accelerators",
+        metavar="TYPE=N,...",
+        help="The GPUs the entitlement's jobs share, by type: v100=8,k80=16.",
+        show_default="the GPUs of the region's machines that are up, by their gpu_type",
+    ),
+    url: str | None = UrlOption,
+    registry: str | None = RegistryOption,
+    listen: str = ListenOption,
+    ttl: int = TtlOption,
+    token: str | None = TokenOption,
+    log_level: str = LogLevel,
+) -> None:
+    """Gavel's heterogeneity-aware rounds over an entitlement's accelerator jobs.
+
+    Every --round-s the policy's allocation (solved again when jobs come, go or run at another
+    speed than the profile says) chooses the jobs to run and their accelerator type; jobs that
+    leave their type are suspended (their tasks stop together) and the chosen ones resumed with
+    a gpu_type constraint. Submit accelerator jobs suspended: the rounds start them."""
+    if policy not in POLICIES:
+        fail(f"--policy {policy!r}: expected one of {', '.join(sorted(POLICIES))}")
+    try:
+        throughputs = ThroughputProfile.load(profile)
+    except ProfileError as error:
+        fail(f"--profile: {error}")
+    counts = _accelerator_counts(accelerators) if accelerators is not None else None
+    registration = _registration(None, entitlement, listen, registry, token, ttl)
+    with client(url, registration.token) as tether:
+        try:
+            runner = GavelRunner(
+                tether,
+                entitlement,
+                POLICIES[policy],
+                throughputs,
+                round_s=round_s,
+                accelerators=counts,
+            )
+        except ValueError as error:
+            fail(str(error))
+        _serve(GavelController(runner), registration, log_level)
+
+
+def _accelerator_counts(text: str) -> dict[str, int]:
+    """`v100=8,k80=16` as counts; a malformed one ends the command."""
+    counts: dict[str, int] = {}
+    for part in text.split(","):
+        kind, _, number = part.partition("=")
+        if not kind.strip() or not number.strip().isdigit():
+            fail(f"--accelerators {text!r}: expected TYPE=N,... (v100=8,k80=16)")
+        counts[kind.strip()] = int(number)
+    return counts

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from tether.model import GPU_TYPE_ATTRIBUTE
 from tether.model.accelerator import ProfileError, ThroughputProfile
+from tether.sdk.errors import TetherError
 from tether.sdk.views import JobView, MachineView
 from tether.taskcontrol.appsched.gavel.policies.registry import Policy
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
@@ -149,7 +150,14 @@ class GavelRunner:
         done = 0
         while not stop.is_set():
             started = self._clock()
-            report = self.round()
+            try:
+                report = self.round()
+            except TetherError as error:
+                # The region is down or refused: try again next round, from what it says then.
+                _log.warning("round %d failed: %s", done + 1, error)
+                done += 1
+                stop.wait(self.round_s)
+                continue
             _log.info(
                 "round %d: %d running, %d suspended, %d resumed, %d finished",
                 done + 1,
