@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.optimize import linprog
 
 from tether.taskcontrol.appsched.gavel.policies import (
     fifo,
@@ -247,3 +248,65 @@ def test_every_allocation_fits_the_accelerators(problem: Problem, name: str) -> 
     used = (allocation * problem.scale_factors[:, None]).sum(axis=0)
     assert (used <= problem.counts + TOLERANCE).all()
     assert (allocation[~problem.runnable()] <= TOLERANCE).all()
+
+
+@st.composite
+def makespan_problems(draw: st.DrawFn) -> Problem:
+    """Jobs of a few job types (rows alike up to a factor: one kind each) with their own steps
+    left, some of them far more than the others."""
+    counts = {"k80": draw(st.integers(1, 4)), "v100": draw(st.integers(1, 4))}
+    types = [{"k80": 1.0, "v100": 4.0}, {"k80": 2.0, "v100": 2.0}, {"v100": 3.0}]
+    jobs = [
+        AcceleratorJob(
+            f"j{number}",
+            1,
+            draw(st.sampled_from(types)),
+            remaining_steps=draw(st.sampled_from([10.0, 100.0, 1000.0, 20_000.0])),
+        )
+        for number in range(draw(st.integers(1, 10)))
+    ]
+    return Problem.of(jobs, counts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(makespan_problems())
+def test_the_makespan_policy_reaches_the_optimum_of_a_reference_program(problem: Problem) -> None:
+    # The makespan program written out with one row a job and solved by scipy's linprog: its
+    # optimum, the smallest throughput over steps left, is what the policy reaches. (Grouping
+    # jobs of one job type whose steps left differ into one row, each its proportional part,
+    # fails this: a job with far more steps left needs the fast type to itself.)
+    jobs, types = problem.shape
+    values = problem.throughputs / problem.remaining_steps[:, None]
+    # Variables: x (jobs x types), then z. Maximize z.
+    objective = np.zeros(jobs * types + 1)
+    objective[-1] = -1.0
+    rows, caps = [], []
+    for job in range(jobs):
+        row = np.zeros(jobs * types + 1)
+        row[job * types : (job + 1) * types] = -values[job]
+        row[-1] = 1.0  # z - value <= 0
+        rows.append(row)
+        caps.append(0.0)
+        busy = np.zeros(jobs * types + 1)
+        busy[job * types : (job + 1) * types] = 1.0
+        rows.append(busy)
+        caps.append(1.0)
+    for kind in range(types):
+        load = np.zeros(jobs * types + 1)
+        load[kind : jobs * types : types] = problem.scale_factors
+        rows.append(load)
+        caps.append(problem.counts[kind])
+    bounds = [
+        (0.0, 1.0 if problem.throughputs[j, t] > 0 else 0.0)
+        for j in range(jobs)
+        for t in range(types)
+    ]
+    reference = linprog(objective, A_ub=np.array(rows), b_ub=caps, bounds=[*bounds, (None, None)])
+    assert reference.status == 0
+    allocation = min_total_duration.heterogeneity_aware(problem)
+    reached = (problem.effective_throughputs(allocation) / problem.remaining_steps).min()
+    assert reached == pytest.approx(-reference.fun, rel=1e-5)
+    assert (allocation.sum(axis=1) <= 1 + 1e-6).all()
+    assert (
+        (allocation * problem.scale_factors[:, None]).sum(axis=0) <= problem.counts + 1e-6
+    ).all()
