@@ -303,6 +303,7 @@ def test_the_makespan_policy_reaches_the_optimum_of_a_reference_program(problem:
     ]
     reference = linprog(objective, A_ub=np.array(rows), b_ub=caps, bounds=[*bounds, (None, None)])
     assert reference.status == 0
+    assert reference.fun is not None
     allocation = min_total_duration.heterogeneity_aware(problem)
     reached = (problem.effective_throughputs(allocation) / problem.remaining_steps).min()
     assert reached == pytest.approx(-reference.fun, rel=1e-5)
