@@ -17,11 +17,16 @@ Experiments (--experiment, default all):
   solve       Seconds per solve of every policy against the active jobs (32 to 4,096), with
               HiGHS, and the same linear programs in cvxpy with ECOS (up to --cvxpy-max jobs).
               Plotted to --plot-solve.
+  replay      The first --replay-jobs jobs of max_min_fairness.trace, steps and arrivals times
+              --replay-factor, on a real region (`tether up`, 4 V100 + 4 P100 + 4 K80 simulated
+              one-GPU machines training at the physical throughputs, `tether appsched gavel`
+              with --replay-round-s rounds), against the simulator on the same jobs, cluster
+              and rounds: replay_jct_error. Minutes of wall time; not in "all".
 
 Prints one JSON line per point, then a summary line ("benchmark": "gavel") with
 jct_ratio_agnostic_over_aware (max-min fairness at the highest load the blind policy
-sustains), makespan_ratio_agnostic_over_aware, the trace errors and solve_s per policy and
-job count.
+sustains), makespan_ratio_agnostic_over_aware, the trace errors, solve_s per policy and job
+count, and replay_jct_error.
 
 Usage: .venv/bin/python scripts/sim_gavel.py [--experiment traces] [--quick]
 """
@@ -39,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocbench import log
 from gavel.plot import plot_jct, plot_solve_times
+from gavel.replay import replay as run_replay
+from gavel.replay import shortened, simulated_jct_s
 from gavel.solve_times import problem_of, time_policy
 from gavel.workload import poisson_jobs, read_trace
 from gavel.world import simulate
@@ -65,7 +72,7 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--experiment", choices=("traces", "continuous", "solve", "all"), default="all"
+        "--experiment", choices=("traces", "continuous", "solve", "replay", "all"), default="all"
     )
     parser.add_argument("--data", type=Path, default=DATA, help="Gavel's data directory")
     parser.add_argument("--quick", action="store_true", help="a smaller window and sweep")
@@ -82,6 +89,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--max-active", type=int, default=800, help="saturation (800 jobs)")
     parser.add_argument("--cvxpy-max", type=int, default=4096, help="largest cvxpy solve")
+    parser.add_argument("--replay-jobs", type=int, default=12, help="jobs replayed (12)")
+    parser.add_argument(
+        "--replay-factor", type=float, default=0.01, help="steps and arrivals times this (0.01)"
+    )
+    parser.add_argument("--replay-round-s", type=float, default=20.0, help="replay rounds (20)")
+    parser.add_argument("--replay-policy", default="max_min_fairness_perf")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot-jct", type=Path, default=Path("sim_gavel_jct.png"))
     parser.add_argument("--plot-solve", type=Path, default=Path("sim_gavel_solve.png"))
@@ -199,14 +212,38 @@ def solve(args: argparse.Namespace) -> dict[str, Any]:
     return {"solve_s": solve_s, "plot_solve": str(args.plot_solve)}
 
 
+def replay(args: argparse.Namespace) -> dict[str, Any]:
+    path = args.data / "physical_cluster_isolated_throughputs.json"
+    profile = ThroughputProfile.load(path)
+    trace = read_trace(args.data / "max_min_fairness.trace")
+    jobs = shortened(trace, args.replay_jobs, args.replay_factor)
+    counts = {"v100": 4, "p100": 4, "k80": 4}
+    simulated = simulated_jct_s(jobs, profile, args.replay_policy, counts, args.replay_round_s)
+    physical = run_replay(jobs, path, args.replay_policy, counts, args.replay_round_s)
+    sim_s = sum(simulated.values()) / len(simulated)
+    real_s = sum(physical.jct_s.values()) / len(physical.jct_s)
+    line = {
+        "experiment": "replay",
+        "policy": args.replay_policy,
+        "jobs": len(jobs),
+        "round_s": args.replay_round_s,
+        "physical_average_jct_s": round(real_s, 1),
+        "simulated_average_jct_s": round(sim_s, 1),
+        "replay_jct_error": round(real_s / sim_s - 1, 4),
+        "wall_s": round(physical.wall_s),
+    }
+    emit(line)
+    return {"replay_jct_error": line["replay_jct_error"]}
+
+
 def main() -> None:
     args = parse_args()
     if not args.data.is_dir():
         sys.exit(f"no Gavel data at {args.data} (--data)")
     summary: dict[str, Any] = {"benchmark": "gavel", "round_s": args.round_s}
-    experiments = {"traces": traces, "continuous": continuous, "solve": solve}
+    experiments = {"traces": traces, "continuous": continuous, "solve": solve, "replay": replay}
     for name, run in experiments.items():
-        if args.experiment in (name, "all"):
+        if args.experiment == name or (args.experiment == "all" and name != "replay"):
             log(f"{name}: running")
             summary.update(run(args))
     emit(summary)
