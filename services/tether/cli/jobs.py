@@ -333,7 +333,14 @@ def scale(
 @app.command()
 def update(
     handle: str = HandleArgument,
-    version: str = typer.Option(..., "--version", help="The package version to roll out."),
+    version: str | None = typer.Option(None, "--version", help="The package version to roll out."),
+    suspend: bool | None = typer.Option(
+        None,
+        "--suspend/--resume",
+        help="Suspend a batch job (its tasks stop with notice and it holds no quota) or resume "
+        "it at its place in the queue.",
+        show_default=False,
+    ),
     wait: bool = typer.Option(
         False, "--wait", help="Wait until every task runs the new version, showing progress."
     ),
@@ -341,9 +348,17 @@ def update(
     url: str | None = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Roll out another package version: running tasks are restarted on it as the job's
-    TaskController approves (without one, at most the update policy's share at once)."""
+    """Roll out another package version (running tasks are restarted on it as the job's
+    TaskController approves; without one, at most the update policy's share at once), or
+    suspend or resume a batch job."""
+    if version is None and suspend is None:
+        fail("give --version, --suspend or --resume")
     with client(url, token) as tether:
+        if suspend is not None:
+            job = tether.suspend_job(handle) if suspend else tether.resume_job(handle)
+            out().print(f"{job.handle}: {'suspended' if suspend else 'resumed'}")
+        if version is None:
+            return
         job = tether.update_job(handle, version)
         out().print(f"{job.handle}: version {version}, generation {job.generation}")
         if not wait:

@@ -265,3 +265,18 @@ def test_rm_wait_reports_other_errors(api: FakeAPI) -> None:
     result = run("job", "rm", "team-a/web", "--wait")
     assert result.exit_code == 1
     assert "error: 403 Forbidden: not a member of team-a" in result.stderr
+
+
+def test_update_suspends_and_resumes_a_job(api: FakeAPI) -> None:
+    api.on("PATCH", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB))
+    suspended = run("job", "update", "team-a/web", "--suspend")
+    assert suspended.exit_code == 0, suspended.output
+    assert suspended.stdout == "team-a/web: suspended\n"
+    resumed = run("job", "update", "team-a/web", "--resume")
+    assert resumed.stdout == "team-a/web: resumed\n"
+    bodies = [json.loads(request.content) for request in api.requests]
+    assert bodies == [{"suspended": True}, {"suspended": False}]
+    nothing = run("job", "update", "team-a/web")
+    assert nothing.exit_code == 1
+    assert "give --version, --suspend or --resume" in nothing.stderr
+    assert len(api.requests) == 2
