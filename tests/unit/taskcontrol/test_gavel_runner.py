@@ -27,6 +27,7 @@ class FakeRegion:
     """Jobs of team-a as views; a suspended job stops at once unless `slow_stop`."""
 
     def __init__(self) -> None:
+        self.entitlements = [{"name": "team-a", "weight": 1}, {"name": "other", "weight": 5}]
         self.jobs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self.slow_stop: set[str] = set()
@@ -36,11 +37,19 @@ class FakeRegion:
             machine("m3"),  # no GPU type: not counted
         ]
 
-    def submit(self, name: str, job_type: str, steps: float, created: str) -> str:
-        view = copy.deepcopy(JOB) | {"handle": f"team-a/{name}", "name": name, "count": 1}
+    def submit(
+        self, name: str, job_type: str, steps: float, created: str, entitlement: str = "team-a"
+    ) -> str:
+        view = copy.deepcopy(JOB) | {
+            "handle": f"{entitlement}/{name}",
+            "entitlement": entitlement,
+            "name": name,
+            "count": 1,
+        }
         view["created_at"] = created
         view["spec"] |= {
             "name": name,
+            "entitlement": entitlement,
             "count": 1,
             "kind": "batch",
             "suspended": True,
@@ -51,8 +60,11 @@ class FakeRegion:
         return str(view["handle"])
 
     def list_jobs(self, entitlement: str | None = None) -> list[JobView]:
-        assert entitlement == "team-a"
-        return [JobView.model_validate(view) for view in self.jobs.values()]
+        views = [JobView.model_validate(view) for view in self.jobs.values()]
+        return [view for view in views if view.entitlement == entitlement]
+
+    def list_entitlements(self) -> list[dict[str, Any]]:
+        return self.entitlements
 
     def get_job(self, handle: str) -> JobView:
         return JobView.model_validate(self.jobs[handle])
@@ -216,6 +228,29 @@ def test_steps_come_from_the_job_views_and_a_steady_job_corrects_the_profile() -
     gavel.round()
     kind = gavel.scheduler.last_round[alike]
     assert gavel.scheduler.jobs[alike].measured[kind] == pytest.approx(5.0)
+
+
+def test_the_entitlements_under_it_are_its_hierarchical_policys_entities() -> None:
+    region, clock = FakeRegion(), Clock()
+    region.entitlements += [
+        {"name": "team-a-vision", "parent": "team-a", "weight": 3},
+        {"name": "team-a-vision-small", "parent": "team-a-vision", "weight": 1},
+    ]
+    region.machines = [gpu_machine("m1", "v100")]
+    ours = region.submit("ours", "alike", 1e6, "2025-01-02T03:00:00Z")
+    vision = region.submit("v", "alike", 1e6, "2025-01-02T03:01:00Z", "team-a-vision")
+    region.submit("elsewhere", "alike", 1e6, "2025-01-02T03:02:00Z", "other")
+    gavel = runner(region, clock, "hierarchical")
+    gavel.round()
+    # One V100 shared 1:3 by the entitlements' weights; another tree's job is not ours.
+    assert gavel.scheduler.entity_weights == {
+        "team-a": 1.0,
+        "team-a-vision": 3.0,
+        "team-a-vision-small": 1.0,
+    }
+    assert set(gavel.scheduler.jobs) == {ours, vision}
+    assert gavel.scheduler.allocation[ours]["v100"] == pytest.approx(0.25, abs=1e-6)
+    assert gavel.scheduler.allocation[vision]["v100"] == pytest.approx(0.75, abs=1e-6)
 
 
 def test_on_type_replaces_only_the_gpu_type_constraint() -> None:

@@ -83,6 +83,12 @@ class RoundScheduler:
         self._stale = True
         return gone
 
+    def weigh_entities(self, weights: Mapping[str, float]) -> None:
+        """The entities' weights from now on (the hierarchical policy reads them)."""
+        if dict(weights) != self.entity_weights:
+            self.entity_weights = dict(weights)
+            self._stale = True
+
     def report(self, name: str, steps_done: float, kind: str, seconds: float) -> None:
         """Job `name` has made `steps_done` steps in all, the last `seconds` of them on `kind`:
         its throughput there corrects the profile's (Gavel's feedback loop)."""

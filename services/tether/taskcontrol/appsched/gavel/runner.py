@@ -30,6 +30,7 @@ class Region(Protocol):
     """What the runner asks of the region: `tether.sdk.TetherClient` is one."""
 
     def list_jobs(self, entitlement: str | None = None) -> list[JobView]: ...
+    def list_entitlements(self) -> list[dict[str, Any]]: ...
     def get_job(self, handle: str) -> JobView: ...
     def suspend_job(self, handle: str) -> JobView: ...
     def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView: ...
@@ -78,7 +79,9 @@ class RoundReport:
 
 
 class GavelRunner:
-    """Runs rounds of `round_s` over `entitlement`'s accelerator jobs (`JobSpec.accelerator`).
+    """Runs rounds of `round_s` over the accelerator jobs (`JobSpec.accelerator`) of
+    `entitlement` and the entitlements under it, each job's entitlement its entity (weighted
+    by its `weight`) for the hierarchical policy.
 
     A job is submitted suspended, or is suspended by the first round; the runner then owns its
     `suspended` flag and its `gpu_type` constraint. Nothing is kept but in memory: a new runner
@@ -173,7 +176,10 @@ class GavelRunner:
         """The entitlement's accelerator jobs still to run, by handle; new ones added to the
         scheduler, finished and deleted ones removed, and the steps of last round's reported."""
         found: dict[str, JobView] = {}
-        for view in self.region.list_jobs(self.entitlement):
+        weights = self._subtree()
+        self.scheduler.weigh_entities(weights)
+        views = [view for name in sorted(weights) for view in self.region.list_jobs(name)]
+        for view in views:
             accelerator = view.spec.get("accelerator")
             if accelerator is None or view.deleting or view.handle in self._refused:
                 continue
@@ -200,6 +206,22 @@ class GavelRunner:
             self.scheduler.report(handle, progress, kind or "", since if steady else 0.0)
         return found
 
+    def _subtree(self) -> dict[str, float]:
+        """The entitlement and those under it that the principal sees, with their weights:
+        the hierarchical policy's entities are the jobs' entitlements."""
+        seen = {found["name"]: found for found in self.region.list_entitlements()}
+        weights = {self.entitlement: float(seen.get(self.entitlement, {}).get("weight", 1))}
+        grown = True
+        while grown:
+            under = {
+                name: float(found.get("weight", 1))
+                for name, found in seen.items()
+                if found.get("parent") in weights and name not in weights
+            }
+            weights |= under
+            grown = bool(under)
+        return weights
+
     def _add(self, view: JobView, accelerator: Mapping[str, Any]) -> bool:
         try:
             throughputs = self.profile.throughputs(
@@ -209,7 +231,7 @@ class GavelRunner:
                 name=view.handle,
                 scale_factor=int(accelerator["scale_factor"]),
                 throughputs=throughputs,
-                entity=self.entitlement,
+                entity=view.entitlement,
             )
             self.scheduler.add(job, float(accelerator["total_steps"]), view.created_at.timestamp())
         except (ProfileError, ValueError) as error:
