@@ -14,7 +14,7 @@ import typer
 from tether.cli.common import TOKEN_HINT, TokenOption, UrlOption, client, fail
 from tether.cli.serving import LogLevel
 from tether.model import check_name, parse_job_handle
-from tether.model.accelerator import ProfileError, ThroughputProfile
+from tether.model.accelerator import ThroughputProfile
 from tether.region.plan import RegionOptions
 from tether.region.supervisor import port_is_free
 from tether.sdk.settings import default_token, local_region
@@ -291,12 +291,14 @@ def gavel(
         "--policy",
         help=f"The allocation policy: {', '.join(sorted(POLICIES))}.",
     ),
-    profile: Path = typer.Option(
+    profile: str = typer.Option(
         ...,
         "--profile",
-        metavar="PATH",
+        metavar="PATH|ENTITLEMENT/NAME",
         help="Throughputs of each job type on each accelerator type, in the format of Gavel's "
-        "isolated_throughputs.json; corrected by the steps jobs report as they run.",
+        "isolated_throughputs.json: a file, or else a throughput profile kept in the region "
+        "(PUT /v1/throughput-profiles/ENTITLEMENT/NAME). Corrected by the steps jobs report "
+        "as they run.",
     ),
     round_s: float = typer.Option(
         ROUND_S, "--round-s", min=1.0, help="Seconds per round (Gavel's 6 minutes by default)."
@@ -323,13 +325,18 @@ def gavel(
     a gpu_type constraint. Submit accelerator jobs suspended: the rounds start them."""
     if policy not in POLICIES:
         fail(f"--policy {policy!r}: expected one of {', '.join(sorted(POLICIES))}")
-    try:
-        throughputs = ThroughputProfile.load(profile)
-    except ProfileError as error:
-        fail(f"--profile: {error}")
     counts = _accelerator_counts(accelerators) if accelerators is not None else None
     registration = _registration(None, entitlement, listen, registry, token, ttl)
     with client(url, registration.token) as tether:
+        path = Path(profile)
+        try:
+            if path.exists() or path.suffix == ".json" or "/" not in profile:
+                throughputs = ThroughputProfile.load(path)
+            else:
+                kept = tether.get_throughput_profile(profile)
+                throughputs = ThroughputProfile.parse(kept["throughputs"], source=profile)
+        except ValueError as error:  # ProfileError too
+            fail(f"--profile: {error}")
         try:
             runner = GavelRunner(
                 tether,

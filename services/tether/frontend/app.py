@@ -27,6 +27,7 @@ from tether.frontend.api import (
     region,
     shards,
     tasks,
+    throughput_profiles,
 )
 from tether.frontend.queue_index import QueueIndex
 from tether.frontend.settings import FrontendSettings
@@ -46,6 +47,7 @@ ROUTERS: Final = tuple(
         metrics,
         entitlements,
         hostprofiles,
+        throughput_profiles,
         jobs,
         queues,
         tasks,

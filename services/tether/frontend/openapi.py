@@ -16,6 +16,7 @@ from tether.frontend.schemas.jobs import ScaleRequest, UpdateRequest
 from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
 from tether.frontend.schemas.operations import OperationRequest
 from tether.frontend.schemas.shards import NewShard, ShardMoveRequest
+from tether.frontend.schemas.throughput_profiles import ThroughputProfileBody
 from tether.model import Entitlement, HostProfile, JobSpec, PrincipalRecord
 
 BODY_MODELS: Final[tuple[type[BaseModel], ...]] = (
@@ -30,6 +31,7 @@ BODY_MODELS: Final[tuple[type[BaseModel], ...]] = (
     ShardMoveRequest,
     ScaleRequest,
     UpdateRequest,
+    ThroughputProfileBody,
 )
 """Request bodies that routes validate themselves, so FastAPI does not know their schemas."""
 

@@ -6,14 +6,15 @@ each accelerator type, in the format of Gavel's `isolated_throughputs.json`:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 
-from tether.model.base import TetherModel
+from tether.model.base import Name, TetherModel
 
 GPU_TYPE_ATTRIBUTE = "gpu_type"
 """The machine attribute naming its accelerator type (`v100`, `k80`, ...): where a Gavel job's
@@ -34,6 +35,30 @@ class AcceleratorSpec(TetherModel):
     scale_factor: int = Field(
         ge=1, description="Workers in its gang, one accelerator each: the job's task count."
     )
+
+
+class ThroughputProfileRecord(TetherModel):
+    """A throughput profile kept in the region, `throughput-profiles/<entitlement>/<name>`:
+    its members' application-level schedulers read it (`tether appsched gavel
+    --profile ENTITLEMENT/NAME`)."""
+
+    name: Name
+    entitlement: Name
+    throughputs: dict[str, dict[str, dict[str, float]]] = Field(
+        description="{accelerator type: {job type: {scale factor: steps per second}}}, the "
+        "format of Gavel's isolated_throughputs.json."
+    )
+
+    @field_validator("throughputs")
+    @classmethod
+    def _a_profile(
+        cls, throughputs: dict[str, dict[str, dict[str, float]]]
+    ) -> dict[str, dict[str, dict[str, float]]]:
+        ThroughputProfile.parse(throughputs, source="throughputs")
+        return throughputs
+
+    def profile(self) -> ThroughputProfile:
+        return ThroughputProfile.parse(self.throughputs, source=f"{self.entitlement}/{self.name}")
 
 
 class ProfileError(ValueError):
@@ -63,7 +88,12 @@ class ThroughputProfile:
                 for factor, rate in _mapping(factors, where).items():
                     if not factor.isdigit() or int(factor) < 1:
                         raise ProfileError(f"{where}: scale factor {factor!r} is not 1 or more")
-                    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+                    if (
+                        isinstance(rate, bool)
+                        or not isinstance(rate, int | float)
+                        or not math.isfinite(rate)
+                        or rate < 0
+                    ):
                         raise ProfileError(
                             f"{where} / {factor}: {rate!r} is not a number of steps per second"
                         )

@@ -13,7 +13,7 @@ import httpx
 from pydantic import ValidationError
 
 from tether import __version__
-from tether.model import parse_job_handle
+from tether.model import check_name, parse_job_handle
 from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_error
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
@@ -264,6 +264,20 @@ class TetherClient:
         """Shard leaders, allocators, machines, jobs and tasks by state."""
         return _view(RegionView, self._request("GET", "/v1/region"))
 
+    # Throughput profiles
+
+    def put_throughput_profile(self, handle: str, throughputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Create or replace the profile `<entitlement>/<name>`: {accelerator type: {job type:
+        {scale factor: steps per second}}} (Gavel's isolated_throughputs.json format)."""
+        body = {"throughputs": dict(throughputs)}
+        response = self._request("PUT", _throughput_profile_path(handle), json=body)
+        return _object(response, "a throughput profile")
+
+    def get_throughput_profile(self, handle: str) -> dict[str, Any]:
+        """The profile `<entitlement>/<name>`: its `throughputs` table."""
+        response = self._request("GET", _throughput_profile_path(handle))
+        return _object(response, "a throughput profile")
+
     # Entitlements and principals
 
     def list_entitlements(self) -> list[dict[str, Any]]:
@@ -273,10 +287,7 @@ class TetherClient:
     def create_entitlement(self, entitlement: Mapping[str, Any]) -> dict[str, Any]:
         """Admin: create an entitlement (an `Entitlement` body); the frontend assigns a shard."""
         response = self._request("POST", "/v1/entitlements", json=dict(entitlement))
-        created = _json(response)
-        if not isinstance(created, dict):
-            raise _unexpected(response.status_code, "an entitlement object")
-        return created
+        return _object(response, "an entitlement object")
 
     def list_shards(self) -> list[ShardDetailView]:
         """Admin: every scheduler shard with its replicas, its leader's last report and what
@@ -368,6 +379,14 @@ def _job_path(handle: str) -> str:
     return f"/v1/jobs/{entitlement}/{name}"
 
 
+def _throughput_profile_path(handle: str) -> str:
+    """`<entitlement>/<name>`'s path; ValueError naming what is wrong with it."""
+    entitlement, _, name = handle.partition("/")
+    check_name(entitlement, "entitlement")
+    check_name(name, "throughput profile")
+    return f"/v1/throughput-profiles/{entitlement}/{name}"
+
+
 def _profile_path(name: str) -> str:
     return f"/v1/host-profiles/{quote(name, safe='')}"
 
@@ -384,6 +403,13 @@ def _view(view: type[V], response: httpx.Response) -> V:
         return view.model_validate(_json(response))
     except ValidationError as exc:
         raise _unexpected(response.status_code, f"a {view.__name__}", str(exc)) from None
+
+
+def _object(response: httpx.Response, what: str) -> dict[str, Any]:
+    body = _json(response)
+    if not isinstance(body, dict):
+        raise _unexpected(response.status_code, what)
+    return body
 
 
 def _list(response: httpx.Response, key: str) -> list[Any]:

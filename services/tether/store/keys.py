@@ -17,6 +17,8 @@ ASSIGNMENTS = ROOT + "assignments/"  # <machine>/<entitlement>/<job>/<index> -> 
 ENTITLEMENTS = ROOT + "entitlements/"  # entitlement name -> Entitlement
 QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator that grew it last
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
+# <entitlement>/<name> -> ThroughputProfileRecord (accelerator throughputs, for Gavel's rounds)
+THROUGHPUT_PROFILES = ROOT + "throughput-profiles/"
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
 ADMISSIONS = ROOT + "admissions/"  # <entitlement>/<job> -> Admission
 # tree root entitlement -> the decider that last admitted in the tree (compared by every admission)
@@ -52,6 +54,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     ENTITLEMENTS,
     QUOTA_FENCES,
     HOST_PROFILES,
+    THROUGHPUT_PROFILES,
     JOBS,
     ADMISSIONS,
     QUOTA_LEDGERS,
@@ -132,6 +135,14 @@ def entitlement(name: str) -> str:
 
 def host_profile(name: str) -> str:
     return _join(HOST_PROFILES, name)
+
+
+def throughput_profile(entitlement_name: str, name: str) -> str:
+    return _join(THROUGHPUT_PROFILES, entitlement_name, name)
+
+
+def throughput_profiles_of(entitlement_name: str) -> str:
+    return _join(THROUGHPUT_PROFILES, entitlement_name) + "/"
 
 
 def job(entitlement_name: str, job_name: str) -> str:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import grpc
+import httpx
 import pytest
 import typer
 from typer.core import TyperGroup, TyperOption
 from typer.testing import Result
 
 from tests.support.region import write_region_file
-from tests.unit.cli.conftest import run
+from tests.unit.cli.conftest import FakeAPI, run
 from tether.cli import appsched
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
@@ -204,3 +205,32 @@ def test_help_explains_every_option(command: str) -> None:
         assert isinstance(option, TyperOption)
         assert option.help, option.opts
         assert option.opts[0] in result.stdout
+
+
+GAVEL = ("--entitlement", "ml", "--token", "tok", "--registry", "127.0.0.1:1")
+
+
+def test_gavel_refuses_an_unknown_policy_and_bad_counts(elsewhere: Path) -> None:
+    (elsewhere / "p.json").write_text("{}")
+    policy = appsched_run("gavel", *GAVEL, "--profile", "p.json", "--policy", "fastest")
+    assert "--policy 'fastest': expected one of fifo, fifo_perf" in error_line(policy)
+    counts = appsched_run("gavel", *GAVEL, "--profile", "p.json", "--accelerators", "v100")
+    assert "expected TYPE=N,... (v100=8,k80=16)" in error_line(counts)
+
+
+def test_gavel_reads_its_profile_from_a_file_or_the_region(api: FakeAPI, elsewhere: Path) -> None:
+    missing = appsched_run("gavel", *GAVEL, "--profile", "missing.json")
+    assert "error: --profile: missing.json:" in error_line(missing)
+    (elsewhere / "bad.json").write_text('{"v100": {"A3C": {"0": 1}}}')
+    bad = appsched_run("gavel", *GAVEL, "--profile", "bad.json")
+    assert "scale factor '0' is not 1 or more" in error_line(bad)
+    # ENTITLEMENT/NAME: the profile kept in the region, then the machines (none with GPUs).
+    kept = {"name": "measured", "entitlement": "ml", "throughputs": {"v100": {"A3C": {"1": 2}}}}
+    api.on("GET", "/v1/throughput-profiles/ml/measured", httpx.Response(200, json=kept))
+    api.on("GET", "/v1/machines", httpx.Response(200, json={"machines": []}))
+    region = appsched_run("gavel", *GAVEL, "--profile", "ml/measured")
+    assert "no accelerators" in error_line(region)
+    assert [request.url.path for request in api.requests] == [
+        "/v1/throughput-profiles/ml/measured",
+        "/v1/machines",
+    ]

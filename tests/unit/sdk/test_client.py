@@ -107,6 +107,18 @@ def test_job_paths_and_bodies() -> None:
     on_v100 = {"constraints": [{"attribute": "gpu_type", "op": "==", "value": "v100"}]}
     tether.resume_job("team-a/web", placement=on_v100)
     assert json.loads(recorder.last.content) == {"suspended": False, "placement": on_v100}
+    recorder.response = httpx.Response(200, json={"name": "fast", "throughputs": {}})
+    table = {"v100": {"ResNet-50": {"1": 4.39}}}
+    assert tether.put_throughput_profile("team-a/fast", table)["name"] == "fast"
+    assert (recorder.last.method, recorder.last.url.path) == (
+        "PUT",
+        "/v1/throughput-profiles/team-a/fast",
+    )
+    assert json.loads(recorder.last.content) == {"throughputs": table}
+    tether.get_throughput_profile("team-a/fast")
+    assert recorder.last.method == "GET"
+    with pytest.raises(ValueError, match="invalid throughput profile 'Not Ok'"):
+        tether.get_throughput_profile("team-a/Not Ok")
     recorder.response = httpx.Response(202, json={"handle": "team-a/web", "deleting": True})
     tether.delete_job("team-a/web")
     assert (recorder.last.method, recorder.last.url.path) == ("DELETE", "/v1/jobs/team-a/web")
