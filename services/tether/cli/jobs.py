@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Column, Table
+from rich.table import Table
 
+from tether.cli import explain
 from tether.cli.common import (
     HandleArgument,
     TokenOption,
@@ -25,8 +25,6 @@ from tether.cli.common import (
 from tether.sdk import (
     RUNNING,
     JobView,
-    PlacementView,
-    QueueView,
     TaskView,
     TetherAPIError,
     TetherClient,
@@ -182,18 +180,12 @@ def admission_text(job: JobView) -> str:
     if record is None:
         return "- (older than admission: all its tasks run)"
     if record.state == "queued":
-        place = f", {ordinal(job.queue_position)} in line" if job.queue_position else ""
+        place = f", {explain.ordinal(job.queue_position)} in line" if job.queue_position else ""
         return f"queued{place}" + (f": {record.reason}" if record.reason else "")
     text = f"{record.state}, {record.admitted} of {record.tasks} tasks"
     if record.preemptions:
         text += f"; preempted {record.preemptions} time(s), last for {record.preempted_by}"
     return text
-
-
-def ordinal(place: int) -> str:
-    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, 21st."""
-    suffix = "th" if 10 <= place % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(place % 10, "th")
-    return f"{place}{suffix}"
 
 
 def _controller(job: JobView) -> str:
@@ -206,115 +198,7 @@ def _controller(job: JobView) -> str:
     return f"{control.controller}: FAILING ({control.failures} in a row): {control.error}"
 
 
-@app.command()
-def explain(
-    handle: str = HandleArgument,
-    as_json: bool = typer.Option(False, "--json", help="Print the placement view as JSON."),
-    url: str | None = UrlOption,
-    token: str | None = TokenOption,
-) -> None:
-    """Explain a job's placement, as an allocator sees it now (e.g. why tasks stay pending).
-
-    A job waiting in its entitlement's queue first says where it is in line, which jobs are
-    ahead, which dimension is short and by how much, and whether preempting would help.
-    Shows how many machines each hard rule rejected, in the order the rules apply;
-    how many fitting machines match each preference of the job;
-    the machines holding its tasks, and their rank for one more task
-    (1: the first choice, -: it takes no more).
-    """
-    with client(url, token) as tether:
-        view = tether.explain(handle)
-        if as_json:
-            typer.echo(view.model_dump_json(indent=2))
-            return
-        job = tether.get_job(handle)
-        if job.admission is not None and job.admission.state == "queued":
-            # The jobs ahead, up to the few shown.
-            shown = min(max((job.queue_position or 1) - 1, 1), _AHEAD_SHOWN)
-            _print_waiting(job, tether.get_queue(job.entitlement, limit=shown))
-    _print_placement(view)
-
-
-_AHEAD_SHOWN = 5
-"""Jobs ahead of a queued one that `tether job explain` names."""
-
-
-def _print_waiting(job: JobView, queue: QueueView) -> None:
-    """Why a queued job waits: its place, the first jobs ahead of it (`queue` holds them), the
-    head's shortfall and whether preempting would help."""
-    console = out()
-    place = job.queue_position
-    if place is None:
-        console.print(f"[bold]{job.handle}[/bold] is no longer waiting", soft_wrap=True)
-        return
-    ahead = [entry for entry in queue.jobs if entry.job != job.handle][: place - 1]
-    console.print(
-        f"[bold]{job.handle}[/bold] waits in {job.entitlement}'s queue, {ordinal(place)} in line",
-        soft_wrap=True,
-    )
-    if ahead:
-        shown = ", ".join(entry.job for entry in ahead)
-        more = f" and {place - 1 - len(ahead)} more" if place - 1 > len(ahead) else ""
-        console.print(f"  ahead of it: {shown}{more}", soft_wrap=True)
-        console.print(
-            f"  the first waits because: {ahead[0].reason or '(deciding)'}", soft_wrap=True
-        )
-    elif job.admission is not None:
-        console.print(f"  it waits because: {job.admission.reason or '(deciding)'}", soft_wrap=True)
-
-
-def _print_placement(view: PlacementView) -> None:
-    console = out()
-    console.print(f"[bold]{view.job}[/bold]: {view.summary}", soft_wrap=True)
-    console.print(
-        f"machines: {view.machines_considered} considered, {view.machines_fitting} fitting, "
-        f"{view.entitlement_machines} in the entitlement"
-    )
-    rules = Table("rule", _number("rejected"), "detail", title="hard rules, in order")
-    for rule in view.rules:
-        rules.add_row(
-            rule.rule,
-            str(rule.machines_rejected),
-            rule.detail,
-            style="dim" if rule.machines_rejected == 0 else None,
-        )
-    console.print(rules if view.rules else "no hard rules were applied")
-    if view.preferences:
-        preferences = Table(
-            "preference", _number("weight"), _number("matching"), title="preferences, in order"
-        )
-        for preference in view.preferences:
-            preferences.add_row(
-                preference.rule, str(preference.weight), str(preference.machines_matching)
-            )
-        console.print(preferences)
-    if not view.chosen:
-        console.print("no machine holds tasks of this job")
-        return
-    chosen = Table("machine", "tasks", _number("rank"), "preferences", title="chosen machines")
-    for machine in view.chosen:
-        chosen.add_row(
-            machine.machine,
-            index_ranges(machine.tasks),
-            str(machine.rank) if machine.rank else "-",
-            ", ".join(machine.preferences),
-        )
-    console.print(chosen)
-
-
-def _number(header: str) -> Column:
-    return Column(header, justify="right")
-
-
-def index_ranges(indexes: Iterable[int]) -> str:
-    """Task indexes compactly: `0-3,7` for 0, 1, 2, 3 and 7."""
-    ranges: list[list[int]] = []
-    for index in sorted(set(indexes)):
-        if ranges and index == ranges[-1][1] + 1:
-            ranges[-1][1] = index
-        else:
-            ranges.append([index, index])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+app.command()(explain.explain)
 
 
 @app.command()
@@ -348,9 +232,11 @@ def update(
     url: str | None = UrlOption,
     token: str | None = TokenOption,
 ) -> None:
-    """Roll out another package version (running tasks are restarted on it as the job's
-    TaskController approves; without one, at most the update policy's share at once), or
-    suspend or resume a batch job."""
+    """Roll out another package version, or suspend or resume a batch job.
+
+    Running tasks are restarted on the new version as the job's TaskController approves
+    (without one, at most the update policy's share at once). A suspended job's tasks stop
+    with notice and it holds no quota; resumed, it is admitted again at its place in line."""
     if version is None and suspend is None:
         fail("give --version, --suspend or --resume")
     with client(url, token) as tether:
@@ -384,7 +270,7 @@ def _request(handle: str, kind: str, tasks: list[int] | None, reason: str, url: 
              token: str | None) -> None:  # fmt: skip
     with client(url, token) as tether:
         operations = tether.request_operations(handle, kind, tasks, reason)
-    indexes = index_ranges(task for operation in operations for task in operation.tasks)
+    indexes = explain.index_ranges(task for operation in operations for task in operation.tasks)
     out().print(
         f"{handle}: {len(operations)} {kind} operation(s) for tasks {indexes}, waiting for the "
         "job's TaskController (see tether job operations)"
@@ -433,7 +319,7 @@ def operations(
         table.add_row(
             operation.id,
             operation.kind,
-            index_ranges(operation.tasks),
+            explain.index_ranges(operation.tasks),
             operation.state,
             f"{operation.deadline:%Y-%m-%d %H:%M:%S}" if operation.deadline else "-",
             operation.reason,

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.api import JOB, problem
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
-from tether.cli.jobs import index_ranges
+from tether.cli.explain import index_ranges
 
 PATH = "/v1/jobs/team-a/web/placement"
 FAST = "rack_type == fast"

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.api import JOB, problem, task
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
-from tether.cli.jobs import ordinal
+from tether.cli.explain import ordinal
 
 
 def tasks(*items: dict[str, object]) -> httpx.Response:
