@@ -1,6 +1,8 @@
-"""The physical replay: a shortened Gavel trace submitted to a real region of simulated GPU
-machines (`tether up`, `tether agent-sim --gpu-type ... --profile`) under `tether appsched
-gavel`, and the same jobs through the simulator, compared by average JCT."""
+"""The physical replay: a shortened Gavel trace on a real region, against the simulator.
+
+The jobs go to a region of simulated GPU machines (`tether up`, `tether agent-sim --gpu-type
+... --profile`) under `tether appsched gavel`, and through the simulator, compared by average
+JCT."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""How long each Gavel policy takes to solve with HiGHS, and the same linear programs in cvxpy
-(with ECOS, as Gavel solves them), against the number of active jobs."""
+"""How long each Gavel policy takes to solve, against the number of active jobs.
+
+With HiGHS, and the same linear programs in cvxpy with ECOS, as Gavel solves them."""
 
 from __future__ import annotations
 

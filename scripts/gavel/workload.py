@@ -1,5 +1,7 @@
-"""Accelerator jobs for the Gavel simulator: Gavel's trace files, and continuous Poisson
-arrivals drawn as the paper's workload generator draws them (../shared/data/gavel/README.md)."""
+"""Accelerator jobs for the Gavel simulator: Gavel's traces and continuous Poisson arrivals.
+
+The arrivals are drawn as the paper's workload generator draws them
+(../shared/data/gavel/README.md)."""
 
 from __future__ import annotations
 

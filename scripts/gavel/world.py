@@ -1,5 +1,6 @@
-"""The Gavel simulator's world: the real `RoundScheduler` (policy, mechanism, ledger) driven by
-a simulated clock, jobs progressing at the profile's throughput for the type they run on."""
+"""The Gavel simulator's world: the real `RoundScheduler` driven by a simulated clock.
+
+Jobs progress at the profile's throughput for the type they run on."""
 
 from __future__ import annotations
 

@@ -582,8 +582,9 @@ class Agent(Service):
                 if not fresh:
                     stored, fresh = _read_status(await self._store.get(key)), True
                     continue
-                attempt.reported = state
-                attempt.progress_reported = attempt.progress if same else attempt.progress_reported
+                # Written already, or not ours to write (another attempt's now): either way,
+                # nothing to try again for these steps.
+                attempt.reported, attempt.progress_reported = state, attempt.progress
                 return same
             shim_state = attempt.state
             status = TaskStatus(

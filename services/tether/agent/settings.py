@@ -39,9 +39,9 @@ class AgentSettings(BaseSettings):
     )
     progress_interval_s: float = Field(
         default=5.0,
-        gt=0,
+        ge=1.0,
         description="How often a running task's progress file is read, and its steps reported "
-        "when they changed.",
+        "when they changed (each report is a store write).",
     )
     kill_grace_s: float = Field(
         default=5.0, gt=0, le=300, description="SIGTERM to SIGKILL grace when stopping a task."

@@ -28,7 +28,7 @@ from tether.model import (
     Resources,
     Topology,
 )
-from tether.model.accelerator import ThroughputProfile
+from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.service import Service
 from tether.store import Store, StoreError, keys
 
@@ -248,7 +248,10 @@ def profiled_speed(profile: ThroughputProfile, machine: Machine) -> Speed:
     kind = machine.attributes.get(GPU_TYPE_ATTRIBUTE)
 
     def speed(gang: AcceleratorSpec) -> float | None:
-        return profile.table.get((gang.job_type, gang.scale_factor), {}).get(str(kind))
+        try:
+            return profile.throughputs(gang.job_type, gang.scale_factor).get(str(kind))
+        except ProfileError:
+            return None  # a job type the profile does not know runs until stopped
 
     return speed
 

@@ -239,6 +239,8 @@ def update(
     with notice and it holds no quota; resumed, it is admitted again at its place in line."""
     if version is None and suspend is None:
         fail("give --version, --suspend or --resume")
+    if wait and version is None:
+        fail("--wait waits for a --version to roll out")
     with client(url, token) as tether:
         if suspend is not None:
             job = tether.suspend_job(handle) if suspend else tether.resume_job(handle)

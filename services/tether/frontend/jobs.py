@@ -229,7 +229,8 @@ async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
 
 async def update(store: Store, entitlement: str, name: str, request: UpdateRequest) -> Job:
     """Apply what `request` names and bump the generation (unless nothing changes); 409 while
-    deleting, and for a placement change unless the job is suspended."""
+    deleting, and for a placement change unless the job is suspended (or is being, by the same
+    request)."""
 
     async def change(job: Job) -> Job | None:
         if job.deleting:
@@ -241,7 +242,7 @@ async def update(store: Store, entitlement: str, name: str, request: UpdateReque
         if request.suspended is not None and request.suspended != job.spec.suspended:
             changes["suspended"] = request.suspended
         if request.placement is not None and request.placement != job.spec.placement:
-            if not job.spec.suspended:
+            if not (job.spec.suspended or request.suspended):
                 raise Conflict(
                     f"job '{job.handle}' is not suspended: its placement changes only while "
                     "it is (its running tasks would not move); suspend it first"

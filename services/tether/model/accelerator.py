@@ -1,6 +1,7 @@
-"""Accelerator jobs: what Gavel's heterogeneity-aware policies read of a batch job, and
-throughput profiles, the measured steps per second of each job type, at each scale factor, on
-each accelerator type, in the format of Gavel's `isolated_throughputs.json`:
+"""Accelerator jobs and throughput profiles: what Gavel's policies read of a job and of speeds.
+
+A throughput profile holds the measured steps per second of each job type, at each scale
+factor, on each accelerator type, in the format of Gavel's `isolated_throughputs.json`:
 `{accelerator type: {job type: {scale factor: steps per second}}}`."""
 
 from __future__ import annotations
@@ -57,9 +58,6 @@ class ThroughputProfileRecord(TetherModel):
         ThroughputProfile.parse(throughputs, source="throughputs")
         return throughputs
 
-    def profile(self) -> ThroughputProfile:
-        return ThroughputProfile.parse(self.throughputs, source=f"{self.entitlement}/{self.name}")
-
 
 class ProfileError(ValueError):
     """A profile that is not in the expected format; the message names where."""
@@ -86,7 +84,7 @@ class ThroughputProfile:
             for job_type, factors in _mapping(jobs, f"{source}: {accelerator}").items():
                 where = f"{source}: {accelerator} / {job_type}"
                 for factor, rate in _mapping(factors, where).items():
-                    if not factor.isdigit() or int(factor) < 1:
+                    if not (factor.isascii() and factor.isdigit()) or int(factor) < 1:
                         raise ProfileError(f"{where}: scale factor {factor!r} is not 1 or more")
                     if (
                         isinstance(rate, bool)

@@ -50,6 +50,11 @@ def plan_job(view: JobView, now: datetime) -> Plan:
                 plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
     for index, stored in sorted(view.tasks.items()):
         _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
+    # A status kept for a preempted task (`keep_status`) whose index the job no longer has:
+    # a later scale-up must not resume a new task from an old run's steps.
+    for index in sorted(set(view.statuses) - set(view.tasks)):
+        if index >= job.spec.count:
+            plan.writes.append(TaskWrite(index, 0, None))
     plan_operations(view, now, plan)
     plan.delete_job = job.deleting and not view.tasks
     return plan

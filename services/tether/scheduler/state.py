@@ -108,6 +108,13 @@ def _ignore(key: str, old: Stored[str] | None, new: Stored[str] | None) -> None:
     """Ledgers are only read (before each admission decision), never acted on."""
 
 
+def _only_progress(old: TaskStatus, new: TaskStatus) -> bool:
+    """Whether a status change reports steps and nothing a plan reads: a training task's
+    progress need not reconcile its job every few seconds."""
+    ignored = {"progress", "updated_at"}
+    return old.model_dump(exclude=ignored) == new.model_dump(exclude=ignored)
+
+
 def _shard_id(value: bytes) -> str:
     return value.decode().strip()
 
@@ -343,7 +350,8 @@ class ShardState:
         entitlement, name, index = keys.task_of_key(key)
         handle = f"{entitlement}/{name}"
         _file(self._statuses, handle, index, None if new is None else new.value)
-        self._mark(handle)
+        if old is None or new is None or not _only_progress(old.value, new.value):
+            self._mark(handle)
 
     def _operation_changed(
         self, key: str, old: Stored[TaskOperation] | None, new: Stored[TaskOperation] | None

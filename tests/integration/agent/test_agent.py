@@ -155,7 +155,7 @@ COUNT_STEPS = (
 async def test_a_task_reports_its_steps_and_resumes_from_those_of_its_last_attempt(
     store: Store, start_agent: StartAgent, machine: Machine
 ) -> None:
-    await start_agent(progress_interval_s=0.2)
+    await start_agent(progress_interval_s=1.0)
     # Task 0 counts on from the 100 steps its earlier attempts reported.
     await assign(store, machine, 0, attempt=1, script=COUNT_STEPS, progress=100)
     counting = await eventually(

@@ -280,14 +280,13 @@ async def test_a_batch_job_is_suspended_placed_elsewhere_and_resumed(region: Reg
     )
     assert await region.store.revision() == revision
 
-    suspended = await api.patch("/v1/jobs/team-a/train", headers=ALICE, json={"suspended": True})
+    # Suspended and sent elsewhere in one request.
+    suspended = await api.patch(
+        "/v1/jobs/team-a/train", headers=ALICE, json={"suspended": True, "placement": elsewhere}
+    )
     assert suspended.status_code == 200, suspended.text
     assert (suspended.json()["spec"]["suspended"], suspended.json()["generation"]) == (True, 2)
-    resumed = await api.patch(
-        "/v1/jobs/team-a/train",
-        headers=ALICE,
-        json={"suspended": False, "placement": elsewhere},
-    )
+    resumed = await api.patch("/v1/jobs/team-a/train", headers=ALICE, json={"suspended": False})
     assert resumed.status_code == 200, resumed.text
     stored = await stored_job(region, "train")
     assert stored is not None

@@ -8,7 +8,7 @@ from typing import Any
 from tests.integration.frontend.conftest import ADMIN, ALICE, MALLORY, Region
 from tests.integration.frontend.problems import assert_problem
 from tether.model import from_json
-from tether.model.accelerator import ThroughputProfileRecord
+from tether.model.accelerator import ThroughputProfile, ThroughputProfileRecord
 from tether.store import keys
 
 TABLE: dict[str, Any] = {
@@ -26,7 +26,8 @@ async def test_members_put_read_and_delete_their_entitlements_profiles(region: R
     kv = await region.store.get(keys.throughput_profile("team-a", "measured"))
     assert kv is not None
     stored = from_json(ThroughputProfileRecord, kv.value, stored=True)
-    assert stored.profile().throughputs("ResNet-50", 1) == {"v100": 4.39, "k80": 0.62}
+    profile = ThroughputProfile.parse(stored.throughputs)
+    assert profile.throughputs("ResNet-50", 1) == {"v100": 4.39, "k80": 0.62}
     # Replaced by a second put.
     faster = {"v100": {"ResNet-50": {"1": 5.0}}}
     assert (await api.put(PATH, headers=ALICE, json={"throughputs": faster})).is_success

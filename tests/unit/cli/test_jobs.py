@@ -279,4 +279,6 @@ def test_update_suspends_and_resumes_a_job(api: FakeAPI) -> None:
     nothing = run("job", "update", "team-a/web")
     assert nothing.exit_code == 1
     assert "give --version, --suspend or --resume" in nothing.stderr
+    waiting = run("job", "update", "team-a/web", "--resume", "--wait")
+    assert "--wait waits for a --version to roll out" in waiting.stderr
     assert len(api.requests) == 2

@@ -414,6 +414,10 @@ def test_a_preempted_task_resumes_from_the_steps_it_reported() -> None:
     shrunk = make_view(make_job(1), make_task(1))
     released = plan_job(shrunk, NOW).release
     assert [(write.index, write.keep_status) for write in released] == [(1, False)]
+    # Scaled down while suspended: the status kept for the index it no longer has goes.
+    suspended = replace(make_view(make_job(1)), statuses={1: kept})
+    (write,) = [write for write in plan_job(suspended, NOW).writes if write.index == 1]
+    assert (write.revision, write.task, write.keep_status) == (0, None, False)
 
 
 def test_only_tasks_preempted_for_another_entitlement_hand_their_machines_back() -> None:

@@ -197,20 +197,29 @@ def test_a_round_waits_for_suspended_jobs_to_stop_and_not_past_its_timeout() -> 
     fast = region.submit("fast", "fast-on-v100", 1e6, "2025-01-02T03:00:00Z")
     gavel = runner(region, clock)
     gavel.stop_timeout_s = 30
-    gavel.round()
-    # A job that no policy could place any more (its type is gone): it is suspended, and a
-    # stop that never comes costs the round its timeout, not more.
-    gavel.scheduler.counts = {"k80": 1}
-    gavel.scheduler.jobs[fast].job = gavel.scheduler.jobs[fast].job.__class__(
-        name=fast, scale_factor=1, throughputs={"k80": 1.0}
-    )
-    gavel.scheduler.report(fast, 0.0, "k80", 0.0)
-    gavel.scheduler._stale = True
+    assert gavel.round().running == {fast: "v100"}
+    # The V100's machine goes: the job moves to the K80, and a stop that never comes costs the
+    # round its timeout, not more.
+    region.machines = [found for found in region.machines if found["id"] != "m1"]
     region.slow_stop.add(fast)
     started = clock.now
     report = gavel.round()
+    assert gavel.scheduler.counts == {"k80": 1}
     assert report.suspended == [fast]
+    assert report.running == {fast: "k80"}
     assert 30 <= clock.now - started <= 31
+
+
+def test_a_job_running_unpinned_that_is_not_chosen_is_suspended() -> None:
+    region, clock = FakeRegion(), Clock()
+    jobs = [region.submit(f"j{n}", "alike", 1e6, f"2025-01-02T03:0{n}:00Z") for n in range(3)]
+    for handle in jobs:  # submitted running, not suspended: no gpu_type pinned
+        region.jobs[handle]["spec"]["suspended"] = False
+        region.jobs[handle]["running"] = 1
+    report = runner(region, clock, "fifo").round()
+    (waiting,) = set(jobs) - set(report.running)
+    assert ("suspend", waiting) in region.calls
+    assert region.jobs[waiting]["spec"]["suspended"] is True
 
 
 def test_steps_come_from_the_job_views_and_a_steady_job_corrects_the_profile() -> None:

@@ -1,5 +1,7 @@
-"""/v1/throughput-profiles: accelerator throughput profiles, kept per entitlement for its
-application-level schedulers (Gavel's rounds): list, put, show, delete."""
+"""/v1/throughput-profiles: list, put, show and delete an entitlement's throughput profiles.
+
+Accelerator throughputs kept per entitlement for its application-level schedulers (Gavel's
+rounds)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, reques
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
-from tether.frontend.problems import NotFound, validation_problem
+from tether.frontend.problems import Conflict, NotFound, validation_problem
 from tether.frontend.schemas import json_response
 from tether.frontend.schemas.throughput_profiles import (
     ThroughputProfileBody,
@@ -22,7 +24,7 @@ from tether.frontend.schemas.throughput_profiles import (
 )
 from tether.model import Entitlement, Name, to_json
 from tether.model.accelerator import ThroughputProfileRecord
-from tether.store import Delete, Store, keys
+from tether.store import Delete, Put, Store, key_exists, key_missing, keys
 
 router = APIRouter(
     prefix="/v1/throughput-profiles", tags=["throughput profiles"], responses=AUTH_PROBLEMS
@@ -56,7 +58,7 @@ async def list_throughput_profiles(
 @router.put(
     "/{ent}/{name}",
     response_model=ThroughputProfileRecord,
-    responses=problems(400, 404, 413, 422),
+    responses=problems(400, 404, 409, 413, 422),
     openapi_extra=request_body(
         ThroughputProfileBody,
         'The throughputs: {"throughputs": {"v100": {"ResNet-50": {"1": 4.39}}}}.',
@@ -82,7 +84,14 @@ async def put_throughput_profile(
         )
     except ValidationError as exc:
         raise validation_problem(exc.errors()) from None
-    await store.put(keys.throughput_profile(ent, name), to_json(profile))
+    # Not into an entitlement deleted meanwhile: one of the same name created later would
+    # find another team's profile.
+    written = await store.txn(
+        [key_exists(keys.entitlement(ent)), key_missing(keys.entitlement_deletion(ent))],
+        [Put(keys.throughput_profile(ent, name), to_json(profile))],
+    )
+    if not written.succeeded:
+        raise Conflict(f"entitlement '{ent}' is being deleted")
     return json_response(profile)
 
 

@@ -30,9 +30,11 @@ class GavelController(GangController):
         )
 
     async def stop(self) -> None:
-        """Stops after the round under way (its suspended jobs resumed), then unregisters."""
+        """Lets the round under way finish (jobs stay as it leaves them), then unregisters."""
         self._stopping.set()
-        if self._rounds is not None:
-            await self._rounds
+        try:
+            if self._rounds is not None:
+                await self._rounds
+        finally:
             self._rounds = None
-        await super().stop()
+            await super().stop()

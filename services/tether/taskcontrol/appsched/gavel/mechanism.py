@@ -1,5 +1,6 @@
-"""Gavel's round-based mechanism: which jobs run in the next round, and on which accelerator
-type, so that over rounds each job's share of time on each type approaches the allocation."""
+"""Gavel's round-based mechanism: which jobs run next round, and on which accelerator type.
+
+Over rounds, each job's share of time on each type approaches the policy's allocation."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""What a Gavel policy allocates: the active jobs, how fast each runs on each accelerator type,
-and how many accelerators of each type there are; and the allocation it returns."""
+"""What a Gavel policy allocates, and the allocation it returns.
+
+The active jobs, how fast each runs on each accelerator type, and how many accelerators of each
+type there are."""
 
 from __future__ import annotations
 

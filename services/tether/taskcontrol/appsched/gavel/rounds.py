@@ -1,6 +1,7 @@
-"""The round-based scheduler's memory between rounds: the active accelerator jobs and their
-progress, the allocation in force and the time each job received under it. The simulator and
-the application-level scheduler both drive it; it never looks at a clock itself."""
+"""The round-based scheduler's memory between rounds, which the simulator and the runner drive.
+
+The active accelerator jobs and their progress, the allocation in force and the time each job
+received under it; it never looks at a clock itself."""
 
 from __future__ import annotations
 
@@ -82,6 +83,12 @@ class RoundScheduler:
         self.last_round.pop(name, None)
         self._stale = True
         return gone
+
+    def count_accelerators(self, counts: Mapping[str, int]) -> None:
+        """The accelerators of each type from now on (machines come and go)."""
+        if dict(counts) != self.counts:
+            self.counts = dict(counts)
+            self._stale = True
 
     def weigh_entities(self, weights: Mapping[str, float]) -> None:
         """The entities' weights from now on (the hierarchical policy reads them)."""

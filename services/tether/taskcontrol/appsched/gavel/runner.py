@@ -1,7 +1,9 @@
-"""Gavel's rounds on a real region, for one entitlement's accelerator jobs: each round observe
-the jobs through the REST API (new, done, their progress), plan with the `RoundScheduler`,
-suspend the jobs that leave their accelerators (their tasks get the entitlement's grace to
-checkpoint), wait until they have stopped, and resume the chosen ones on their type."""
+"""Gavel's rounds on a real region, for one entitlement's accelerator jobs.
+
+Each round observes the jobs through the REST API (new, done, their progress), plans with the
+`RoundScheduler`, suspends the jobs that leave their accelerators (their tasks get the
+entitlement's grace to checkpoint), waits until they have stopped, and resumes the chosen ones
+on their type."""
 
 from __future__ import annotations
 
@@ -70,7 +72,6 @@ def on_type(placement: Mapping[str, Any], kind: str) -> dict[str, Any]:
 class RoundReport:
     """What one round did."""
 
-    started_s: float
     running: dict[str, str] = field(default_factory=dict)
     """Job handle -> the accelerator type it runs on this round."""
     suspended: list[str] = field(default_factory=list)
@@ -107,32 +108,37 @@ class GavelRunner:
         self.round_s = round_s
         self.stop_timeout_s = stop_timeout_s
         self._clock, self._sleep = clock, sleep
-        counts = dict(accelerators or accelerators_of(region.list_machines()))
-        if not any(counts.values()):
-            raise ValueError(
-                "no accelerators: no machine that is up has a gpu_type attribute and GPUs "
-                "(or give the counts)"
-            )
-        self.scheduler = RoundScheduler(policy, counts)
-        self.finished: dict[str, float] = {}
-        """Job handle -> when the runner saw it done."""
+        self._given = dict(accelerators or {})
+        self.scheduler = RoundScheduler(policy, self._accelerators())
         self._refused: set[str] = set()
         self._resumed: set[str] = set()
         """The jobs the last round started or moved."""
         self._last_round_s = clock()
 
+    def _accelerators(self) -> dict[str, int]:
+        """The GPUs by type: as given, else those of the machines up now."""
+        counts = self._given or accelerators_of(self.region.list_machines())
+        if not any(counts.values()):
+            raise ValueError(
+                "no accelerators: no machine that is up has a gpu_type attribute and GPUs "
+                "(or give the counts)"
+            )
+        return counts
+
     def round(self) -> RoundReport:
         """One round: observe, plan, suspend what leaves, resume what comes."""
         now = self._clock()
-        report = RoundReport(started_s=now)
-        views = self._observe(now, report)
+        report = RoundReport()
+        self.scheduler.count_accelerators(self._accelerators())
+        views = self._observe(report)
         chosen = self.scheduler.plan(now)
+        # Leaving: running, and not chosen, or chosen for another type (or none pinned yet).
         leaving = [
             handle
             for handle, view in views.items()
             if handle in self.scheduler.jobs
             and not view.spec.get("suspended", False)
-            and chosen.get(handle) != placed_type(view.spec)
+            and (handle not in chosen or chosen[handle] != placed_type(view.spec))
         ]
         for handle in leaving:
             self.region.suspend_job(handle)
@@ -149,15 +155,20 @@ class GavelRunner:
         return report
 
     def run(self, stop: threading.Event) -> None:
-        """Rounds every `round_s` until `stop` is set (a round under way finishes)."""
+        """Rounds every `round_s` until `stop` is set (a round under way finishes). A round
+        that fails is logged, and the next starts from what the region says then."""
         done = 0
         while not stop.is_set():
-            started = self._clock()
+            started = time.monotonic()
             try:
                 report = self.round()
-            except TetherError as error:
-                # The region is down or refused: try again next round, from what it says then.
-                _log.warning("round %d failed: %s", done + 1, error)
+            except Exception as error:
+                if isinstance(error, TetherError):
+                    _log.warning("round %d failed: %s", done + 1, error)
+                else:
+                    _log.exception("round %d failed", done + 1)
+                # What it started, or not, says nothing of any job's speed next round.
+                self._resumed = set(self.scheduler.jobs)
                 done += 1
                 stop.wait(self.round_s)
                 continue
@@ -170,9 +181,9 @@ class GavelRunner:
                 len(report.finished),
             )
             done += 1
-            stop.wait(max(0.0, started + self.round_s - self._clock()))
+            stop.wait(max(0.0, started + self.round_s - time.monotonic()))
 
-    def _observe(self, now: float, report: RoundReport) -> dict[str, JobView]:
+    def _observe(self, report: RoundReport) -> dict[str, JobView]:
         """The entitlement's accelerator jobs still to run, by handle; new ones added to the
         scheduler, finished and deleted ones removed, and the steps of last round's reported."""
         found: dict[str, JobView] = {}
@@ -186,7 +197,6 @@ class GavelRunner:
             if view.tasks.get("exited", 0) >= view.count:
                 if view.handle in self.scheduler.jobs:
                     self.scheduler.remove(view.handle)
-                    self.finished[view.handle] = now
                     report.finished.append(view.handle)
                 continue
             if view.handle not in self.scheduler.jobs and not self._add(view, accelerator):
@@ -194,7 +204,7 @@ class GavelRunner:
             found[view.handle] = view
         for gone in set(self.scheduler.jobs) - set(found):
             self.scheduler.remove(gone)
-        ran, since = self.scheduler.last_round, now - self._last_round_s
+        ran, since = self.scheduler.last_round, self._clock() - self._last_round_s
         for handle in found:
             progress = self.region.get_job(handle).progress
             if progress is None:

@@ -1,7 +1,8 @@
-"""The linear programs the policies share, solved with HiGHS (through highspy, its own
-binding): the variables are the time fractions of
-each job on each type, bounded to [0, 1] where the job can run and to 0 where it cannot; every
-job runs at most all the time, and no type gives more accelerators than it has.
+"""The linear programs the policies share, solved with HiGHS through highspy, its own binding.
+
+The variables are the time fractions of each job on each type, bounded to [0, 1] where the
+job can run and to 0 where it cannot; every job runs at most all the time, and no type gives
+more accelerators than it has.
 
 Jobs alike in everything a program reads (their coefficients, scale factor and where they can
 run) share one row: by symmetry some optimal allocation gives alike jobs alike rows (averaging
