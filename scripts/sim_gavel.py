@@ -91,9 +91,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cvxpy-max", type=int, default=4096, help="largest cvxpy solve")
     parser.add_argument("--replay-jobs", type=int, default=12, help="jobs replayed (12)")
     parser.add_argument(
-        "--replay-factor", type=float, default=0.01, help="steps and arrivals times this (0.01)"
+        "--replay-factor", type=float, default=0.03, help="steps and arrivals times this (0.03)"
     )
-    parser.add_argument("--replay-round-s", type=float, default=20.0, help="replay rounds (20)")
+    parser.add_argument("--replay-round-s", type=float, default=60.0, help="replay rounds (60)")
     parser.add_argument("--replay-policy", default="max_min_fairness_perf")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot-jct", type=Path, default=Path("sim_gavel_jct.png"))
