@@ -20,7 +20,6 @@ class Outcome:
     jct_s: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
     busy_accelerator_s: float = 0.0
-    solve_s: list[float] = field(default_factory=list)
     saturated: bool = False
     """Stopped when the active jobs outgrew `max_active`: the load is more than it sustains."""
 
@@ -90,5 +89,4 @@ def simulate(
                 scheduler.report(name, steps, kind, seconds)
         now += length
         outcome.rounds += 1
-    outcome.solve_s = scheduler.solve_seconds
     return outcome

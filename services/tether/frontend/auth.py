@@ -56,6 +56,12 @@ def can_see(principal: PrincipalRecord, entitlement: Entitlement) -> bool:
     return principal.may_use(entitlement)
 
 
+async def visible_entitlements(store: Store, principal: PrincipalRecord) -> set[str]:
+    """The names of the entitlements the principal may see."""
+    entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
+    return {ent.name for ent in entitlements if can_see(principal, ent)}
+
+
 def require_member(principal: PrincipalRecord, entitlement: Entitlement) -> None:
     """403 naming the entitlement unless the principal may use it."""
     if not can_see(principal, entitlement):

@@ -57,12 +57,11 @@ async def job_view(store: Store, job: Job) -> JobView:
     """The job with its task counts, open operations and how its controller answers."""
     entitlement, name = job.spec.entitlement, job.spec.name
     # At once: every request that answers with a job waits for these reads.
-    tasks, operations, control, admission, progress = await asyncio.gather(
+    (tasks, statuses), operations, control, admission = await asyncio.gather(
         records.job_tasks(store, entitlement, name),
         job_operations(store, entitlement, name),
         records.get(store, keys.control_status(entitlement, name), ControlStatus),
         records.get(store, keys.admission(entitlement, name), Admission),
-        records.job_progress(store, entitlement, name, job.spec.count),
     )
     record = None if admission is None else admission.model
     view = JobView.of(job, tasks, record)
@@ -77,7 +76,7 @@ async def job_view(store: Store, job: Job) -> JobView:
         update={
             "operations": dict(open_by_state),
             "control": control.model if control is not None else None,
-            "progress": progress,
+            "progress": records.fewest_steps(statuses, job.spec.count),
         }
     )
 

@@ -97,8 +97,11 @@ class TaskRecords:
         return effective_state(self.task, self.status)
 
 
-async def _read_tasks(store: Store, task_prefix: str, status_prefix: str) -> list[TaskRecords]:
-    """The tasks under `task_prefix` with their statuses under `status_prefix`, by index."""
+async def _read_tasks(
+    store: Store, task_prefix: str, status_prefix: str
+) -> tuple[list[TaskRecords], list[TaskStatus]]:
+    """The tasks under `task_prefix` with their statuses under `status_prefix`, by index; and
+    every status there, those kept past their task's preemption too."""
     tasks = await store.range(task_prefix)
     # Statuses from the same snapshot, so that a task and its status agree on the attempt.
     statuses = {
@@ -109,19 +112,18 @@ async def _read_tasks(store: Store, task_prefix: str, status_prefix: str) -> lis
         TaskRecords(load(Task, kv), statuses.get(keys.task_of_key(kv.key))) for kv in tasks.kvs
     ]
     # Keys sort "10" before "2".
-    return sorted(found, key=lambda records: records.task.index)
+    return sorted(found, key=lambda records: records.task.index), list(statuses.values())
 
 
-async def job_tasks(store: Store, ent: str, job: str) -> list[TaskRecords]:
-    """The tasks of one job with their statuses, by index."""
+async def job_tasks(store: Store, ent: str, job: str) -> tuple[list[TaskRecords], list[TaskStatus]]:
+    """The tasks of one job with their statuses, by index, and every status of the job."""
     return await _read_tasks(store, keys.tasks_of(ent, job), keys.statuses_of(ent, job))
 
 
-async def job_progress(store: Store, ent: str, job: str, count: int) -> float | None:
-    """The fewest steps any of the job's `count` tasks reported, by whichever attempt (a
+def fewest_steps(statuses: Iterable[TaskStatus], count: int) -> float | None:
+    """The fewest steps any of a job's `count` tasks reported, by whichever attempt (a
     preempted task's status outlives it); None unless every one of them reported."""
-    found = await store.range(keys.statuses_of(ent, job))
-    steps = {keys.task_of_key(kv.key)[2]: load(TaskStatus, kv).progress for kv in found.kvs}
+    steps = {status.index: status.progress for status in statuses}
     reported = [steps.get(index) for index in range(count)]
     return None if None in reported else min(s for s in reported if s is not None)
 
@@ -130,9 +132,9 @@ async def tasks_by_job(store: Store, ent: str | None = None) -> dict[str, list[T
     """Tasks with their statuses by job handle, by index: of one entitlement's jobs when `ent`
     is given, else of the whole region."""
     if ent is None:
-        found = await _read_tasks(store, keys.TASKS, keys.TASK_STATUS)
+        found, _ = await _read_tasks(store, keys.TASKS, keys.TASK_STATUS)
     else:
-        found = await _read_tasks(
+        found, _ = await _read_tasks(
             store, keys.tasks_of_entitlement(ent), keys.statuses_of_entitlement(ent)
         )
     grouped: defaultdict[str, list[TaskRecords]] = defaultdict(list)

@@ -88,7 +88,8 @@ async def test_a_simulated_accelerator_task_trains_at_its_profiled_speed(
         assert (done.exit_code, done.progress) == (0, 140)
         assert done.finished_at is not None
         assert done.started_at is not None
-        assert (done.finished_at - done.started_at).total_seconds() == pytest.approx(1, abs=0.5)
+        # 40 steps at 40 a second: not sooner than a second (later on a loaded machine).
+        assert (done.finished_at - done.started_at).total_seconds() >= 0.9
         # Stopped part way, it reports the steps it got to.
         long = short.model_copy(update={"total_steps": 1e9})
         await assign(store, on_v100, 1, attempt=1, accelerator=long)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from tether.frontend import jobs, operations, records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems, request_body
-from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visible_entitlements
 from tether.frontend.bodies import (
     IDEMPOTENCY_KEY_PATTERN,
     IDEMPOTENCY_KEY_RULE,
@@ -22,7 +22,7 @@ from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
 from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
 from tether.frontend.schemas.operations import OperationList, OperationRequest
-from tether.model import Entitlement, Job, JobSpec, Name
+from tether.model import Job, JobSpec, Name
 from tether.model.admission import Admission
 from tether.store import Store, keys
 
@@ -83,8 +83,7 @@ async def list_jobs(
     else:
         found = await records.scan(store, keys.JOBS, Job)
         if not principal.is_admin:
-            entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
-            visible = {ent.name for ent in entitlements if can_see(principal, ent)}
+            visible = await visible_entitlements(store, principal)
             found = [job for job in found if job.spec.entitlement in visible]
     tasks = await records.tasks_by_job(store, entitlement)
     prefix = keys.ADMISSIONS if entitlement is None else keys.admissions_of(entitlement)

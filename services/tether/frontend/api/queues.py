@@ -8,13 +8,11 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from tether.frontend import queues, records
+from tether.frontend import queues
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems
-from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visible_entitlements
 from tether.frontend.deps import QueueIndexDep, StoreDep
 from tether.frontend.schemas.queues import QueueList, QueueView
-from tether.model import Entitlement
-from tether.store import keys
 
 DEFAULT_QUEUE_PAGE: Final = 1000
 MAX_QUEUE_PAGE: Final = 10_000
@@ -26,8 +24,7 @@ router = APIRouter(prefix="/v1/queues", tags=["queues"], responses=AUTH_PROBLEMS
 async def list_queues(store: StoreDep, principal: CurrentPrincipal) -> Response:
     """What each entitlement the principal may see reserves, borrows and lends, and how many
     of its jobs wait, as its tree's decider last reported (every few seconds)."""
-    entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
-    visible = {ent.name for ent in entitlements if can_see(principal, ent)}
+    visible = await visible_entitlements(store, principal)
     found = await queues.uses(store)
     return QueueList(
         queues=[found[name][0] for name in sorted(visible) if name in found]

@@ -35,7 +35,7 @@ async def list_tasks(
     await authorize_entitlement(store, principal, ent)
     if await store.get(keys.job(ent, job)) is None:
         raise NotFound(f"job '{ent}/{job}' does not exist")
-    tasks = await records.job_tasks(store, ent, job)
+    tasks, _ = await records.job_tasks(store, ent, job)
     return TaskList(tasks=[TaskView.of(task) for task in tasks]).response()
 
 

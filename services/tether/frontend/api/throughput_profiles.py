@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
-from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, can_see
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visible_entitlements
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import Conflict, NotFound, validation_problem
@@ -22,7 +22,7 @@ from tether.frontend.schemas.throughput_profiles import (
     ThroughputProfileBody,
     ThroughputProfileList,
 )
-from tether.model import Entitlement, Name, to_json
+from tether.model import Name, to_json
 from tether.model.accelerator import ThroughputProfileRecord
 from tether.store import Delete, Put, Store, key_exists, key_missing, keys
 
@@ -49,8 +49,7 @@ async def list_throughput_profiles(
     else:
         found = await records.scan(store, keys.THROUGHPUT_PROFILES, ThroughputProfileRecord)
         if not principal.is_admin:
-            entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
-            visible = {ent.name for ent in entitlements if can_see(principal, ent)}
+            visible = await visible_entitlements(store, principal)
             found = [profile for profile in found if profile.entitlement in visible]
     return ThroughputProfileList(throughput_profiles=found).response()
 
