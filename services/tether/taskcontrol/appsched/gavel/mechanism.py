@@ -84,6 +84,38 @@ class Ledger:
         return _ratio(self.fraction(job, kind), self.share(job, kind))
 
 
+def _make_room(
+    problem: Problem,
+    ledger: Ledger,
+    chosen: dict[str, str],
+    free: dict[str, float],
+    kind: str,
+    gang: float,
+) -> None:
+    """Moves jobs chosen on `kind` to another type their allocation gives them time on, that
+    has room and on which they are as far behind, until `kind` has `gang` accelerators free
+    (or no move is left)."""
+    runs = problem.runnable()
+    for index, job in enumerate(problem.jobs):
+        if free[kind] >= gang:
+            return
+        if chosen.get(job) != kind:
+            continue
+        size = float(problem.scale_factors[index])
+        for column, other in enumerate(problem.accelerators):
+            if (
+                other != kind
+                and runs[index, column]
+                and ledger.fraction(job, other) > 0
+                and ledger.priority(job, other) >= ledger.priority(job, kind)
+                and free[other] >= size
+            ):
+                chosen[job] = other
+                free[other] -= size
+                free[kind] += size
+                break
+
+
 def _ratio(fraction: float, share: float) -> float:
     """Allocated over received: 0 for nothing allocated, infinite for nothing received."""
     if fraction <= 0:
@@ -131,6 +163,14 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
 
     for _, kind, index in owed:
         take(index, kind)
+    # Greedy order can strand a job whose allocated types the jobs before it took, when one
+    # of those could have run on another type of its own allocation: move it there (one step
+    # of an augmenting path), so that a round runs as much of the allocation as fits.
+    for _, kind, index in owed:
+        job = problem.jobs[index]
+        if job not in chosen and free[kind] < problem.scale_factors[index]:
+            _make_room(problem, ledger, chosen, free, kind, float(problem.scale_factors[index]))
+            take(index, kind)
     for index, job in enumerate(problem.jobs):
         if job in chosen:
             continue
