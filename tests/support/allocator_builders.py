@@ -28,6 +28,7 @@ from tether.model import (
     from_json,
     to_json,
 )
+from tether.model.ephemeral import EphemeralResource
 from tether.store import KeyValue, Store, keys
 
 BIG = 10**9
@@ -167,6 +168,11 @@ class Region:
     def entitle(self, *entitlements: Entitlement) -> Region:
         for added in entitlements:
             self.index.set_entitlement(added.name, to_json(added))
+        return self
+
+    def set_ephemeral(self, record: EphemeralResource) -> Region:
+        """Feeds `resources/<entitlement>/<label>` in, as the watch would deliver it."""
+        self.index.set_ephemeral(f"{record.entitlement}/{record.label}", to_json(record))
         return self
 
     def put_record(self, machine_id: str, value: Record | bytes) -> int:

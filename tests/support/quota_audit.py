@@ -41,9 +41,7 @@ async def over_quota_revisions(
             for entitlement, resources in held.values():
                 used[entitlement] = used[entitlement] + resources
             for entitlement, resources in used.items():
-                vector = tree.vector(resources)
-                assert vector is not None, f"{entitlement} holds what its tree has no quota of"
-                tree.use(entitlement, vector)
+                tree.use(entitlement, tree.vector(resources))
             over = tree.over_quota()
             if over:
                 found.append(f"revision {events[0].revision}: {'; '.join(over)}")

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tether.allocator.cache import ChoiceCache, PoolEntry
+from tether.allocator.ephemeral import EphemeralNeed
 from tether.allocator.index import NONE, UP, AllocationIndex
 from tether.allocator.rules import registry
 from tether.allocator.rules.base import Plan
@@ -107,17 +108,24 @@ class Planner:
         self.job = job
         self.entitlement = entitlement
         self.owner = index.owners.code(entitlement.name)
-        # Both vectors need every column: the quota's resources get theirs first, and a resource
-        # only the task names (rare) means reading the quota again.
         # What it may borrow counts: its tree's decider admitted the job within the tree.
-        ceiling = entitlement.ceiling
-        quota = index.vector(ceiling)
-        self.need = index.vector(job.spec.task.resources)
-        if len(quota) < len(self.need):
-            quota = index.vector(ceiling)
+        quota = index.vector(entitlement.ceiling)
         if released is not None:
             quota = quota + released.own[: len(quota)]
-        self.plan = Plan(index, job, entitlement, self.owner, self.need, quota, self._free_rows)
+        resources = job.spec.task.resources
+        self.ephemeral = EphemeralNeed.of(index, entitlement, resources)
+        if self.ephemeral.labels:
+            # A label the entitlement set is its own, even where machines offer one alike.
+            machines_offer = {
+                k: v for k, v in resources.extra.items() if k not in self.ephemeral.labels
+            }
+            resources = resources.model_copy(update={"extra": machines_offer})
+        self.need = index.vector(resources)
+        self._need_all = np.concatenate([self.need, self.ephemeral.amounts])
+        """`need` and the ephemeral resources: what a task takes of `free` (a column each)."""
+        self.plan = Plan(
+            index, job, entitlement, self.owner, self.need, quota, self.ephemeral, self._free_rows
+        )
         self.rules = Pipeline(self.plan)
         self.key = cache.key(self.rules.owned_key())
         self.pool_key = cache.key(self.rules.pool_key())
@@ -135,7 +143,10 @@ class Planner:
         index = self.index
         for row, amount in released.freed.items():
             if index.owner[row] == self.owner or row in released.vacated:
-                self._free[row] = index.capacity[row] - index.used[row] + amount
+                # What the stopped tasks hold of ephemeral resources stays counted: a plan
+                # over them errs on the side of fewer tasks.
+                self._free[row] = self.free(row)
+                self._free[row][: len(amount)] += amount
         self._vacated = frozenset(row for row in released.vacated if index.state[row] == UP)
 
     # --- candidates --------------------------------------------------------------------------
@@ -143,12 +154,19 @@ class Planner:
     def free(self, row: int) -> I64:
         free = self._free.get(row)
         if free is None:
-            free = self._free[row] = self.index.capacity[row] - self.index.used[row]
+            free = self._free[row] = self._index_free(np.array([row], np.intp))[0]
+        return free
+
+    def _index_free(self, rows: Rows) -> I64:
+        """Free resources of `rows` as the index has them, ephemeral ones last."""
+        free: I64 = self.index.capacity[rows] - self.index.used[rows]
+        if self.ephemeral.labels:
+            free = np.hstack([free, self.ephemeral.free(self.index, rows)])
         return free
 
     def _free_rows(self, rows: Rows) -> I64:
         """Free resources of `rows` as this plan leaves them."""
-        free: I64 = self.index.capacity[rows] - self.index.used[rows]
+        free = self._index_free(rows)
         if self._free:
             # A pool chunk is checked per pulled machine: a set lookup per row beats np.isin's
             # sort there; a whole entitlement's rows go the other way.
@@ -391,7 +409,7 @@ class Planner:
             self.joined.add(row)
             if self._machines_left is not None:
                 self._machines_left[int(index.hw[row])] -= 1
-        self._free[row] = free - self.need
+        self._free[row] = free - self._need_all
         return True
 
     # --- explaining --------------------------------------------------------------------------

@@ -80,14 +80,6 @@ async def check_submission(
             f"job '{spec.handle}' asks for more than any quota can hold: "
             f"{', '.join(exc.dimensions)}"
         ) from None
-    if demand is None:
-        needs = ", ".join(
-            label for label, amount in spec.task.resources.amounts().items() if amount
-        )
-        raise OverQuota(
-            f"job '{spec.handle}' needs resources ({needs}) that no quota of entitlement "
-            f"'{name}' or its tree has"
-        )
     if not tree.fits(name, demand):
         most = "; ".join(tree.shortfall(name, demand))
         raise OverQuota(
@@ -107,7 +99,7 @@ async def check_submission(
             mine = [record for record in found if record.job not in deleting]
         for record in found:
             if record.state is not AdmissionState.QUEUED and record.job != spec.handle:
-                tree.use(member, tree.vector(record.task_resources * record.admitted) or tree.zero)
+                tree.use(member, tree.vector(record.task_resources * record.admitted))
     # The decider admits in order: the jobs waiting ahead go first, and one that does not fit
     # holds the queue.
     order = Admission.of(spec, datetime.now(UTC)).order()
@@ -115,7 +107,7 @@ async def check_submission(
         if record.order() >= order or record.job == spec.handle:
             break
         ahead = tree.vector(record.task_resources * record.least_tasks)
-        if ahead is None or not tree.fits(name, ahead):
+        if not tree.fits(name, ahead):
             raise OverQuota(
                 f"job '{record.job}' waits ahead of '{spec.handle}' in entitlement '{name}', "
                 "and it says on_full: reject; submit it with on_full: queue to wait its turn"
@@ -126,7 +118,7 @@ async def check_submission(
     for record in mine:
         lower = record.priority < min(spec.priority, region.non_preemptible_priority)
         if lower and record.state is AdmissionState.ADMITTED:
-            tree.release(name, tree.vector(record.task_resources * record.admitted) or tree.zero)
+            tree.release(name, tree.vector(record.task_resources * record.admitted))
     if tree.fits(name, demand):
         return
     short = "; ".join(tree.shortfall(name, demand))

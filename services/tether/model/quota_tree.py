@@ -74,10 +74,6 @@ class QuotaTree:
             quota = self.vector(entitlement.quota.resources)
             borrowing = self.vector(entitlement.borrowing_limit)
             lendable = self.vector(entitlement.lendable)
-            # Every dimension of these is one of the tree's.
-            assert quota is not None
-            assert borrowing is not None
-            assert lendable is not None
             # A parent that does not exist (deleted, or not yet seen) makes a root: its quota
             # still bounds it, and it borrows from nobody.
             parent = entitlement.parent if entitlement.parent in records else None
@@ -98,12 +94,11 @@ class QuotaTree:
             if node.parent is None:
                 self._start_empty(node)
 
-    def vector(self, resources: Resources) -> Vector | None:
-        """`resources` over the tree's dimensions; None if it needs a dimension that no quota
-        of the tree has (so it can never fit)."""
+    def vector(self, resources: Resources) -> Vector:
+        """`resources` over the tree's dimensions. An extra resource that no quota of the tree
+        names is not the quota's to limit: an ephemeral resource is a label the entitlement
+        sets on machines for its own tasks, and the allocator checks it where it places."""
         amounts = resources.amounts()
-        if any(amount and label not in self.dimensions for label, amount in amounts.items()):
-            return None
         return tuple(amounts.get(label, 0) for label in self.dimensions)
 
     def resources(self, vector: Vector) -> Resources:

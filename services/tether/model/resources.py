@@ -12,7 +12,7 @@ from tether.model.base import MAX_QUANTITY, Name, Quantity, TetherModel
 # Units of the fixed dimensions in messages. Extra resources are labelled "extra/<name>", which
 # cannot collide with these labels since names have no '/'.
 _UNITS: Final = {"cpu": " millicores", "memory": " MiB", "disk": " GiB", "gpus": ""}
-_EXTRA_PREFIX: Final = "extra/"
+EXTRA_PREFIX: Final = "extra/"
 
 
 class ResourceOverflow(ValueError):
@@ -99,7 +99,7 @@ class Resources(TetherModel):
             "disk": self.disk_gib,
             "gpus": self.gpus,
         }
-        amounts.update({_EXTRA_PREFIX + key: amount for key, amount in self.extra.items()})
+        amounts.update({EXTRA_PREFIX + key: amount for key, amount in self.extra.items()})
         return amounts
 
     def _deficits(self, capacity: Resources) -> list[tuple[str, int, int]]:
@@ -132,9 +132,9 @@ def from_amounts(amounts: Mapping[str, int]) -> Resources:
         disk_gib=amounts.get("disk", 0),
         gpus=amounts.get("gpus", 0),
         extra={
-            label.removeprefix(_EXTRA_PREFIX): amount
+            label.removeprefix(EXTRA_PREFIX): amount
             for label, amount in amounts.items()
-            if label.startswith(_EXTRA_PREFIX)
+            if label.startswith(EXTRA_PREFIX)
         },
     )
 

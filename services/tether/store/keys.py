@@ -19,6 +19,8 @@ QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
 # <entitlement>/<name> -> ThroughputProfileRecord (accelerator throughputs, for Gavel's rounds)
 THROUGHPUT_PROFILES = ROOT + "throughput-profiles/"
+# <entitlement>/<label> -> EphemeralResource (ESCHER's set_resource)
+EPHEMERAL_RESOURCES = ROOT + "resources/"
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
 ADMISSIONS = ROOT + "admissions/"  # <entitlement>/<job> -> Admission
 # tree root entitlement -> the decider that last admitted in the tree (compared by every admission)
@@ -55,6 +57,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     QUOTA_FENCES,
     HOST_PROFILES,
     THROUGHPUT_PROFILES,
+    EPHEMERAL_RESOURCES,
     JOBS,
     ADMISSIONS,
     QUOTA_LEDGERS,
@@ -143,6 +146,14 @@ def throughput_profile(entitlement_name: str, name: str) -> str:
 
 def throughput_profiles_of(entitlement_name: str) -> str:
     return _join(THROUGHPUT_PROFILES, entitlement_name) + "/"
+
+
+def ephemeral_resource(entitlement_name: str, label: str) -> str:
+    return _join(EPHEMERAL_RESOURCES, entitlement_name, label)
+
+
+def ephemeral_resources_of(entitlement_name: str) -> str:
+    return _join(EPHEMERAL_RESOURCES, entitlement_name) + "/"
 
 
 def job(entitlement_name: str, job_name: str) -> str:

@@ -262,7 +262,7 @@ def test_record_before_its_machine() -> None:
     assert row not in index.pool_rows(int(index.msb[row]))
 
 
-def test_new_extra_resource_adds_a_column() -> None:
+def test_an_extra_resource_a_machine_offers_adds_a_column() -> None:
     region = Region().add(machine("m1"))
     region.put_record("m1", allocation("m1", ("ads/web", 0, GIB), owner="ads"))
     index = region.index
@@ -277,10 +277,17 @@ def test_new_extra_resource_adds_a_column() -> None:
     region.put_record(
         "m2", allocation("m2", ("ads/web", 1, Resources(extra={"fpga": 1, "tpu": 3})))
     )
-    assert index.dimensions[-1] == "extra/tpu"
-    assert index.used[region.row("m2"), 4:].tolist() == [1, 3]
-    assert usage(region, "ads") == {"memory": 1024, "extra/fpga": 1, "extra/tpu": 3}
-    assert index.vector(Resources(gpus=1, extra={"asic": 1})).tolist() == [0, 0, 0, 1, 0, 0, 1]
+    # No machine offers tpu: an ephemeral resource of ads, counted apart and sparsely (a
+    # column per label would make one per gang).
+    assert index.dimensions[-1] == "extra/fpga"
+    assert index.used[region.row("m2"), 4:].tolist() == [1]
+    assert usage(region, "ads") == {"memory": 1024, "extra/fpga": 1}
+    assert index.extra_held("ads", "tpu") == {region.row("m2"): 3}
+    assert index.extra_held("ads", "fpga") == {region.row("m2"): 1}
+    assert index.extra_held("other", "tpu") == {}
+    assert index.vector(Resources(gpus=1, extra={"asic": 1})).tolist() == [0, 0, 0, 1, 0]
+    region.put_record("m2", allocation("m2"))
+    assert index.extra_held("ads", "tpu") == {}
 
 
 def test_index_grows_past_its_initial_rows() -> None:

@@ -270,7 +270,8 @@ def test_resource_quota_limits_the_tasks() -> None:
     assert region.choose(job(count=3), ads).unplaced == {
         2: "entitlement ads quota exceeded: memory: 1024 MiB more, 4096 MiB of 4096 MiB in use"
     }
-    # Without quota for an extra resource, no task needing it is placed.
+    # Without quota for an extra resource machines offer, no task needing it is placed.
+    region.add(machine("f", msb="msb9", extra={"fpga": 2}))
     choice = region.choose(job("fpga", count=1, memory=0, extra={"fpga": 1}), ads)
     assert choice.unplaced[0].startswith("entitlement ads quota exceeded: extra/fpga: 1 more")
 

@@ -227,10 +227,11 @@ def test_dominant_share_is_divided_by_weight() -> None:
     assert tree.dominant_share("b") == pytest.approx(0.25)
 
 
-def test_a_demand_in_a_dimension_no_quota_has_never_fits() -> None:
+def test_an_extra_resource_no_quota_names_is_not_the_quotas_to_limit() -> None:
     tree = QuotaTree([entitlement("org", quota=(10, 0))])
-    assert tree.vector(Resources(extra={"fpga": 1})) is None
     assert "extra/fpga" not in tree.dimensions
+    assert tree.vector(Resources(cpu=3, extra={"fpga": 1})) == vector(tree, cpu=3)
+    assert tree.fits("org", tree.vector(Resources(cpu=3, extra={"fpga": 1})))
     assert tree.shortfall("org", vector(tree, cpu=12, gpus=1)) == [
         "cpu: need 12 millicores, 10 free",
         "gpus: need 1, 0 free",

@@ -12,12 +12,14 @@ import numpy.typing as npt
 
 from tether.allocator.index.codes import ABSENT, NONE, Codes
 from tether.model import Resources
+from tether.model.resources import EXTRA_PREFIX
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
 BASE_DIMENSIONS: Final = ("cpu", "memory", "disk", "gpus")
-"""Resource labels in column order; extra resources ("extra/<name>") follow as they appear."""
+"""Resource labels in column order; extra resources machines offer ("extra/<name>") follow as
+machine records name them."""
 RESOURCE_FIELDS: Final = (
     ("cpu", "cpu"),
     ("memory_mib", "memory"),
@@ -118,28 +120,23 @@ class Columns:
         return column
 
     def vector(self, resources: Resources) -> I64:
-        """`resources` as a row of the resource columns (new extra resources add a column)."""
-        amounts = resources.amounts()
-        for label in amounts:
-            self.dimension(label)
-        vector = np.zeros(len(self.dimensions), np.int64)
-        for label, amount in amounts.items():
-            vector[self.dimension_of[label]] = amount
-        return vector
+        """`resources` as a row of the resource columns. Only dimensions machines offer have
+        one: an extra resource no machine offers is an ephemeral resource, counted apart."""
+        return self._vector(resources.amounts())
 
     def vector_of(self, data: Mapping[str, Any]) -> I64:
-        """The JSON data of `Resources` as a row of the resource columns."""
-        vector = np.zeros(len(self.dimensions), np.int64)
-        for field, label in RESOURCE_FIELDS:
-            amount = data.get(field, 0)
-            if amount:
-                vector[self.dimension_of[label]] = amount
+        """The JSON data of `Resources` as a row of the resource columns (as `vector`)."""
+        amounts = {label: data.get(field, 0) for field, label in RESOURCE_FIELDS}
         extra = data.get("extra") or {}
-        for name, amount in extra.items():
-            column = self.dimension(f"extra/{name}")
-            if column >= len(vector):
-                vector = np.append(vector, np.zeros(column + 1 - len(vector), np.int64))
-            vector[column] = amount
+        amounts.update({EXTRA_PREFIX + name: amount for name, amount in extra.items()})
+        return self._vector(amounts)
+
+    def _vector(self, amounts: Mapping[str, int]) -> I64:
+        vector = np.zeros(len(self.dimensions), np.int64)
+        for label, amount in amounts.items():
+            column = self.dimension_of.get(label)
+            if column is not None and amount:
+                vector[column] = amount
         return vector
 
     def widened(self, vector: I64) -> I64:

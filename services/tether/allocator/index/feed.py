@@ -78,4 +78,9 @@ def sinks(index: AllocationIndex) -> dict[str, Sink]:
         keys.ALLOCATIONS: Sink(
             keys.ALLOCATIONS, index.set_allocation, index.records_present, index.set_allocations
         ),
+        keys.EPHEMERAL_RESOURCES: Sink(
+            keys.EPHEMERAL_RESOURCES,
+            lambda name, kv, _: index.set_ephemeral(name, None if kv is None else kv.value),
+            index.ephemeral_names,
+        ),
     }

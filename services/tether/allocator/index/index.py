@@ -20,12 +20,14 @@ import numpy.typing as npt
 from tether.allocator.index.allocations import AllocationKeys
 from tether.allocator.index.codes import ABSENT, NONE, Codes
 from tether.allocator.index.columns import I32, I64, Columns
+from tether.allocator.index.ephemeral import EphemeralRecords
 from tether.allocator.index.machines import MachineReader, MachineRecords
 from tether.allocator.index.ownership import IndexListener, Ownership
 from tether.allocator.index.records import Header, Records
 from tether.allocator.index.tasks import HeldTasks, Shape
 from tether.allocator.index.topology import Topology
 from tether.model import Entitlement
+from tether.model.ephemeral import EphemeralResource
 from tether.store import KeyValue
 
 
@@ -64,6 +66,7 @@ class AllocationIndex(Columns):
         self._machines = MachineRecords(self, self._ownership, reader)
         self._records = Records(self, self._ownership, self.profiles)
         self._tasks = HeldTasks(self)
+        self._ephemeral = EphemeralRecords()
         self._allocations = AllocationKeys(self, self._records, self._tasks)
 
     @property
@@ -182,6 +185,24 @@ class AllocationIndex(Columns):
 
     def entitlement_names(self) -> list[str]:
         return list(self._ownership.entitlements)
+
+    # --- ephemeral resources -------------------------------------------------------------------
+
+    def set_ephemeral(self, name: str, value: bytes | None) -> None:
+        """Applies the current value of `resources/<entitlement>/<label>` (None: deleted)."""
+        self._ephemeral.set(name, value)
+
+    def ephemeral(self, entitlement: str, label: str) -> EphemeralResource | None:
+        """The entitlement's ephemeral resource `label`, if it has one."""
+        return self._ephemeral.records.get((entitlement, label))
+
+    def ephemeral_names(self) -> list[str]:
+        return self._ephemeral.names()
+
+    def extra_held(self, entitlement: str, name: str) -> Mapping[int, int]:
+        """Row -> how much of the extra resource `name` the entitlement's tasks hold there (do
+        not change the mapping)."""
+        return self._tasks.extra_held.get((entitlement, name), {})
 
     # --- listing -----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from tether.allocator.index.columns import RESOURCE_FIELDS, Columns
 from tether.allocator.index.ownership import Ownership
 from tether.allocator.index.topology import Topology
 from tether.model import Machine, MachineState, from_json
+from tether.model.resources import EXTRA_PREFIX
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class MachineReader:
             dc, msb, rack = topology["dc"], topology["msb"], topology["rack"]
             capacity = data["capacity"]
             amounts = {label: int(capacity.get(field, 0)) for field, label in RESOURCE_FIELDS}
-            amounts.update({f"extra/{k}": int(v) for k, v in capacity.get("extra", {}).items()})
+            amounts.update({EXTRA_PREFIX + k: int(v) for k, v in capacity.get("extra", {}).items()})
             state = STATE_CODES[MachineState(data.get("state", "up"))]
             attributes = dict(data.get("attributes") or {})
             hardware = data["hardware_type"]

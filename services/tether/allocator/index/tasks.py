@@ -25,6 +25,8 @@ class Shape:
     code: int
     json: bytes
     vector: I64
+    extra: tuple[tuple[str, int], ...]
+    """Every extra resource by name, machine-offered or ephemeral alike (`extra_held`)."""
 
 
 class JobTasks:
@@ -69,6 +71,10 @@ class HeldTasks:
         self.duplicates: dict[tuple[str, int], dict[int, int]] = {}
         """Task -> {row: shape} of entries of a task beyond the one `jobs` points at (two
         allocators placed it at once): their resources count until the entries go."""
+        self.extra_held: dict[tuple[str, str], dict[int, int]] = {}
+        """(entitlement, extra resource name) -> row -> how much of it the entitlement's tasks
+        hold there: ephemeral resources are the entitlement's own, so each counts apart (and
+        sparsely: a label per gang would make a column per job)."""
 
     # --- shapes ------------------------------------------------------------------------------
 
@@ -85,7 +91,8 @@ class HeldTasks:
             code = self._shape_codes.get(canonical)
             if code is None:
                 code = len(self.shapes)
-                self.shapes.append(Shape(code, value, self._columns.vector_of(data)))
+                extra = tuple(sorted((data.get("extra") or {}).items()))
+                self.shapes.append(Shape(code, value, self._columns.vector_of(data), extra))
                 self._shape_codes[canonical] = code
             self._shape_codes[value] = code
         return self.shapes[code]
@@ -112,7 +119,7 @@ class HeldTasks:
             tasks.held += 1
         tasks.rows[index] = row
         tasks.shapes[index] = shape.code
-        self._charge(row, entitlement_of(job), shape.vector, 1)
+        self._charge(row, entitlement_of(job), shape, 1)
 
     def add_placed(self, job: str, placements: Mapping[int, int], shape: Shape) -> None:
         """Adds tasks about to be committed (task index -> row), all of one shape, at once."""
@@ -130,7 +137,10 @@ class HeldTasks:
         columns, vector = self._columns, shape.vector
         columns.used[rows, : len(vector)] += tasks_per_row[:, None] * vector
         columns.task_count[rows] += tasks_per_row.astype(np.int32)
-        self._add_usage(entitlement_of(job), vector * count)
+        entitlement = entitlement_of(job)
+        self._add_usage(entitlement, vector * count)
+        for row, tasks_there in zip(rows.tolist(), tasks_per_row.tolist(), strict=True):
+            self._hold_extra(entitlement, row, shape, tasks_there)
 
     def remove(self, row: int, job: str, index: int) -> None:
         tasks = self.jobs.get(job)
@@ -151,14 +161,27 @@ class HeldTasks:
             return
         if duplicates is not None and not duplicates:
             del self.duplicates[(job, index)]
-        self._charge(row, entitlement_of(job), -shape.vector, -1)
+        self._charge(row, entitlement_of(job), shape, -1)
 
-    def _charge(self, row: int, entitlement: str, vector: I64, tasks: int) -> None:
-        """Adds `tasks` tasks holding `vector` in all (negative: removed) to the row and to the
+    def _charge(self, row: int, entitlement: str, shape: Shape, tasks: int) -> None:
+        """Adds `tasks` tasks of `shape` (negative: removed) to the row and to the
         entitlement's usage."""
+        vector = shape.vector * tasks
         self._columns.used[row, : len(vector)] += vector
         self._columns.task_count[row] += tasks
         self._add_usage(entitlement, vector)
+        self._hold_extra(entitlement, row, shape, tasks)
+
+    def _hold_extra(self, entitlement: str, row: int, shape: Shape, tasks: int) -> None:
+        for name, amount in shape.extra:
+            held = self.extra_held.setdefault((entitlement, name), {})
+            total = held.get(row, 0) + amount * tasks
+            if total:
+                held[row] = total
+            else:
+                held.pop(row, None)
+                if not held:
+                    del self.extra_held[(entitlement, name)]
 
     def _add_usage(self, entitlement: str, vector: I64) -> None:
         usage = self.usage_of(entitlement)

@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from tether.allocator.ephemeral import EphemeralNeed
 from tether.allocator.index import AllocationIndex
 from tether.allocator.rules.checks import I64, Check, Rows
 from tether.model import Entitlement, Job
@@ -81,8 +82,11 @@ class Plan:
     entitlement: Entitlement
     owner: int
     need: I64
+    """One task's resources, a column per dimension machines offer."""
     quota: I64
     """The entitlement's resource quota, a column per dimension like `need`."""
+    ephemeral: EphemeralNeed
+    """One task's ephemeral resources: `free` has a column for each after `need`'s."""
     free: FreeOf
 
 

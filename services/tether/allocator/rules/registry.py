@@ -7,6 +7,7 @@ from tether.allocator.rules import (
     affinity,
     constraints,
     datacenter,
+    ephemeral,
     hardware,
     host_profile,
     ownership,
@@ -27,6 +28,7 @@ FILTERS: tuple[Filter, ...] = (
     readable.Readable(),
     affinity.Affinities(),
     resources.Resources(),
+    ephemeral.EphemeralResources(),
 )
 """Hard rules: a machine any of them rejects takes no task of the job."""
 

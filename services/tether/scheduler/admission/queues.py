@@ -390,7 +390,7 @@ class AdmissionQueues:
 
     def _why_waiting(self, job: QueuedJob) -> str:
         if job.demand is None:
-            return "it needs a resource that no quota of its entitlement's tree has"
+            return f"its entitlement {job.entitlement} does not exist"
         asked = self._asked(job) or 0
         demand = tuple(d * asked for d in job.demand)
         short = "; ".join(self.tree.shortfall(job.entitlement, demand))

@@ -1,0 +1,102 @@
+"""What a job's tasks ask of its entitlement's ephemeral resources, and how much of each is
+free on each machine: the capacity its grants give there less what the entitlement's tasks
+hold (`tether.model.ephemeral` says which grant wins)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from tether.allocator.index import AllocationIndex
+from tether.allocator.rules.checks import I64, Mask, Rows
+from tether.allocator.rules.predicates import matches
+from tether.model import Entitlement, Resources
+from tether.model.ephemeral import EphemeralResource
+from tether.model.resources import EXTRA_PREFIX
+
+
+@dataclass(frozen=True, slots=True)
+class EphemeralNeed:
+    """The ephemeral resources one task of a job asks for, in `resources.extra` order: a label
+    is the entitlement's own when it has a record of it, and also when no machine offers a
+    resource of that name (then it fits nowhere until the entitlement sets it)."""
+
+    entitlement: str
+    labels: tuple[str, ...]
+    amounts: I64
+    records: tuple[EphemeralResource | None, ...]
+    now: datetime
+
+    @classmethod
+    def of(
+        cls, index: AllocationIndex, entitlement: Entitlement, resources: Resources
+    ) -> EphemeralNeed:
+        name = entitlement.name
+        wanted = [
+            (label, amount, index.ephemeral(name, label))
+            for label, amount in resources.extra.items()
+            if index.ephemeral(name, label) is not None
+            or EXTRA_PREFIX + label not in index.dimension_of
+        ]
+        return cls(
+            name,
+            tuple(label for label, _, _ in wanted),
+            np.array([amount for _, amount, _ in wanted], np.int64),
+            tuple(record for _, _, record in wanted),
+            datetime.now(UTC),
+        )
+
+    def free(self, index: AllocationIndex, rows: Rows) -> I64:
+        """Per row, a column per label: how much of it is free (negative: over-held, after a
+        capacity was lowered under running tasks)."""
+        free = np.zeros((len(rows), len(self.labels)), np.int64)
+        for column, (label, record) in enumerate(zip(self.labels, self.records, strict=True)):
+            held = index.extra_held(self.entitlement, label)
+            free[:, column] = capacity(index, record, rows, self.now) - by_row(held, rows)
+        return free
+
+
+def capacity(
+    index: AllocationIndex, record: EphemeralResource | None, rows: Rows, now: datetime
+) -> I64:
+    """Per row, the capacity of the label that `record`'s grants give the machine."""
+    amounts = np.zeros(len(rows), np.int64)
+    if record is None or record.expired(now):
+        return amounts
+    for grant in record.broad_grants():
+        covered = np.ones(len(rows), np.bool_)
+        for constraint in grant.node_spec.constraints:
+            covered &= matches(index, constraint, rows)
+        amounts[covered] = grant.capacity
+    machines = record.machine_grants()
+    if machines:
+        named = {
+            index.row_of[machine]: amount
+            for machine, amount in machines.items()
+            if machine in index.row_of
+        }
+        if named:
+            found, values = _lookup(named, rows)
+            amounts[found] = values[found]
+    return amounts
+
+
+def by_row(amounts: Mapping[int, int], rows: Rows) -> I64:
+    """`amounts` (row -> amount, few rows) spread over `rows`: 0 for the rows it lacks."""
+    if not amounts:
+        return np.zeros(len(rows), np.int64)
+    found, values = _lookup(amounts, rows)
+    return np.where(found, values, 0)
+
+
+def _lookup(amounts: Mapping[int, int], rows: Rows) -> tuple[Mask, I64]:
+    """Per row, whether `amounts` (not empty) has it, and its amount where it does."""
+    keys = np.fromiter(amounts.keys(), np.intp, len(amounts))
+    values = np.fromiter(amounts.values(), np.int64, len(amounts))
+    order = np.argsort(keys)
+    keys, values = keys[order], values[order]
+    positions = np.minimum(np.searchsorted(keys, rows), len(keys) - 1)
+    return keys[positions] == rows, values[positions]
