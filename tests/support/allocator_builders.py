@@ -172,7 +172,8 @@ class Region:
 
     def set_ephemeral(self, record: EphemeralResource) -> Region:
         """Feeds `resources/<entitlement>/<label>` in, as the watch would deliver it."""
-        self.index.set_ephemeral(f"{record.entitlement}/{record.label}", to_json(record))
+        name = f"{record.entitlement}/{record.label}"
+        self.index.set_ephemeral(name, to_json(record), self._next_revision())
         return self
 
     def put_record(self, machine_id: str, value: Record | bytes) -> int:

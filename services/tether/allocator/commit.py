@@ -38,6 +38,8 @@ class Outcome:
     revision: int
     fences: dict[str, int] = field(default_factory=dict)
     """Entitlement -> its quota fence's mod revision (0: none yet)."""
+    guards: dict[str, int] = field(default_factory=dict)
+    """Key of each guard -> its mod revision (0: missing)."""
 
 
 async def commit(
@@ -46,10 +48,13 @@ async def commit(
     writes: Mapping[int, Write],
     fences: Mapping[str, int],
     writer: str,
+    guards: Mapping[str, int] | None = None,
 ) -> Outcome:
     """Applies every write (by row of `machine_ids`) if no allocation record changed since its
-    base revision and no quota fence of `fences` (entitlement -> the fence revision the plan
-    saw) moved; bumps those fences. The index is the caller's to update."""
+    base revision, no quota fence of `fences` (entitlement -> the fence revision the plan
+    saw) moved and every key of `guards` (the ephemeral resources the plans counted on) is
+    still at its revision; bumps those fences. The index is the caller's to update."""
+    guards = guards or {}
     compares = []
     ops: list[Op] = []
     for row, write in writes.items():
@@ -68,12 +73,17 @@ async def commit(
         for name, revision in fences.items()
     ]
     ops += [Put(key, writer.encode()) for key in fence_keys.values()]
-    # Only the fences are read back on a conflict: the records come through the feed.
-    result = await store.txn(compares, ops, [Get(key) for key in fence_keys.values()])
+    compares += [mod_revision_is(key, revision) for key, revision in guards.items()]
+    # Only the fences and guards are read back on a conflict: the records come through the
+    # feed.
+    read_back = [*fence_keys.values(), *guards]
+    result = await store.txn(compares, ops, [Get(key) for key in read_back])
     if result.succeeded:
         return Outcome(True, result.revision)
-    fenced = {}
-    for name, read in zip(fences, result.results, strict=True):
+    revisions = []
+    for read in result.results:
         assert isinstance(read, RangeResult)
-        fenced[name] = read.kvs[0].mod_revision if read.kvs else 0
-    return Outcome(False, result.revision, fenced)
+        revisions.append(read.kvs[0].mod_revision if read.kvs else 0)
+    fenced = dict(zip(fences, revisions[: len(fences)], strict=True))
+    guarded = dict(zip(guards, revisions[len(fences) :], strict=True))
+    return Outcome(False, result.revision, fenced, guarded)

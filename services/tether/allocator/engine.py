@@ -9,6 +9,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 from pydantic import ValidationError
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 from tether import metrics
 from tether.allocator.cache import ChoiceCache
 from tether.allocator.commit import Outcome, Write, commit
+from tether.allocator.ephemeral import LabelState, label_state
 from tether.allocator.errors import (
     CorruptRecord,
     InvalidRequest,
@@ -38,7 +40,8 @@ from tether.allocator.index import (
 from tether.allocator.placement import Choice, Planner
 from tether.allocator.preemption import PreemptionFit, Stopped, check_preemption
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
-from tether.store import Store, keys
+from tether.model.ephemeral import EphemeralResource
+from tether.store import Delete, Store, keys, mod_revision_is
 
 Entry = tuple[str, bytes]
 """An allocation entry: key and value."""
@@ -84,6 +87,8 @@ class _Request:
     conflicts: int = 0
     keep: dict[int, int] = field(default_factory=dict)
     choice: Choice | None = None
+    guards: dict[str, int] = field(default_factory=dict)
+    """Key -> revision of the ephemeral resources its plan counted on."""
 
 
 @dataclass(slots=True)
@@ -98,6 +103,8 @@ class _Batch:
     added: dict[int, list[Entry]] = field(default_factory=dict)
     fenced: set[str] = field(default_factory=set)
     """Entitlements whose quota fence the commit compares and bumps."""
+    guards: dict[str, int] = field(default_factory=dict)
+    """Ephemeral resources the plans counted on: key -> the revision they saw."""
 
 
 @dataclass(slots=True)
@@ -132,15 +139,18 @@ class Engine:
         idle_return_s: float,
         writer: str,
         caught_up: Callable[[int], Awaitable[None]],
+        resources_caught_up: Callable[[int], Awaitable[None]],
     ) -> None:
         """`caught_up(revision)` returns once the index holds every allocation record change
-        up to `revision` (the allocation feed's wait)."""
+        up to `revision` (the allocation feed's wait), `resources_caught_up(revision)` once it
+        holds every ephemeral resource's."""
         self._store = store
         self._index = index
         self._max_attempts = max_attempts
         self._idle_return_s = idle_return_s
         self._writer = writer
         self._caught_up = caught_up
+        self._resources_caught_up = resources_caught_up
         self.cache = ChoiceCache(writer)
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
@@ -300,6 +310,36 @@ class Engine:
         entitlement = await self._entitlement(job)
         return check_preemption(self._index, self.cache, job, entitlement, indexes, victims, spare)
 
+    async def ephemeral_state(
+        self,
+        entitlement: str,
+        records: Sequence[EphemeralResource],
+        *,
+        over_held: bool,
+        min_revision: int,
+        limit: int,
+    ) -> list[LabelState]:
+        """Per record, its machines' capacity and what the entitlement's tasks hold there
+        (`ephemeral.label_state`), once the index shows allocations up to `min_revision`."""
+        if min_revision:
+            await self._catch_up(min_revision)
+        return [
+            label_state(
+                self._index, entitlement, record.label, record, over_held=over_held, limit=limit
+            )
+            for record in records
+        ]
+
+    async def delete_expired(self, now: datetime) -> int:
+        """Deletes the ephemeral resources whose expiry passed (unless set again meanwhile);
+        how many went. Expired ones give no capacity before that already."""
+        deleted = 0
+        for entitlement, label, revision in self._index.expired_resources(now):
+            key = keys.ephemeral_resource(entitlement, label)
+            result = await self._store.txn([mod_revision_is(key, revision)], [Delete(key)])
+            deleted += result.succeeded
+        return deleted
+
     async def return_idle(self, now: float) -> int:
         """Moves machines that have been idle in an entitlement for the idle delay back to the
         free pool, and decommissioned ones at once (their capacity must stop counting for the
@@ -402,6 +442,8 @@ class Engine:
                 continue
             batch.planned.append(request)
             batch.fenced.add(request.entitlement.name)
+            request.guards = self._guards(request)
+            batch.guards.update(request.guards)
             snapshot, entries = place_tentatively(index, request.job, request.entitlement, choice)
             batch.snapshots.append(snapshot)
             for row, revision in zip(
@@ -420,7 +462,18 @@ class Engine:
             for row, entries in batch.added.items()
         }
         fences = {name: self._fences.get(name, 0) for name in batch.fenced}
-        return await commit(self._store, index.ids, writes, fences, self._writer)
+        return await commit(self._store, index.ids, writes, fences, self._writer, batch.guards)
+
+    def _guards(self, request: _Request) -> dict[str, int]:
+        """The ephemeral resources the request's plan counted on, at the revisions it saw: a
+        member lowering one under the plan must make the commit fail."""
+        name, index = request.entitlement.name, self._index
+        guards = {}
+        for label in request.job.spec.task.resources.extra:
+            revision = index.ephemeral_revision(name, label)
+            if revision:
+                guards[keys.ephemeral_resource(name, label)] = revision
+        return guards
 
     async def _finish_batch(self, batch: _Batch, outcome: Outcome) -> int | None:
         """Answers a batch's requests after its commit, or rolls it back and queues them
@@ -449,11 +502,16 @@ class Engine:
         # tasks counted against the quota of a fence that moved.
         fences.update(outcome.fences)
         await self._catch_up(outcome.revision)
+        guards = {key for key, revision in outcome.guards.items() if revision != batch.guards[key]}
+        if guards:
+            await self._catch_up_resources(outcome, guards)
         # Only a request whose own machines or quota another writer changed conflicted; the
         # others shared the failed transaction and are simply sent again. If the feed did
         # not show the change in time, every request counts it, so retries stay bounded.
         conflicted = [
-            request.entitlement.name in moved or self._changed_since(snapshot, batch.base)
+            request.entitlement.name in moved
+            or not guards.isdisjoint(request.guards)
+            or self._changed_since(snapshot, batch.base)
             for request, snapshot in zip(batch.planned, batch.snapshots, strict=True)
         ]
         for request, changed in zip(batch.planned, conflicted, strict=True):
@@ -520,6 +578,14 @@ class Engine:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_CATCH_UP_S):
                 await self._caught_up(revision)
+
+    async def _catch_up_resources(self, outcome: Outcome, moved: set[str]) -> None:
+        """Waits until the index shows the ephemeral resources `moved` as the conflict read
+        them (one deleted: up to the conflict's revision), within the same bound."""
+        revisions = [outcome.guards[key] or outcome.revision for key in moved]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CATCH_UP_S):
+                await self._resources_caught_up(max(revisions))
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from tether.allocator.index import AllocationIndex
+from tether.allocator.index import UP, AllocationIndex
 from tether.allocator.rules.checks import I64, Mask, Rows
 from tether.allocator.rules.predicates import matches
 from tether.model import Entitlement, Resources
@@ -100,3 +100,69 @@ def _lookup(amounts: Mapping[int, int], rows: Rows) -> tuple[Mask, I64]:
     keys, values = keys[order], values[order]
     positions = np.minimum(np.searchsorted(keys, rows), len(keys) - 1)
     return keys[positions] == rows, values[positions]
+
+
+@dataclass(frozen=True, slots=True)
+class MachineShare:
+    """One machine's capacity of a label and what the entitlement's tasks hold of it."""
+
+    machine: str
+    capacity: int
+    held: int
+    tasks: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class LabelState:
+    label: str
+    machines: list[MachineShare]
+    truncated: bool
+
+
+def label_state(
+    index: AllocationIndex,
+    entitlement: str,
+    label: str,
+    record: EphemeralResource | None,
+    *,
+    over_held: bool,
+    limit: int,
+) -> LabelState:
+    """The machines where `record` (the label's, stored or proposed) gives capacity or the
+    entitlement's tasks hold some, in machine id order: grants by attributes or for every
+    machine count on the machines the entitlement reaches (its own and the free pool's).
+    `over_held`: only the machines where the tasks hold more than the capacity, with them."""
+    held = index.extra_held(entitlement, label)
+    rows = set(held)
+    if record is not None:
+        rows.update(index.row_of[m] for m in record.machine_grants() if m in index.row_of)
+        if record.broad_grants():
+            rows.update(_reach(index, entitlement))
+    listed = np.array(sorted(rows, key=index.ids.__getitem__), np.intp)
+    capacities = capacity(index, record, listed, datetime.now(UTC))
+    holding = by_row(held, listed)
+    shown = holding > capacities if over_held else (capacities > 0) | (holding > 0)
+    listed, capacities, holding = listed[shown], capacities[shown], holding[shown]
+    truncated = 0 < limit < len(listed)
+    if truncated:
+        listed, capacities, holding = listed[:limit], capacities[:limit], holding[:limit]
+    holders = index.holders(entitlement, label) if over_held else {}
+    return LabelState(
+        label,
+        [
+            MachineShare(index.ids[row], amount, used, holders.get(row, []))
+            for row, amount, used in zip(
+                listed.tolist(), capacities.tolist(), holding.tolist(), strict=True
+            )
+        ],
+        truncated,
+    )
+
+
+def _reach(index: AllocationIndex, entitlement: str) -> list[int]:
+    """The rows the entitlement may place on: its own, and the free pool's that are up."""
+    rows = list(index.owned_rows(index.owners.find(entitlement)))
+    for msb in index.pool_msbs():
+        pool = np.fromiter(index.pool_rows(msb), np.intp)
+        rows += pool[index.state[pool] == UP].tolist()
+    return rows

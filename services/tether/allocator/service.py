@@ -52,6 +52,7 @@ class Allocator(Service):
             idle_return_s=settings.idle_return_s,
             writer=settings.id,
             caught_up=feeds[keys.ALLOCATIONS].wait_for,
+            resources_caught_up=feeds[keys.EPHEMERAL_RESOURCES].wait_for,
         )
         self._replicas = PrefixMirror(store, keys.ALLOCATORS, self._replicas_changed)
         self._tidying = Periodic(
@@ -109,11 +110,12 @@ class Allocator(Service):
         return to_json(endpoint)
 
     async def _tidy(self) -> None:
-        """Returns idle machines to the free pool, and releases the extra entries of tasks
-        placed twice (every `idle_check_s`)."""
+        """Returns idle machines to the free pool, releases the extra entries of tasks placed
+        twice and deletes expired ephemeral resources (every `idle_check_s`)."""
         try:
             returned = await self.engine.return_idle(time.time())
             tidied = await self.engine.release_duplicates()
+            expired = await self.engine.delete_expired(datetime.now(UTC))
         except (StoreError, AllocatorError) as error:
             _log.warning("%s could not tidy its machines: %s", self.name, error)
             return
@@ -121,3 +123,5 @@ class Allocator(Service):
             _log.info("%s returned %d idle machines to the free pool", self.name, returned)
         if tidied:
             _log.info("%s released %d tasks' second placements", self.name, tidied)
+        if expired:
+            _log.info("%s deleted %d expired ephemeral resources", self.name, expired)

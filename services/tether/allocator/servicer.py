@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final, NoReturn, TypeVar
 
 import grpc
+from pydantic import ValidationError
 
 from tether.allocator.engine import Engine
 from tether.allocator.errors import (
@@ -15,6 +16,8 @@ from tether.allocator.errors import (
     PreconditionFailed,
     TooManyConflicts,
 )
+from tether.model import from_json, problems_text
+from tether.model.ephemeral import EphemeralResource
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.service import grpc_abort, grpc_status_of
@@ -146,3 +149,51 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
             ],
             summary=result.summary,
         )
+
+    async def EphemeralState(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.EphemeralStateRequest,
+        context: grpc.aio.ServicerContext[pb.EphemeralStateRequest, pb.EphemeralStateResponse],
+    ) -> pb.EphemeralStateResponse:
+        try:
+            records = [_ephemeral_record(request.entitlement, value) for value in request.records]
+            labels = await self._engine.ephemeral_state(
+                request.entitlement,
+                records,
+                over_held=request.over_held,
+                min_revision=request.min_revision,
+                limit=request.limit,
+            )
+        except Exception as error:
+            await _abort(context, error)
+        return pb.EphemeralStateResponse(
+            labels=[
+                pb.EphemeralLabel(
+                    label=state.label,
+                    machines=[
+                        pb.EphemeralMachine(
+                            machine_id=share.machine,
+                            capacity=share.capacity,
+                            held=share.held,
+                            tasks=share.tasks,
+                        )
+                        for share in state.machines
+                    ],
+                    truncated=state.truncated,
+                )
+                for state in labels
+            ]
+        )
+
+
+def _ephemeral_record(entitlement: str, value: bytes) -> EphemeralResource:
+    try:
+        record = from_json(EphemeralResource, value)
+    except ValidationError as error:
+        raise InvalidRequest(f"not an ephemeral resource: {problems_text(error)}") from None
+    if record.entitlement != entitlement:
+        raise InvalidRequest(
+            f"ephemeral resource {record.entitlement}/{record.label} is not of entitlement "
+            f"{entitlement}"
+        )
+    return record

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
-from typing import Final
+from collections.abc import Awaitable, Callable, Mapping
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import Final, TypeVar
 
 import grpc
 
 from tether.frontend import records
+from tether.frontend.problems import BadRequest, Conflict, NotFound, Problem
 from tether.model import AllocatorEndpoint
 from tether.proto.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from tether.store import Store, keys
 
 log = logging.getLogger(__name__)
+
+Response = TypeVar("Response")
 
 FAILOVER_CODES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 """Codes after which another replica may well answer; any other is the allocator's answer."""
@@ -31,6 +37,30 @@ class AllocatorRefused(Exception):
         self.message = message
 
 
+class AllocatorFailed(Problem):
+    status = HTTPStatus.BAD_GATEWAY
+    type = "allocator-error"
+    title = "Unexpected answer from an allocator"
+
+
+REFUSALS: Final[Mapping[grpc.StatusCode, type[Problem]]] = MappingProxyType(
+    {
+        grpc.StatusCode.NOT_FOUND: NotFound,
+        grpc.StatusCode.INVALID_ARGUMENT: BadRequest,
+        grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    }
+)
+"""The problem each allocator status answers with; any other status is a 502."""
+
+
+def refusal_problem(error: AllocatorRefused) -> Problem:
+    """What a route answers when an allocator refused its request."""
+    problem = REFUSALS.get(error.code)
+    if problem is None:
+        return AllocatorFailed(f"the allocator failed ({error.code.name}): {error.message}")
+    return problem(error.message)
+
+
 class Allocators:
     """Calls any live allocator replica: the registered ones in id order, the next one after
     UNAVAILABLE or a timeout. One channel per address, reused across requests."""
@@ -43,6 +73,24 @@ class Allocators:
     async def explain(self, job_handle: str) -> allocator_pb2.ExplainResponse:
         """Allocator.Explain for the job `<entitlement>/<job>`."""
         request = allocator_pb2.ExplainRequest(job_handle=job_handle)
+        return await self._call(
+            "Explain", lambda stub: stub.Explain(request, timeout=self._timeout_s)
+        )
+
+    async def ephemeral_state(
+        self, request: allocator_pb2.EphemeralStateRequest
+    ) -> allocator_pb2.EphemeralStateResponse:
+        """Allocator.EphemeralState."""
+        return await self._call(
+            "EphemeralState", lambda stub: stub.EphemeralState(request, timeout=self._timeout_s)
+        )
+
+    async def _call(
+        self,
+        method: str,
+        call: Callable[[allocator_pb2_grpc.AllocatorAsyncStub], Awaitable[Response]],
+    ) -> Response:
+        """`call` on the registered replicas in id order until one answers."""
         endpoints = await records.scan(self._store, keys.ALLOCATORS, AllocatorEndpoint)
         if not endpoints:
             raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
@@ -51,16 +99,12 @@ class Allocators:
         for endpoint in endpoints:
             stub = allocator_pb2_grpc.AllocatorStub(self._channel(endpoint.address))
             try:
-                response: allocator_pb2.ExplainResponse = await stub.Explain(
-                    request, timeout=self._timeout_s
-                )
+                return await call(stub)
             except grpc.aio.AioRpcError as error:
                 if error.code() not in FAILOVER_CODES:
                     raise AllocatorRefused(error.code(), error.details() or "") from None
-                log.info("allocator %s: Explain failed: %s", endpoint.id, error.details())
+                log.info("allocator %s: %s failed: %s", endpoint.id, method, error.details())
                 failures.append(f"{endpoint.id}: {error.code().name} {error.details()}")
-                continue
-            return response
         raise AllocatorUnavailable(f"no allocator answered: {'; '.join(failures)}")
 
     async def close(self) -> None:

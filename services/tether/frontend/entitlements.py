@@ -86,6 +86,7 @@ async def delete(store: Store, name: str, principal: str) -> tuple[Entitlement, 
                 Delete(keys.queue_status(name)),
                 Delete(keys.admissions_of(name), prefix=True),
                 Delete(keys.throughput_profiles_of(name), prefix=True),
+                Delete(keys.ephemeral_resources_of(name), prefix=True),
                 Delete(marker),
             ],
         )

@@ -13,9 +13,9 @@ catch-all grants that matches it; else the machine has none of the label.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
+from typing import Annotated, Final
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from tether.model.base import Name, Quantity, TetherModel, Timestamp
@@ -26,6 +26,20 @@ BUILT_IN_DIMENSIONS: Final = frozenset({"cpu", "memory", "disk", "gpus"})
 
 MAX_GRANTS: Final = 1024
 """Grants one label may hold: a label set on more machines names them by attributes."""
+
+
+def _not_built_in(label: str) -> str:
+    if label in BUILT_IN_DIMENSIONS:
+        raise PydanticCustomError(
+            "built_in_dimension",
+            "label '{label}' is a built-in resource dimension; pick another",
+            {"label": label},
+        )
+    return label
+
+
+Label = Annotated[Name, AfterValidator(_not_built_in)]
+"""An ephemeral resource's label: what its tasks ask for in `resources.extra`."""
 
 
 class NodeSpec(TetherModel):
@@ -61,7 +75,7 @@ class EphemeralResource(TetherModel):
     it (its owner job's deletion, or its expiry)."""
 
     entitlement: Name
-    label: Name = Field(description="What tasks ask for in resources.extra.")
+    label: Label = Field(description="What tasks ask for in resources.extra.")
     grants: list[ResourceGrant] = Field(max_length=MAX_GRANTS)
     owner_job: Name | None = Field(
         default=None,
@@ -72,17 +86,6 @@ class EphemeralResource(TetherModel):
     )
     created_at: Timestamp
     updated_at: Timestamp
-
-    @field_validator("label")
-    @classmethod
-    def _not_built_in(cls, label: str) -> str:
-        if label in BUILT_IN_DIMENSIONS:
-            raise PydanticCustomError(
-                "built_in_dimension",
-                "label '{label}' is a built-in resource dimension; pick another",
-                {"label": label},
-            )
-        return label
 
     def with_grant(self, grant: ResourceGrant, now: datetime) -> EphemeralResource:
         """This resource with `grant` set: it replaces the grant of the same node_spec, or

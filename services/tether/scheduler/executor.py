@@ -8,8 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
+
 from tether.model import ControlStatus, from_json, parse_job_handle, to_json
 from tether.model.admission import AdmissionState
+from tether.model.ephemeral import EphemeralResource
 from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
 from tether.scheduler.plan import JobView, OperationWrite, Plan, TaskWrite
@@ -18,6 +21,7 @@ from tether.store import (
     Compare,
     Delete,
     Get,
+    KeyValue,
     Op,
     Put,
     RangeResult,
@@ -242,9 +246,26 @@ class Executor:
             Delete(keys.statuses_of(entitlement, name), prefix=True),
             Delete(keys.operations_of(entitlement, name), prefix=True),
         ]
-        return await self._txn(
-            view.job.value.handle, [mod_revision_is(job_key, view.job.revision)], ops
-        )
+        compares = [mod_revision_is(job_key, view.job.revision)]
+        # The ephemeral resources the job owns go with it, unless a member changed one
+        # meanwhile (the next attempt reads it again).
+        for kv in await self._owned_resources(entitlement, name):
+            compares.append(mod_revision_is(kv.key, kv.mod_revision))
+            ops.append(Delete(kv.key))
+        return await self._txn(view.job.value.handle, compares, ops)
+
+    async def _owned_resources(self, entitlement: str, job: str) -> list[KeyValue]:
+        found = await self._store.range(keys.ephemeral_resources_of(entitlement))
+        owned = []
+        for kv in found.kvs:
+            try:
+                record = from_json(EphemeralResource, kv.value, stored=True)
+            except ValidationError as error:
+                _log.warning("ignoring ephemeral resource %s: not valid: %s", kv.key, error)
+                continue
+            if record.owner_job == job:
+                owned.append(kv)
+        return owned
 
     async def _txn(self, job_handle: str, compares: list[Compare], ops: list[Op]) -> int:
         """Runs `ops` for the job if `compares`, the leader fence and the job's shard-map

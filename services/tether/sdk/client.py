@@ -18,6 +18,7 @@ from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_err
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     EntitlementUseView,
+    EphemeralResourceView,
     HostProfileView,
     JobView,
     MachineDrainView,
@@ -29,6 +30,7 @@ from tether.sdk.views import (
     PrincipalToken,
     QueueView,
     RegionView,
+    ResourceStateView,
     ShardDetailView,
     ShardDrainView,
     ShardFailoverView,
@@ -277,6 +279,53 @@ class TetherClient:
         """The profile `<entitlement>/<name>`: its `throughputs` table."""
         response = self._request("GET", _throughput_profile_path(handle))
         return _object(response, "a throughput profile")
+
+    # Ephemeral resources (ESCHER)
+
+    def set_resource(
+        self,
+        entitlement: str,
+        label: str,
+        capacity: int,
+        node_spec: Mapping[str, Any] | None = None,
+        *,
+        owner_job: str | None = None,
+        ttl_s: float | None = None,
+    ) -> EphemeralResourceView:
+        """Gives every machine `node_spec` matches (`{"machine": id}`, `{"constraints":
+        [...]}`, or None for every machine) `capacity` of the entitlement's `label`; its tasks
+        ask for it in `resources.extra`. `owner_job` or `ttl_s` end it."""
+        body: dict[str, Any] = {
+            "entitlement": entitlement,
+            "label": label,
+            "capacity": capacity,
+            "node_spec": dict(node_spec or {}),
+        }
+        if owner_job is not None:
+            body["owner_job"] = owner_job
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        return _view(EphemeralResourceView, self._request("POST", "/v1/resources", json=body))
+
+    def get_cluster_state(
+        self, entitlement: str | None = None, *, label: str | None = None, limit: int = 1000
+    ) -> list[ResourceStateView]:
+        """The ephemeral resources the principal may see (of `entitlement`, with `label`),
+        each with its machines' capacity, what is held and what is free."""
+        params: dict[str, Any] = {"limit": limit}
+        if entitlement is not None:
+            params["entitlement"] = entitlement
+        if label is not None:
+            params["label"] = label
+        response = self._request("GET", "/v1/resources", params=params)
+        return _views(ResourceStateView, response, "resources")
+
+    def delete_resource(self, entitlement: str, label: str) -> EphemeralResourceView:
+        """Deletes the label (running tasks keep what they hold)."""
+        path = (
+            f"/v1/resources/{check_name(entitlement, 'entitlement')}/{check_name(label, 'label')}"
+        )
+        return _view(EphemeralResourceView, self._request("DELETE", path))
 
     # Entitlements and principals
 

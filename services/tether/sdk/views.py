@@ -396,3 +396,45 @@ class QueueView(View):
     offset: int
     jobs: list[QueuedJobView]
     """A page of the queue, in order, from position `offset + 1`."""
+
+
+class NodeSpecView(View):
+    """Which machines a grant covers: one by id, those meeting the constraints, or (neither)
+    every machine the entitlement reaches."""
+
+    machine: str | None = None
+    constraints: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ResourceGrantView(View):
+    node_spec: NodeSpecView
+    capacity: int
+
+
+class EphemeralResourceView(View):
+    """An entitlement's ephemeral resource: its label and grants, and what ends it."""
+
+    entitlement: str
+    label: str
+    grants: list[ResourceGrantView]
+    owner_job: str | None = None
+    expires_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class MachineShareView(View):
+    """A machine's capacity of a label, what the entitlement's tasks hold and what is free."""
+
+    machine: str
+    capacity: int
+    held: int
+    free: int
+
+
+class ResourceStateView(View):
+    """A label and its machines: the cluster state `get_cluster_state` returns."""
+
+    resource: EphemeralResourceView
+    machines: list[MachineShareView]
+    machines_truncated: bool = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import httpx
@@ -20,6 +20,7 @@ from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
 from tether.metrics_server import WithMetrics
 from tether.model import Allocation, AllocatorEndpoint, Resources, from_json, to_json
+from tether.model.ephemeral import EphemeralResource, NodeSpec, ResourceGrant
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.store import EventType, Store, keys, open_store
@@ -261,6 +262,12 @@ async def stale_engine(region: Store) -> tuple[Engine, list[int]]:
     ads = await region.get(keys.entitlement("ads"))
     index.set_entitlement("ads", ads.value if ads else None)
 
+    async def read_resources() -> None:
+        for kv in (await region.range(keys.EPHEMERAL_RESOURCES)).kvs:
+            name = kv.key[len(keys.EPHEMERAL_RESOURCES) :]
+            index.set_ephemeral(name, kv.value, kv.mod_revision)
+
+    await read_resources()
     waits: list[int] = []
 
     async def caught_up(revision: int) -> None:
@@ -269,8 +276,18 @@ async def stale_engine(region: Store) -> tuple[Engine, list[int]]:
         for kv in (await region.range(keys.ALLOCATIONS)).kvs:
             index.set_allocation(kv.key[len(keys.ALLOCATIONS) :], kv, kv.mod_revision)
 
+    async def resources_caught_up(revision: int) -> None:
+        waits.append(-revision)
+        await read_resources()
+
     engine = Engine(
-        region, index, max_attempts=10, idle_return_s=300, writer="test", caught_up=caught_up
+        region,
+        index,
+        max_attempts=10,
+        idle_return_s=300,
+        writer="test",
+        caught_up=caught_up,
+        resources_caught_up=resources_caught_up,
     )
     return engine, waits
 
@@ -290,6 +307,35 @@ async def test_a_conflict_refreshes_and_retries(region: Store) -> None:
     stored = await read_allocations(region)
     assert set(stored["m0"].tasks) == {"ml/filler/0"}
     assert set(stored["m1"].tasks) == {"ads/web/0"}
+
+
+async def test_an_ephemeral_resource_lowered_under_a_plan_fails_its_commit(
+    region: Store,
+) -> None:
+    now = datetime.now(UTC)
+    slot = EphemeralResource(
+        entitlement="ads",
+        label="slot",
+        grants=[ResourceGrant(node_spec=NodeSpec(machine="m0"), capacity=1)],
+        created_at=now,
+        updated_at=now,
+    )
+    await region.put(keys.ephemeral_resource("ads", "slot"), to_json(slot))
+    await put_job(region, job("pinned", count=1, memory=256, extra={"slot": 1}))
+    engine, waits = await stale_engine(region)
+
+    # A member takes the label off m0 after the engine read it.
+    gone = slot.model_copy(update={"grants": [slot.grants[0].model_copy(update={"capacity": 0})]})
+    await region.put(keys.ephemeral_resource("ads", "slot"), to_json(gone))
+    lowered = await region.revision()
+    placed = await engine.place("ads/pinned", [0], 1, "")
+    assert (placed.attempts, placed.conflicts) == (1, 1)
+    assert -lowered in waits, "the engine waited for the resource as the conflict read it"
+    assert placed.placements == []
+    assert "insufficient ephemeral resource slot" in placed.unplaced[0][1]
+    assert all(
+        "ads/pinned/0" not in held.tasks for held in (await read_allocations(region)).values()
+    )
 
 
 async def test_registration_follows_the_lease(region: Store, allocator: Allocator) -> None:
@@ -391,3 +437,33 @@ async def test_a_conflict_counts_in_the_conflict_metric(region: Store) -> None:
     assert REGISTRY.get_sample_value("tether_allocator_commit_conflicts_total", labels) == (
         before + 1
     )
+
+
+async def test_expired_ephemeral_resources_are_deleted(region: Store, allocator: Allocator) -> None:
+    now = datetime.now(UTC)
+
+    def resource(label: str, expires_at: datetime) -> EphemeralResource:
+        grant = ResourceGrant(node_spec=NodeSpec(), capacity=1)
+        return EphemeralResource(
+            entitlement="ads",
+            label=label,
+            grants=[grant],
+            expires_at=expires_at,
+            created_at=now,
+            updated_at=now,
+        )
+
+    await region.put(
+        keys.ephemeral_resource("ads", "old"), to_json(resource("old", now - timedelta(seconds=1)))
+    )
+    await region.put(
+        keys.ephemeral_resource("ads", "new"), to_json(resource("new", now + timedelta(hours=1)))
+    )
+    await eventually(
+        lambda: region.get(keys.ephemeral_resource("ads", "old")),
+        lambda found: found is None,
+        timeout_s=10,
+        what="the expired resource deleted",
+    )
+    # The tidy pass that deleted it passed over the other: still there.
+    assert await region.get(keys.ephemeral_resource("ads", "new")) is not None

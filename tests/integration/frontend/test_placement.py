@@ -191,6 +191,14 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the frontend never preempts")
         raise AssertionError("abort returns only by raising")
 
+    async def EphemeralState(  # noqa: N802
+        self,
+        request: pb.EphemeralStateRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.EphemeralStateResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "these tests explain only")
+        raise AssertionError("abort returns only by raising")
+
 
 EXPLAINED = pb.ExplainResponse(
     job_handle="team-a/web",

@@ -86,6 +86,12 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scheduler never explains")
         raise AssertionError("abort returns only by raising")
 
+    async def EphemeralState(  # noqa: N802
+        self, request: allocator_pb2.EphemeralStateRequest, context: Context
+    ) -> allocator_pb2.EphemeralStateResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scheduler never reads these")
+        raise AssertionError("abort returns only by raising")
+
     async def _up_machines(self) -> list[str]:
         result = await self.store.range(keys.MACHINES)
         machines = [from_json(Machine, kv.value, stored=True) for kv in result.kvs]

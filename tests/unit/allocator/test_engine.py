@@ -47,6 +47,7 @@ async def test_a_store_failure_fails_every_queued_place_and_leaves_the_index_cle
         idle_return_s=300,
         writer="test",
         caught_up=never_waits,
+        resources_caught_up=never_waits,
     )
     results = await asyncio.gather(
         *(engine.place(j.handle, [0, 1], 1, "") for j in jobs), return_exceptions=True

@@ -95,6 +95,7 @@ SERVICES = {
         "Release": ("ReleaseRequest", "ReleaseResponse"),
         "Explain": ("ExplainRequest", "ExplainResponse"),
         "CheckPreemption": ("CheckPreemptionRequest", "CheckPreemptionResponse"),
+        "EphemeralState": ("EphemeralStateRequest", "EphemeralStateResponse"),
     },
 }
 

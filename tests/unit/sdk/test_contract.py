@@ -52,6 +52,8 @@ ROUTES: Final[tuple[tuple[type[View], str, str, str | None], ...]] = (
     (views.ShardDrainView, "post", "/admin/shards/{shard}/drain", None),
     (views.ShardFailoverView, "post", "/admin/shards/{shard}/failover", None),
     (views.PrincipalToken, "post", "/admin/principals", None),
+    (views.EphemeralResourceView, "post", "/v1/resources", None),
+    (views.ResourceStateView, "get", "/v1/resources", "resources"),
 )
 """Each view the client returns, with the route it reads it from and, for a list, the key of
 the list in the answer."""

@@ -80,7 +80,9 @@ def sinks(index: AllocationIndex) -> dict[str, Sink]:
         ),
         keys.EPHEMERAL_RESOURCES: Sink(
             keys.EPHEMERAL_RESOURCES,
-            lambda name, kv, _: index.set_ephemeral(name, None if kv is None else kv.value),
+            lambda name, kv, revision: index.set_ephemeral(
+                name, None if kv is None else kv.value, revision
+            ),
             index.ephemeral_names,
         ),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -188,13 +189,28 @@ class AllocationIndex(Columns):
 
     # --- ephemeral resources -------------------------------------------------------------------
 
-    def set_ephemeral(self, name: str, value: bytes | None) -> None:
-        """Applies the current value of `resources/<entitlement>/<label>` (None: deleted)."""
-        self._ephemeral.set(name, value)
+    def set_ephemeral(self, name: str, value: bytes | None, revision: int) -> None:
+        """Applies `resources/<entitlement>/<label>` as written at `revision` (None:
+        deleted)."""
+        self._ephemeral.set(name, value, revision)
 
     def ephemeral(self, entitlement: str, label: str) -> EphemeralResource | None:
         """The entitlement's ephemeral resource `label`, if it has one."""
         return self._ephemeral.records.get((entitlement, label))
+
+    def ephemeral_revision(self, entitlement: str, label: str) -> int:
+        """The revision the record of `ephemeral(entitlement, label)` was written at (0:
+        none)."""
+        return self._ephemeral.revisions.get((entitlement, label), 0)
+
+    def expired_resources(self, now: datetime) -> list[tuple[str, str, int]]:
+        """(entitlement, label, revision) of every ephemeral resource expired by `now`."""
+        ephemeral = self._ephemeral
+        return [
+            (entitlement, label, ephemeral.revisions[(entitlement, label)])
+            for (entitlement, label), record in ephemeral.records.items()
+            if record.expired(now)
+        ]
 
     def ephemeral_names(self) -> list[str]:
         return self._ephemeral.names()
@@ -203,6 +219,11 @@ class AllocationIndex(Columns):
         """Row -> how much of the extra resource `name` the entitlement's tasks hold there (do
         not change the mapping)."""
         return self._tasks.extra_held.get((entitlement, name), {})
+
+    def holders(self, entitlement: str, name: str) -> dict[int, list[str]]:
+        """Row -> the tasks (`<entitlement>/<job>/<index>`) of the entitlement holding some of
+        the extra resource `name` there."""
+        return self._tasks.holders(entitlement, name)
 
     # --- listing -----------------------------------------------------------------------------
 

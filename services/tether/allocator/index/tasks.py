@@ -241,6 +241,18 @@ class HeldTasks:
                         add(row, code)
         return freed
 
+    def holders(self, entitlement: str, name: str) -> dict[int, list[str]]:
+        """Row -> the tasks of the entitlement holding some of the extra resource `name`."""
+        holding = {code for code, shape in enumerate(self.shapes) if name in dict(shape.extra)}
+        found: dict[int, list[str]] = {}
+        prefix = entitlement + "/"
+        for job, tasks in self.jobs.items():
+            if job.startswith(prefix):
+                for index, row in tasks.placed().items():
+                    if int(tasks.shapes[index]) in holding:
+                        found.setdefault(row, []).append(f"{job}/{index}")
+        return found
+
     def held_twice(self) -> dict[tuple[str, int], list[int]]:
         """(job, task index) -> the rows holding it, of every task held on more than one
         machine: two allocators placed it (a Place whose answer was lost, sent again to the

@@ -2,55 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from http import HTTPStatus
-from types import MappingProxyType
-from typing import Final
-
-import grpc
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from tether.frontend.allocators import AllocatorRefused, AllocatorUnavailable
+from tether.frontend.allocators import AllocatorRefused, AllocatorUnavailable, refusal_problem
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import AllocatorsDep, StoreDep
-from tether.frontend.problems import (
-    BadRequest,
-    Conflict,
-    NotFound,
-    Problem,
-    Unavailable,
-)
+from tether.frontend.problems import NotFound, Unavailable
 from tether.frontend.schemas.placement import PlacementView
 from tether.store import keys
 
 router = APIRouter(
     prefix="/v1/jobs/{ent}/{job}/placement", tags=["placement"], responses=AUTH_PROBLEMS
 )
-
-
-class AllocatorFailed(Problem):
-    status = HTTPStatus.BAD_GATEWAY
-    type = "allocator-error"
-    title = "Unexpected answer from an allocator"
-
-
-REFUSALS: Final[Mapping[grpc.StatusCode, type[Problem]]] = MappingProxyType(
-    {
-        grpc.StatusCode.NOT_FOUND: NotFound,
-        grpc.StatusCode.INVALID_ARGUMENT: BadRequest,
-        grpc.StatusCode.FAILED_PRECONDITION: Conflict,
-    }
-)
-"""The problem each allocator status answers with; any other status is a 502."""
-
-
-def _refusal(error: AllocatorRefused) -> Problem:
-    problem = REFUSALS.get(error.code)
-    if problem is None:
-        return AllocatorFailed(f"the allocator failed ({error.code.name}): {error.message}")
-    return problem(error.message)
 
 
 @router.get("", response_model=PlacementView, responses=problems(400, 404, 409, 502))
@@ -73,5 +38,5 @@ async def explain_placement(
     except AllocatorUnavailable as exc:
         raise Unavailable(f"cannot explain the placement of '{ent}/{job}': {exc}") from None
     except AllocatorRefused as exc:
-        raise _refusal(exc) from None
+        raise refusal_problem(exc) from None
     return PlacementView.of(explained).response()

@@ -496,3 +496,143 @@ class CheckPreemptionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckPreemptionResponse: _TypeAlias = CheckPreemptionResponse  # noqa: Y015
+
+@_typing.final
+class EphemeralStateRequest(_message.Message):
+    """Asks for the cluster state of an entitlement's ephemeral resources: per machine, the capacity
+    the grants give and what the entitlement's tasks hold. Read-only.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITLEMENT_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    OVER_HELD_FIELD_NUMBER: _builtins.int
+    MIN_REVISION_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    entitlement: _builtins.str
+    """The entitlement whose tasks' holdings are counted (no other entitlement's are ever shown)."""
+    over_held: _builtins.bool
+    """Only the machines where the entitlement's tasks hold more than the capacity, with those
+    tasks: what the frontend asks before it lowers a capacity.
+    """
+    min_revision: _builtins.int
+    """Answer only once the index holds every allocation change up to this store revision."""
+    limit: _builtins.int
+    """At most this many machines per label (0: no limit)."""
+    @_builtins.property
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """The records to read, each an `EphemeralResource` as JSON, of that entitlement: the caller
+        reads them from the store (or proposes one it is about to write).
+        """
+
+    def __init__(
+        self,
+        *,
+        entitlement: _builtins.str = ...,
+        records: _abc.Iterable[_builtins.bytes] | None = ...,
+        over_held: _builtins.bool = ...,
+        min_revision: _builtins.int = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entitlement", b"entitlement", "limit", b"limit", "min_revision", b"min_revision", "over_held", b"over_held", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EphemeralStateRequest: _TypeAlias = EphemeralStateRequest  # noqa: Y015
+
+@_typing.final
+class EphemeralMachine(_message.Message):
+    """One machine's share of an ephemeral resource."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MACHINE_ID_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    machine_id: _builtins.str
+    """The machine."""
+    capacity: _builtins.int
+    """The capacity the label's grants give the machine."""
+    held: _builtins.int
+    """What the entitlement's tasks hold of it there (above capacity after a lowering)."""
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The tasks holding it, `<entitlement>/<job>/<index>` (only with over_held)."""
+
+    def __init__(
+        self,
+        *,
+        machine_id: _builtins.str = ...,
+        capacity: _builtins.int = ...,
+        held: _builtins.int = ...,
+        tasks: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "held", b"held", "machine_id", b"machine_id", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EphemeralMachine: _TypeAlias = EphemeralMachine  # noqa: Y015
+
+@_typing.final
+class EphemeralLabel(_message.Message):
+    """One label's machines: those with capacity or held amounts, the entitlement's own and the
+    free pool's for a grant by attributes or for every machine.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    MACHINES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    """The label, as in the record read."""
+    truncated: _builtins.bool
+    """More machines matched than the limit let through."""
+    @_builtins.property
+    def machines(self) -> _containers.RepeatedCompositeFieldContainer[Global___EphemeralMachine]:
+        """Its machines, by machine id."""
+
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        machines: _abc.Iterable[Global___EphemeralMachine] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["label", b"label", "machines", b"machines", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EphemeralLabel: _TypeAlias = EphemeralLabel  # noqa: Y015
+
+@_typing.final
+class EphemeralStateResponse(_message.Message):
+    """The result of EphemeralState."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABELS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___EphemeralLabel]:
+        """One per record of the request, in its order."""
+
+    def __init__(
+        self,
+        *,
+        labels: _abc.Iterable[Global___EphemeralLabel] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EphemeralStateResponse: _TypeAlias = EphemeralStateResponse  # noqa: Y015

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class AllocatorStub:
-    """Implemented by allocator replicas; called by the scheduler.
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
     """
 
     def __init__(self, channel):
@@ -55,10 +56,16 @@ class AllocatorStub:
                 request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.SerializeToString,
                 response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.FromString,
                 _registered_method=True)
+        self.EphemeralState = channel.unary_unary(
+                '/tether.allocator.v1.Allocator/EphemeralState',
+                request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.SerializeToString,
+                response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.FromString,
+                _registered_method=True)
 
 
 class AllocatorServicer:
-    """Implemented by allocator replicas; called by the scheduler.
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
     """
 
     def Place(self, request, context):
@@ -91,6 +98,14 @@ class AllocatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EphemeralState(self, request, context):
+        """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
+        GET /v1/resources), or the machines a proposed lower capacity would over-hold.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AllocatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +129,11 @@ def add_AllocatorServicer_to_server(servicer, server):
                     request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.FromString,
                     response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.SerializeToString,
             ),
+            'EphemeralState': grpc.unary_unary_rpc_method_handler(
+                    servicer.EphemeralState,
+                    request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.FromString,
+                    response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'tether.allocator.v1.Allocator', rpc_method_handlers)
@@ -123,7 +143,8 @@ def add_AllocatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Allocator:
-    """Implemented by allocator replicas; called by the scheduler.
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
     """
 
     @staticmethod
@@ -224,6 +245,33 @@ class Allocator:
             '/tether.allocator.v1.Allocator/CheckPreemption',
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionRequest.SerializeToString,
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.CheckPreemptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EphemeralState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tether.allocator.v1.Allocator/EphemeralState',
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.SerializeToString,
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

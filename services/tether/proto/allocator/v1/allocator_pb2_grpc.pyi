@@ -32,7 +32,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AllocatorStub:
-    """Implemented by allocator replicas; called by the scheduler."""
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -49,10 +51,16 @@ class AllocatorStub:
     the index as it would be without the preempted tasks (the entitlement's machines they
     leave, and machines of other entitlements they leave empty, which return to the pool).
     """
+    EphemeralState: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.EphemeralStateRequest, _allocator_pb2.EphemeralStateResponse]
+    """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
+    GET /v1/resources), or the machines a proposed lower capacity would over-hold.
+    """
 
 @_typing.type_check_only
 class AllocatorAsyncStub(AllocatorStub):
-    """Implemented by allocator replicas; called by the scheduler."""
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Place: _aio.UnaryUnaryMultiCallable[_allocator_pb2.PlaceRequest, _allocator_pb2.PlaceResponse]  # type: ignore[assignment]
@@ -66,9 +74,15 @@ class AllocatorAsyncStub(AllocatorStub):
     the index as it would be without the preempted tasks (the entitlement's machines they
     leave, and machines of other entitlements they leave empty, which return to the pool).
     """
+    EphemeralState: _aio.UnaryUnaryMultiCallable[_allocator_pb2.EphemeralStateRequest, _allocator_pb2.EphemeralStateResponse]  # type: ignore[assignment]
+    """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
+    GET /v1/resources), or the machines a proposed lower capacity would over-hold.
+    """
 
 class AllocatorServicer(metaclass=_abc_1.ABCMeta):
-    """Implemented by allocator replicas; called by the scheduler."""
+    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
+    Explain and EphemeralState).
+    """
 
     @_abc_1.abstractmethod
     def Place(
@@ -103,6 +117,16 @@ class AllocatorServicer(metaclass=_abc_1.ABCMeta):
         """Checks, read-only, that a preemption would let the preempting job's tasks be placed: on
         the index as it would be without the preempted tasks (the entitlement's machines they
         leave, and machines of other entitlements they leave empty, which return to the pool).
+        """
+
+    @_abc_1.abstractmethod
+    def EphemeralState(
+        self,
+        request: _allocator_pb2.EphemeralStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_allocator_pb2.EphemeralStateResponse, _abc.Awaitable[_allocator_pb2.EphemeralStateResponse]]:
+        """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
+        GET /v1/resources), or the machines a proposed lower capacity would over-hold.
         """
 
 def add_AllocatorServicer_to_server(servicer: AllocatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
