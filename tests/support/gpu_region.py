@@ -10,34 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.harness import LocalRegion, get_json, wait_for
+from tests.support.harness import LocalRegion, start_simulated_machines
 
 
 def start_gpu_machines(
     region: LocalRegion, gpu_types: list[str], profile: Path, work_dir: Path
 ) -> subprocess.Popen[bytes]:
     """One simulated machine of one GPU per entry of `gpu_types`; returns once all are up."""
-    work_dir.mkdir(parents=True, exist_ok=True)
     kinds = [argument for kind in gpu_types for argument in ("--gpu-type", kind)]
-    with (work_dir / "agent-sim.log").open("ab") as log:
-        fleet = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "tether.cli.main", "agent-sim"),
-                *("--machines", str(len(gpu_types)), "--gpus", "1", *kinds),
-                *("--profile", str(profile), "--store", region.store_url()),
-                *("--work-dir", str(work_dir), "--lease-ttl-s", "2"),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=region.env(),
-        )
-    with region.client() as client:
-        wait_for(
-            lambda: len(get_json(client, "/v1/machines")["machines"]) == len(gpu_types),
-            timeout_s=60,
-            what=f"{len(gpu_types)} simulated GPU machines",
-        )
-    return fleet
+    return start_simulated_machines(
+        region, len(gpu_types), work_dir, "--gpus", "1", *kinds, "--profile", str(profile)
+    )
 
 
 def create_gpu_entitlement(region: LocalRegion, name: str, gpus: int, grace_s: float) -> None:

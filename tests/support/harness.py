@@ -332,6 +332,32 @@ def peak_rss_mib(pid: int) -> float | None:
     return None
 
 
+def start_simulated_machines(
+    region: LocalRegion, machines: int, work_dir: Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """`tether agent-sim` with `machines` machines (and `args`) on the region's store, logging
+    to `work_dir`; returns once the frontend lists them all."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with (work_dir / "agent-sim.log").open("ab") as log:
+        fleet = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tether.cli.main", "agent-sim"),
+                *("--machines", str(machines), *args, "--store", region.store_url()),
+                *("--work-dir", str(work_dir), "--lease-ttl-s", "2"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=region.env(),
+        )
+    with region.client() as client:
+        wait_for(
+            lambda: len(get_json(client, "/v1/machines")["machines"]) == machines,
+            timeout_s=120,
+            what=f"{machines} simulated machines",
+        )
+    return fleet
+
+
 def get_json(client: httpx.Client, path: str) -> Any:
     response = client.get(path)
     assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text}"

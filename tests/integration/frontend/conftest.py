@@ -12,6 +12,8 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from tether.allocator.service import Allocator
+from tether.allocator.settings import AllocatorSettings
 from tether.frontend.service import Frontend
 from tether.frontend.settings import FrontendSettings
 from tether.model import (
@@ -122,6 +124,23 @@ async def region(store: Store, store_url: str) -> AsyncIterator[Region]:
     await seed_region(store)
     async with serving(store_url) as api:
         yield Region(store, api)
+
+
+@pytest.fixture
+async def machines(region: Region) -> None:
+    """The machines the allocator replica finds when it starts: none (a module that needs some
+    overrides this)."""
+
+
+@pytest.fixture
+async def allocator(region: Region, store_url: str, machines: None) -> AsyncIterator[Allocator]:
+    """An allocator replica on its own store connection, started after `machines`."""
+    service = Allocator(open_store(store_url), AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
 
 
 @asynccontextmanager

@@ -4,7 +4,6 @@ input and strangers change nothing; a lowering under running tasks is refused na
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -15,25 +14,17 @@ from tests.integration.frontend.problems import assert_problem
 from tests.support.allocator_builders import job, machine, put_job
 from tests.support.waiting import eventually
 from tether.allocator.service import Allocator
-from tether.allocator.settings import AllocatorSettings
 from tether.model import from_json, to_json
 from tether.model.ephemeral import EphemeralResource
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.proto.allocator.v1 import allocator_pb2_grpc
-from tether.store import Store, keys, open_store
+from tether.store import Store, keys
 
 
 @pytest.fixture
-async def allocator(region: Region, store_url: str) -> AsyncIterator[Allocator]:
-    """Three machines and a replica on its own store connection."""
+async def machines(region: Region) -> None:
     for n in range(3):
         await region.store.put(keys.machine(f"m{n}"), to_json(machine(f"m{n}", msb=f"msb{n}")))
-    service = Allocator(open_store(store_url), AllocatorSettings(id="allocator-1", lease_ttl_s=3))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 def set_body(capacity: int, **extra: Any) -> dict[str, Any]:
