@@ -59,21 +59,20 @@ def problem_of(profile: ThroughputProfile, jobs: int, counts: dict[str, int], se
 
 @contextlib.contextmanager
 def recording() -> Iterator[list[Program]]:
-    """Records every program the policies hand to `lp.solve` while they run."""
+    """Records every program the policies hand to HiGHS (`lp.Solver.run`) while they run."""
     seen: list[Program] = []
-    highs = lp.solve
+    run = lp.Solver.run
 
-    def record(
-        objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds, *, central: bool = False
-    ) -> F64:
-        seen.append((objective, rows, caps, bounds, central))
-        return highs(objective, rows, caps, bounds, central=central)
+    def record(self: lp.Solver, *, central: bool = False) -> F64:
+        bounds = Bounds(self.lower.copy(), self.upper.copy())
+        seen.append((self.objective.copy(), self.rows, self.caps, bounds, central))
+        return run(self, central=central)
 
-    lp.solve = record
+    lp.Solver.run = record  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        lp.solve = highs
+        lp.Solver.run = run  # type: ignore[method-assign]
 
 
 def solve_in_cvxpy(program: Program) -> float:

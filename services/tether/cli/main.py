@@ -12,7 +12,17 @@ from typer._click import Command, Context
 from typer.core import TyperGroup
 
 from tether import __version__
-from tether.cli import jobs, machines, maintenance, profiles, queues, shards, status, tasks
+from tether.cli import (
+    jobs,
+    machines,
+    maintenance,
+    profiles,
+    queues,
+    resources,
+    shards,
+    status,
+    tasks,
+)
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
 from tether.cli.services import SERVICE_COMMANDS, command
@@ -66,6 +76,7 @@ app.add_typer(tasks.app, name="task")
 app.add_typer(machines.app, name="machine")
 app.add_typer(maintenance.app, name="maintenance")
 app.add_typer(profiles.app, name="profile")
+app.add_typer(resources.app, name="resource")
 app.add_typer(shards.app, name="shard")
 app.command("status")(status.status)
 app.command("up")(region_commands.up)

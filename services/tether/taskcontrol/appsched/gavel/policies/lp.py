@@ -86,22 +86,26 @@ def max_min(problem: Problem, coefficients: F64, *, central: bool = False) -> Al
     jobs that can run on some accelerator there is; then, keeping every such job at that
     minimum at least, the sum of them. The minimum alone leaves the jobs above it wherever the
     solver happens to stop, accelerators idle among them; the second program hands out what
-    the first left. `central`: see `solve`."""
+    the first left. `central`: see `Solver.run`."""
     program = _MaxMin.of(problem, coefficients)
     if program is None:
         return np.zeros(problem.shape)
-    kinds, values = program.kinds, program.values
-    # Every job kept at the minimum (less a rounding margin).
-    least = program.minimum() * (1 - MARGIN)
-    rows = sparse.vstack([program.rows, -values]).tocsr()
-    caps = np.concatenate([program.caps, np.full(values.shape[0], -least)])
-    return per_job(kinds, most_value(kinds, rows, caps, central=central))
+    kinds, solver = program.kinds, program.solver()
+    floor = float(solver.run()[-1])
+    # The second program is the first with the floor fixed (less a rounding margin): its rows
+    # `floor - value <= 0` keep every job at the minimum, and the solver starts from the
+    # first's basis.
+    solver.set_bounds(kinds.upper.size, floor * (1 - MARGIN), floor * (1 - MARGIN))
+    solver.set_objective(np.append(-(kinds.coefficients * kinds.members[:, None]).reshape(-1), 0))
+    return per_job(kinds, solver.run(central=central))
 
 
 def max_min_value(problem: Problem, coefficients: F64) -> float:
     """The largest smallest `sum_t coefficients[j, t] * x[j, t]` (0 when no job can run)."""
     program = _MaxMin.of(problem, coefficients)
-    return 0.0 if program is None else program.minimum() * program.kinds.scale
+    if program is None:
+        return 0.0
+    return float(program.solver().run()[-1]) * program.kinds.scale
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +128,9 @@ class _MaxMin:
         rows, caps = kinds.constraints(problem)
         return cls(kinds, rows, caps, per_row(kinds.coefficients)[counted])
 
-    def minimum(self) -> float:
-        """In the kinds' scaled coefficients."""
-        return highest_floor(self.kinds, self.rows, self.caps, self.values)
+    def solver(self) -> Solver:
+        """The highest floor's program, its last variable the floor (`highest_floor`)."""
+        return floor_solver(self.kinds, self.rows, self.caps, self.values)
 
 
 def max_sum(problem: Problem, coefficients: F64) -> Allocation:
@@ -150,7 +154,15 @@ def highest_floor(
     kinds: Kinds, rows: sparse.csr_array, caps: F64, values: sparse.csr_array
 ) -> float:
     """The largest z that every row of `values` (a kind's value over its variables) reaches at
-    once with `rows @ x <= caps`: one more variable z, with z - value <= 0 per row."""
+    once with `rows @ x <= caps`."""
+    return float(floor_solver(kinds, rows, caps, values).run()[-1])
+
+
+def floor_solver(
+    kinds: Kinds, rows: sparse.csr_array, caps: F64, values: sparse.csr_array
+) -> Solver:
+    """`highest_floor`'s program: one more variable z, the last, with z - value <= 0 per row of
+    `values`, maximized."""
     size, count = kinds.upper.size, values.shape[0]
     program = sparse.vstack(
         [
@@ -161,8 +173,7 @@ def highest_floor(
     objective = np.zeros(size + 1)
     objective[-1] = -1.0
     bounds = Bounds(np.append(np.zeros(size), -np.inf), np.append(kinds.upper.reshape(-1), np.inf))
-    solution = solve(objective, program, np.concatenate([caps, np.zeros(count)]), bounds)
-    return float(solution[-1])
+    return Solver(objective, program, np.concatenate([caps, np.zeros(count)]), bounds)
 
 
 def per_row(values: F64) -> sparse.csr_array:
@@ -183,40 +194,65 @@ def per_job(kinds: Kinds, solution: F64) -> Allocation:
 def solve(
     objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds, *, central: bool = False
 ) -> F64:
-    """Minimizes `objective` with `rows @ x <= caps` within `bounds`: by the simplex method,
-    an optimal vertex. `central`: by the interior-point method without crossover, an optimum
-    in the middle of the optimal ones. A policy blind to accelerator types finds many
-    allocations equally good that differ only in where jobs run; a vertex among them puts
-    jobs wholly on one type or another by an accident of pivoting (and Gavel's interior-point
-    solver returns the middle one). Should the interior-point method stop short of an
-    optimum it can vouch for, the simplex method's vertex it is."""
-    # The bare binding highspy exports: its `Highs` wrapper sets up callbacks, which print
-    # HiGHS's banner on stdout whatever the options say.
-    highs = highspy._Highs()  # type: ignore[attr-defined]  # in __all__, not in its stubs
-    highs.setOptionValue("output_flag", False)
-    if central:
-        highs.setOptionValue("solver", "ipm")
-        highs.setOptionValue("run_crossover", "off")
+    """Minimizes `objective` with `rows @ x <= caps` within `bounds` (`Solver.run`)."""
+    return Solver(objective, rows, caps, bounds).run(central=central)
+
+
+class Solver:
+    """One program in HiGHS: solved, then changed (its objective, a variable's bounds) and
+    solved again from the basis the last run left. It keeps the program as it stands
+    (`objective`, `rows`, `caps`, `lower`, `upper`) for whoever compares solvers on it."""
+
+    def __init__(self, objective: F64, rows: sparse.csr_array, caps: F64, bounds: Bounds) -> None:
+        self.objective, self.rows, self.caps = objective.copy(), rows, caps
+        self.lower = np.asarray(bounds.lb, dtype=np.float64).copy()
+        self.upper = np.asarray(bounds.ub, dtype=np.float64).copy()
+        # The bare binding highspy exports: its `Highs` wrapper sets up callbacks, which print
+        # HiGHS's banner on stdout whatever the options say.
+        self._highs = highs = highspy._Highs()  # type: ignore[attr-defined]  # not in its stubs
+        highs.setOptionValue("output_flag", False)
+        model = highspy.HighsLp()
+        model.num_col_, model.num_row_ = objective.size, rows.shape[0]
+        model.col_cost_ = self.objective
+        model.col_lower_ = self.lower
+        model.col_upper_ = self.upper
+        model.row_lower_ = np.full(rows.shape[0], -highspy.kHighsInf)
+        model.row_upper_ = caps
+        columns = sparse.csc_array(rows)
+        model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        model.a_matrix_.start_ = columns.indptr
+        model.a_matrix_.index_ = columns.indices
+        model.a_matrix_.value_ = columns.data
+        highs.passModel(model)
+
+    def set_objective(self, objective: F64) -> None:
+        self.objective = objective.copy()
+        self._highs.changeColsCost(objective.size, np.arange(objective.size), self.objective)
+
+    def set_bounds(self, column: int, lower: float, upper: float) -> None:
+        self.lower[column], self.upper[column] = lower, upper
+        self._highs.changeColBounds(column, lower, upper)
+
+    def run(self, *, central: bool = False) -> F64:
+        """Minimizes the objective: by the simplex method, an optimal vertex. `central`: by the
+        interior-point method without crossover, an optimum in the middle of the optimal ones.
+        A policy blind to accelerator types finds many allocations equally good that differ
+        only in where jobs run; a vertex among them puts jobs wholly on one type or another by
+        an accident of pivoting (and Gavel's interior-point solver returns the middle one).
+        Should the interior-point method stop short of an optimum it can vouch for, the
+        simplex method's vertex it is."""
+        highs = self._highs
+        highs.setOptionValue("solver", "ipm" if central else "simplex")
+        highs.setOptionValue("run_crossover", "off" if central else "on")
         # Presolve may settle the program itself, at a vertex.
-        highs.setOptionValue("presolve", "off")
-    model = highspy.HighsLp()
-    model.num_col_, model.num_row_ = objective.size, rows.shape[0]
-    model.col_cost_ = objective
-    model.col_lower_ = np.asarray(bounds.lb, dtype=np.float64)
-    model.col_upper_ = np.asarray(bounds.ub, dtype=np.float64)
-    model.row_lower_ = np.full(rows.shape[0], -highspy.kHighsInf)
-    model.row_upper_ = caps
-    columns = sparse.csc_array(rows)
-    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    model.a_matrix_.start_ = columns.indptr
-    model.a_matrix_.index_ = columns.indices
-    model.a_matrix_.value_ = columns.data
-    highs.passModel(model)
-    highs.run()
-    status = highs.getModelStatus()
-    if central and status != highspy.HighsModelStatus.kOptimal:
-        return solve(objective, rows, caps, bounds)
-    if status != highspy.HighsModelStatus.kOptimal:
-        raise NoSolution(f"HiGHS found no optimal allocation: {highs.modelStatusToString(status)}")
-    solution: F64 = np.clip(np.asarray(highs.getSolution().col_value), 0.0, None)
-    return solution
+        highs.setOptionValue("presolve", "off" if central else "choose")
+        highs.run()
+        status = highs.getModelStatus()
+        if central and status != highspy.HighsModelStatus.kOptimal:
+            return self.run()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise NoSolution(
+                f"HiGHS found no optimal allocation: {highs.modelStatusToString(status)}"
+            )
+        solution: F64 = np.clip(np.asarray(highs.getSolution().col_value), 0.0, None)
+        return solution
