@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether.esl.room import reachable, tasks_that_fit
-from tether.sdk import TetherClient
+from tether.sdk import MachineView, TetherClient
 
 Extra = dict[str, int]
 """What each task asks for in `resources.extra`."""
@@ -25,16 +25,8 @@ def gang(
 ) -> Extra | None:
     """All `size` tasks or none: the label is set, a slot per task, only once the machines'
     free resources hold every task (None, and nothing set, while they do not)."""
-    slots: dict[str, int] = {}
-    for machine in reachable(client, entitlement):
-        take = min(tasks_that_fit(machine, per_task), size - sum(slots.values()))
-        if take > 0:
-            slots[machine.id] = take
-    if sum(slots.values()) < size:
-        return None
-    for machine_id, count in slots.items():
-        client.set_resource(entitlement, label, count, {"machine": machine_id}, owner_job=owner_job)
-    return {label: 1}
+    machines = reachable(client, entitlement)
+    return _fill(client, entitlement, label, size, per_task, machines, owner_job)
 
 
 def colocate(
@@ -89,18 +81,10 @@ def bin_pack(
     owner_job: str | None = None,
 ) -> Extra | None:
     """The tasks on as few machines as hold them: the fullest machines with room first."""
-    fitting = [(tasks_that_fit(m, per_task), m.id) for m in reachable(client, entitlement)]
+    machines = reachable(client, entitlement)
     # Fewest free slots first, so that half-used machines fill before empty ones start.
-    plan: dict[str, int] = {}
-    for room, machine_id in sorted(slot for slot in fitting if slot[0] > 0):
-        plan[machine_id] = min(room, tasks - sum(plan.values()))
-        if sum(plan.values()) == tasks:
-            break
-    if sum(plan.values()) < tasks:
-        return None
-    for machine_id, count in plan.items():
-        client.set_resource(entitlement, label, count, {"machine": machine_id}, owner_job=owner_job)
-    return {label: 1}
+    machines.sort(key=lambda machine: tasks_that_fit(machine, per_task))
+    return _fill(client, entitlement, label, tasks, per_task, machines, owner_job)
 
 
 def soft_constraint(
@@ -123,4 +107,27 @@ def soft_constraint(
     room = {m.id: tasks_that_fit(m, per_task) for m in reachable(client, entitlement)}
     if sum(room.get(share.machine, 0) for share in state.machines) < tasks:
         client.set_resource(entitlement, label, tasks, None, owner_job=owner_job)
+    return {label: 1}
+
+
+def _fill(
+    client: TetherClient,
+    entitlement: str,
+    label: str,
+    tasks: int,
+    per_task: Mapping[str, int],
+    machines: Sequence[MachineView],
+    owner_job: str | None,
+) -> Extra | None:
+    """A slot per task on `machines` in their order, as many as each has room for; the label
+    is set only when every task has one (None, and nothing set, otherwise)."""
+    slots: dict[str, int] = {}
+    for machine in machines:
+        take = min(tasks_that_fit(machine, per_task), tasks - sum(slots.values()))
+        if take > 0:
+            slots[machine.id] = take
+    if sum(slots.values()) < tasks:
+        return None
+    for machine_id, count in slots.items():
+        client.set_resource(entitlement, label, count, {"machine": machine_id}, owner_job=owner_job)
     return {label: 1}

@@ -152,12 +152,9 @@ async def _refuse_over_holding(
         min_revision=fenced_at,
     )
     what = f"ephemeral resource '{record.entitlement}/{record.label}'"
-    try:
-        response = await allocators.ephemeral_state(request)
-    except AllocatorUnavailable as exc:
-        raise Unavailable(f"cannot check what running tasks hold of {what}: {exc}") from None
-    except AllocatorRefused as exc:
-        raise refusal_problem(exc) from None
+    response = await _ephemeral_state(
+        allocators, request, f"check what running tasks hold of {what}"
+    )
     over = [machine for label in response.labels for machine in label.machines]
     if over:
         lines = "; ".join(
@@ -181,12 +178,7 @@ async def resource_views(
         request = allocator_pb2.EphemeralStateRequest(
             entitlement=entitlement, records=[to_json(record) for record in batch], limit=limit
         )
-        try:
-            response = await allocators.ephemeral_state(request)
-        except AllocatorUnavailable as exc:
-            raise Unavailable(f"cannot read the cluster state: {exc}") from None
-        except AllocatorRefused as exc:
-            raise refusal_problem(exc) from None
+        response = await _ephemeral_state(allocators, request, "read the cluster state")
         for record, label in zip(batch, response.labels, strict=True):
             machines = [
                 MachineShareView(
@@ -201,6 +193,17 @@ async def resource_views(
                 ResourceView(resource=record, machines=machines, machines_truncated=label.truncated)
             )
     return views
+
+
+async def _ephemeral_state(
+    allocators: Allocators, request: allocator_pb2.EphemeralStateRequest, doing: str
+) -> allocator_pb2.EphemeralStateResponse:
+    try:
+        return await allocators.ephemeral_state(request)
+    except AllocatorUnavailable as exc:
+        raise Unavailable(f"cannot {doing}: {exc}") from None
+    except AllocatorRefused as exc:
+        raise refusal_problem(exc) from None
 
 
 async def delete_resource(store: Store, entitlement: str, label: str) -> EphemeralResource:
