@@ -138,14 +138,17 @@ def label_state(
         rows.update(index.row_of[m] for m in record.machine_grants() if m in index.row_of)
         if record.broad_grants():
             rows.update(_reach(index, entitlement))
-    listed = np.array(sorted(rows, key=index.ids.__getitem__), np.intp)
+    listed = np.fromiter(rows, np.intp, len(rows))
     capacities = capacity(index, record, listed, datetime.now(UTC))
     holding = by_row(held, listed)
-    shown = holding > capacities if over_held else (capacities > 0) | (holding > 0)
-    listed, capacities, holding = listed[shown], capacities[shown], holding[shown]
-    truncated = 0 < limit < len(listed)
+    shown = np.flatnonzero(holding > capacities if over_held else (capacities > 0) | (holding > 0))
+    # Sorted by machine id once filtered: a catch-all grant reaches every free machine.
+    ids = index.ids
+    shown = np.array(sorted(shown.tolist(), key=lambda at: ids[int(listed[at])]), np.intp)
+    truncated = 0 < limit < len(shown)
     if truncated:
-        listed, capacities, holding = listed[:limit], capacities[:limit], holding[:limit]
+        shown = shown[:limit]
+    listed, capacities, holding = listed[shown], capacities[shown], holding[shown]
     holders = index.holders(entitlement, label) if over_held else {}
     return LabelState(
         label,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tests.support.allocator_builders import Region, entitlement, job, machine
+from tether.allocator.ephemeral import label_state
 from tether.model import Constraint, ConstraintOp, Job, Placement
 from tether.model.ephemeral import EphemeralResource, NodeSpec, ResourceGrant
 
@@ -141,3 +142,25 @@ def test_a_label_machines_offer_is_theirs_until_the_entitlement_sets_its_own() -
     cluster.set_ephemeral(resource("fpga", (on("f1"), 2)))
     chosen = cluster.choose(wants, entitlement("ads", extra={"fpga": 10})).placements
     assert set(chosen.values()) == {cluster.row("f1")}
+
+
+def test_the_cluster_state_lists_machines_by_id_with_what_is_held() -> None:
+    cluster = region(12).set_ephemeral(resource("slot", (EVERY, 1), (on("m3"), 2)))
+    cluster.place(small("two", 2, "slot"), entitlement("ads"))
+    record = cluster.index.ephemeral("ads", "slot")
+    state = label_state(cluster.index, "ads", "slot", record, over_held=False, limit=0)
+    assert [share.machine for share in state.machines] == sorted(f"m{n}" for n in range(12))
+    assert sum(share.held for share in state.machines) == 2
+    assert not state.truncated
+    cut = label_state(cluster.index, "ads", "slot", record, over_held=False, limit=3)
+    assert [share.machine for share in cut.machines] == ["m0", "m1", "m10"]
+    assert cut.truncated
+    # A proposal of 0 everywhere: only the machines holding the label, with their tasks.
+    none = resource("slot", (EVERY, 0))
+    over = label_state(cluster.index, "ads", "slot", none, over_held=True, limit=0)
+    held = {share.machine: share.tasks for share in over.machines}
+    placed = cluster.placements(small("two", 2, "slot"))
+    assert held == {
+        machine: [f"ads/two/{task}" for task, there in placed.items() if there == machine]
+        for machine in set(placed.values())
+    }
