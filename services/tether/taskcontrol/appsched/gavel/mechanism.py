@@ -8,6 +8,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from tether.taskcontrol.appsched.gavel.problem import Allocation, Problem
 
 Shares = dict[str, dict[str, float]]
@@ -86,33 +89,34 @@ class Ledger:
 
 def _make_room(
     problem: Problem,
+    runs: npt.NDArray[np.bool_],
     ledger: Ledger,
     chosen: dict[str, str],
     free: dict[str, float],
+    on_type: dict[str, list[int]],
     kind: str,
     gang: float,
 ) -> None:
-    """Moves jobs chosen on `kind` to another type their allocation gives them time on, that
-    has room and on which they are as far behind, until `kind` has `gang` accelerators free
-    (or no move is left)."""
-    runs = problem.runnable()
-    for index, job in enumerate(problem.jobs):
+    """Moves jobs chosen on `kind` (`on_type`: the indexes of the jobs chosen on each type) to
+    another type their allocation gives them time on, that has room and on which they are as
+    far behind, until `kind` has `gang` accelerators free (or no move is left)."""
+    for index in sorted(on_type[kind]):
         if free[kind] >= gang:
             return
-        if chosen.get(job) != kind:
-            continue
-        size = float(problem.scale_factors[index])
+        job, size = problem.jobs[index], float(problem.scale_factors[index])
         for column, other in enumerate(problem.accelerators):
             if (
                 other != kind
+                and free[other] >= size
                 and runs[index, column]
                 and ledger.fraction(job, other) > 0
                 and ledger.priority(job, other) >= ledger.priority(job, kind)
-                and free[other] >= size
             ):
                 chosen[job] = other
                 free[other] -= size
                 free[kind] += size
+                on_type[kind].remove(index)
+                on_type[other].append(index)
                 break
 
 
@@ -166,11 +170,20 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
     # Greedy order can strand a job whose allocated types the jobs before it took, when one
     # of those could have run on another type of its own allocation: move it there (one step
     # of an augmenting path), so that a round runs as much of the allocation as fits.
+    on_type: dict[str, list[int]] = {kind: [] for kind in problem.accelerators}
+    position = {job: index for index, job in enumerate(problem.jobs)}
+    for job, kind in chosen.items():
+        on_type[kind].append(position[job])
     for _, kind, index in owed:
-        job = problem.jobs[index]
-        if job not in chosen and free[kind] < problem.scale_factors[index]:
-            _make_room(problem, ledger, chosen, free, kind, float(problem.scale_factors[index]))
-            take(index, kind)
+        gang = float(problem.scale_factors[index])
+        if problem.jobs[index] in chosen or free[kind] >= gang:
+            continue
+        # Nowhere to move a job to: the common case in a full cluster.
+        if not any(room > 0 for other, room in free.items() if other != kind):
+            continue
+        _make_room(problem, runs, ledger, chosen, free, on_type, kind, gang)
+        if take(index, kind):
+            on_type[kind].append(index)
     for index, job in enumerate(problem.jobs):
         if job in chosen:
             continue
