@@ -504,7 +504,9 @@ class Engine:
         await self._catch_up(outcome.revision)
         guards = {key for key, revision in outcome.guards.items() if revision != batch.guards[key]}
         if guards:
-            await self._catch_up_resources(outcome, guards)
+            # Up to the revision the conflict read each at (one deleted: the conflict's own).
+            revision = max(outcome.guards[key] or outcome.revision for key in guards)
+            await self._catch_up(revision, self._resources_caught_up)
         # Only a request whose own machines or quota another writer changed conflicted; the
         # others shared the failed transaction and are simply sent again. If the feed did
         # not show the change in time, every request counts it, so retries stay bounded.
@@ -572,20 +574,15 @@ class Engine:
         _UNPLACED.inc(len(result.unplaced))
         request.done.set_result(result)
 
-    async def _catch_up(self, revision: int) -> None:
-        """Waits until the index shows every change up to `revision`; on a timeout the next
-        attempt plans on what the index has, and its compares still protect the machines."""
+    async def _catch_up(
+        self, revision: int, caught_up: Callable[[int], Awaitable[None]] | None = None
+    ) -> None:
+        """Waits until the index shows every change up to `revision` (of the allocation
+        records, or of what `caught_up` waits for); on a timeout the next attempt plans on
+        what the index has, and its compares still protect the machines."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_CATCH_UP_S):
-                await self._caught_up(revision)
-
-    async def _catch_up_resources(self, outcome: Outcome, moved: set[str]) -> None:
-        """Waits until the index shows the ephemeral resources `moved` as the conflict read
-        them (one deleted: up to the conflict's revision), within the same bound."""
-        revisions = [outcome.guards[key] or outcome.revision for key in moved]
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_CATCH_UP_S):
-                await self._resources_caught_up(max(revisions))
+                await (caught_up or self._caught_up)(revision)
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None

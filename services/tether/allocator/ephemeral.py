@@ -35,12 +35,11 @@ class EphemeralNeed:
         cls, index: AllocationIndex, entitlement: Entitlement, resources: Resources
     ) -> EphemeralNeed:
         name = entitlement.name
-        wanted = [
-            (label, amount, index.ephemeral(name, label))
-            for label, amount in resources.extra.items()
-            if index.ephemeral(name, label) is not None
-            or EXTRA_PREFIX + label not in index.dimension_of
-        ]
+        wanted = []
+        for label, amount in resources.extra.items():
+            record = index.ephemeral(name, label)
+            if record is not None or EXTRA_PREFIX + label not in index.dimension_of:
+                wanted.append((label, amount, record))
         return cls(
             name,
             tuple(label for label, _, _ in wanted),

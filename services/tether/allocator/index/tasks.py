@@ -139,8 +139,9 @@ class HeldTasks:
         columns.task_count[rows] += tasks_per_row.astype(np.int32)
         entitlement = entitlement_of(job)
         self._add_usage(entitlement, vector * count)
-        for row, tasks_there in zip(rows.tolist(), tasks_per_row.tolist(), strict=True):
-            self._hold_extra(entitlement, row, shape, tasks_there)
+        if shape.extra:  # a loop per machine: only for the shapes that hold extra resources
+            for row, tasks_there in zip(rows.tolist(), tasks_per_row.tolist(), strict=True):
+                self._hold_extra(entitlement, row, shape, tasks_there)
 
     def remove(self, row: int, job: str, index: int) -> None:
         tasks = self.jobs.get(job)
