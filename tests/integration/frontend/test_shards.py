@@ -19,12 +19,17 @@ from tether.scheduler.settings import SchedulerSettings
 from tether.store import Store, keys, open_store
 
 FAST = SchedulerSettings(lease_ttl_s=3, resync_s=0.5, status_interval_s=0.2, region_poll_s=0.2)
+# A failover hands the shard over by deleting the leader key, not by waiting out a lease: a
+# longer lease keeps a loaded machine's stall of a few seconds from electing anew mid-test.
+STEADY = FAST.model_copy(update={"lease_ttl_s": 15})
 
 
 @contextlib.asynccontextmanager
-async def replicas(store_url: str, *shards: str) -> AsyncIterator[list[Scheduler]]:
+async def replicas(
+    store_url: str, *shards: str, settings: SchedulerSettings = FAST
+) -> AsyncIterator[list[Scheduler]]:
     """A scheduler replica per shard named (repeat a shard for a standby), in this process."""
-    started = [Scheduler(open_store(store_url), shard, FAST) for shard in shards]
+    started = [Scheduler(open_store(store_url), shard, settings) for shard in shards]
     try:
         for replica in started:
             await replica.start()
@@ -82,7 +87,8 @@ async def _leading(*schedulers: Scheduler) -> bool:
 
 async def test_failover_hands_leadership_to_the_standby(region: Region, store_url: str) -> None:
     api = region.api
-    async with replicas(store_url, "shard-0", "shard-0", "shard-1") as (first, second, lone):
+    replicated = replicas(store_url, "shard-0", "shard-0", "shard-1", settings=STEADY)
+    async with replicated as (first, second, lone):
         await eventually(lambda: _leading(first, second), timeout_s=10, what="a leader")
         await eventually(lambda: _leading(lone), timeout_s=10, what="shard-1's leader")
         view = await eventually(
@@ -105,7 +111,7 @@ async def test_failover_hands_leadership_to_the_standby(region: Region, store_ur
             leader = (await shard_view(api, "shard-0"))["leader"]
             return leader if leader not in (None, previous) else None
 
-        assert await eventually(taken_over, timeout_s=5, what="the standby leading") == standby
+        assert await eventually(taken_over, timeout_s=10, what="the standby leading") == standby
 
         # The deposed leader stands back and stays a standby: it does not race to lead again.
         async def standing_back() -> dict[str, Any] | None:
