@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.api import JOB, machine
+from tests.support.api import JOB, machine, task
 from tether.model.accelerator import ThroughputProfile
-from tether.sdk.views import JobView, MachineView
+from tether.sdk.views import JobView, MachineView, TaskView
 from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.runner import GavelRunner, on_type, placed_type
 
 PROFILE = ThroughputProfile.parse(
     {
-        "v100": {"fast-on-v100": {"1": 10.0}, "alike": {"1": 2.0}},
-        "k80": {"fast-on-v100": {"1": 1.0}, "alike": {"1": 2.0}},
+        "v100": {"fast-on-v100": {"1": 10.0}, "alike": {"1": 2.0, "2": 4.0}},
+        "k80": {"fast-on-v100": {"1": 1.0}, "alike": {"1": 2.0, "2": 4.0}},
     }
 )
 
@@ -31,6 +31,8 @@ class FakeRegion:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self.slow_stop: set[str] = set()
+        self.tasks: dict[str, list[dict[str, Any]]] = {}
+        """Task views by job, where a test sets them."""
         self.machines = [
             gpu_machine("m1", "v100"),
             gpu_machine("m2", "k80"),
@@ -68,6 +70,10 @@ class FakeRegion:
 
     def get_job(self, handle: str) -> JobView:
         return JobView.model_validate(self.jobs[handle])
+
+    def list_tasks(self, handle: str) -> list[TaskView]:
+        self.calls.append(("tasks", handle))
+        return [TaskView.model_validate(found) for found in self.tasks.get(handle, [])]
 
     def suspend_job(self, handle: str) -> JobView:
         self.calls.append(("suspend", handle))
@@ -168,6 +174,36 @@ def test_fifo_keeps_the_oldest_running_and_the_next_takes_a_finished_jobs_gpu() 
     assert report.finished == [first]
     assert first not in gavel.scheduler.jobs
     assert report.running == {second: other, third: where}
+
+
+def test_a_job_whose_task_failed_for_good_is_let_go_and_its_gpu_goes_to_the_next() -> None:
+    region, clock = FakeRegion(), Clock()
+    broken, waiting, third = (
+        region.submit(name, "alike", 1e6, f"2025-01-02T03:0{n}:00Z")
+        for n, name in enumerate(("broken", "waiting", "third"))
+    )
+    region.jobs[broken]["count"] = 2
+    region.jobs[broken]["spec"]["accelerator"]["scale_factor"] = 2
+    region.machines[1]["attributes"]["gpu_type"] = "v100"
+    gavel = runner(region, clock, "fifo")
+    # Two V100s: the two-task job takes both, the others wait.
+    assert gavel.round().running == {broken: "v100"}
+    # One task exited, the other failed and waits on its machine for a restart: still running.
+    region.jobs[broken]["tasks"] = {"exited": 1, "failed": 1}
+    region.tasks[broken] = [task(0, "exited"), task(1, "failed", machine="m2")]
+    report = gavel.round()
+    assert report.running == {broken: "v100"}
+    assert report.finished == []
+    # Its restarts ran out: the task is off its machine for good, and so is the job.
+    region.tasks[broken] = [task(0, "exited"), task(1, "failed")]
+    region.calls.clear()
+    report = gavel.round()
+    assert report.finished == [broken]
+    assert report.running == {waiting: "v100", third: "v100"}
+    # Let go once: later rounds do not ask for its tasks again.
+    region.calls.clear()
+    gavel.round()
+    assert ("tasks", broken) not in region.calls
 
 
 def test_jobs_sharing_gpus_take_turns_each_suspended_before_another_resumes() -> None:

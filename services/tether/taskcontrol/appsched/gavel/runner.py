@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from tether.model import GPU_TYPE_ATTRIBUTE
 from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.sdk.errors import TetherError
-from tether.sdk.views import JobView, MachineView
+from tether.sdk.views import JobView, MachineView, TaskView
 from tether.taskcontrol.appsched.gavel.policies.registry import Policy
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
 from tether.taskcontrol.appsched.gavel.rounds import ROUND_S, RoundScheduler
@@ -26,6 +26,8 @@ _log = logging.getLogger(__name__)
 
 STOP_POLL_S = 0.5
 """How often a round looks whether the jobs it suspended have stopped."""
+ENDED_STATES = ("exited", "failed", "killed")
+"""Task states after which nothing more runs, once the task is off its machine."""
 
 
 class Region(Protocol):
@@ -34,6 +36,7 @@ class Region(Protocol):
     def list_jobs(self, entitlement: str | None = None) -> list[JobView]: ...
     def list_entitlements(self) -> list[dict[str, Any]]: ...
     def get_job(self, handle: str) -> JobView: ...
+    def list_tasks(self, handle: str) -> list[TaskView]: ...
     def suspend_job(self, handle: str) -> JobView: ...
     def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView: ...
     def list_machines(self) -> list[MachineView]: ...
@@ -110,7 +113,8 @@ class GavelRunner:
         self._clock, self._sleep = clock, sleep
         self._given = dict(accelerators or {})
         self.scheduler = RoundScheduler(policy, self._accelerators())
-        self._refused: set[str] = set()
+        self._ignored: set[str] = set()
+        """Jobs the rounds no longer look at: refused (no throughputs for them) or over."""
         self._resumed: set[str] = set()
         """The jobs the last round started or moved."""
         self._last_round_s = clock()
@@ -192,9 +196,10 @@ class GavelRunner:
         views = [view for name in sorted(weights) for view in self.region.list_jobs(name)]
         for view in views:
             accelerator = view.spec.get("accelerator")
-            if accelerator is None or view.deleting or view.handle in self._refused:
+            if accelerator is None or view.deleting or view.handle in self._ignored:
                 continue
-            if view.tasks.get("exited", 0) >= view.count:
+            if self._over(view):
+                self._ignored.add(view.handle)
                 if view.handle in self.scheduler.jobs:
                     self.scheduler.remove(view.handle)
                     report.finished.append(view.handle)
@@ -215,6 +220,25 @@ class GavelRunner:
             steady = kind is not None and handle not in self._resumed
             self.scheduler.report(handle, progress, kind or "", since if steady else 0.0)
         return found
+
+    def _over(self, view: JobView) -> bool:
+        """Whether every task of the job is done for good: all exited, or ended and taken off
+        their machines (a task that failed on its machine may yet be restarted there). A job
+        whose task failed for good would otherwise hold accelerators round after round."""
+        if view.tasks.get("exited", 0) >= view.count:
+            return True
+        if sum(view.tasks.get(state, 0) for state in ENDED_STATES) < view.count:
+            return False
+        if any(task.machine is not None for task in self.region.list_tasks(view.handle)):
+            return False
+        _log.warning(
+            "%s ended without finishing (%s); its accelerators go to the other jobs",
+            view.handle,
+            ", ".join(
+                f"{view.tasks[state]} {state}" for state in ENDED_STATES if state in view.tasks
+            ),
+        )
+        return True
 
     def _subtree(self) -> dict[str, float]:
         """The entitlement and those under it that the principal sees, with their weights:
@@ -246,7 +270,7 @@ class GavelRunner:
             self.scheduler.add(job, float(accelerator["total_steps"]), view.created_at.timestamp())
         except (ProfileError, ValueError) as error:
             _log.warning("not scheduling %s: %s", view.handle, error)
-            self._refused.add(view.handle)
+            self._ignored.add(view.handle)
             return False
         return True
 
