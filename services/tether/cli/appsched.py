@@ -310,6 +310,13 @@ def gavel(
         help="The GPUs the entitlement's jobs share, by type: v100=8,k80=16.",
         show_default="the GPUs of the region's machines that are up, by their gpu_type",
     ),
+    stop_timeout_s: float = typer.Option(
+        120.0,
+        "--stop-timeout-s",
+        min=1.0,
+        help="How long a round waits for the jobs it suspended to stop (their tasks have the "
+        "entitlement's grace to checkpoint) before it starts the chosen ones anyway.",
+    ),
     url: str | None = UrlOption,
     registry: str | None = RegistryOption,
     listen: str = ListenOption,
@@ -345,6 +352,7 @@ def gavel(
                 throughputs,
                 round_s=round_s,
                 accelerators=counts,
+                stop_timeout_s=stop_timeout_s,
             )
         except ValueError as error:
             fail(str(error))
