@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.engine import place_tentatively
 from tether.allocator.explain import Explanation, explain
+from tether.allocator.group_commit import place_tentatively
 from tether.allocator.index import AllocationIndex
 from tether.allocator.placement import Choice, Planner
 from tether.model import (

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import math
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -16,7 +14,7 @@ from pydantic import ValidationError
 
 from tether import metrics
 from tether.allocator.cache import ChoiceCache
-from tether.allocator.commit import Outcome, Write, commit
+from tether.allocator.commit import Write, commit
 from tether.allocator.ephemeral import LabelState, label_state
 from tether.allocator.errors import (
     CorruptRecord,
@@ -28,86 +26,31 @@ from tether.allocator.errors import (
     UnknownEntitlement,
 )
 from tether.allocator.explain import Explanation, explain
-from tether.allocator.index import (
-    DECOMMISSIONED,
-    FREE,
-    NONE,
-    AllocationIndex,
-    Header,
-    Snapshot,
-    tasks_by_row,
+from tether.allocator.group_commit import (
+    CaughtUp,
+    GroupCommit,
+    PlaceRequest,
+    PlaceResult,
+    catch_up,
 )
-from tether.allocator.placement import Choice, Planner
+from tether.allocator.index import DECOMMISSIONED, FREE, NONE, AllocationIndex, Header
+from tether.allocator.placement import Planner
 from tether.allocator.preemption import PreemptionFit, Stopped, check_preemption
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
 from tether.model.ephemeral import EphemeralResource
 from tether.store import Delete, Store, keys, mod_revision_is
 
-Entry = tuple[str, bytes]
-"""An allocation entry: key and value."""
 RowTasks = dict[int, list[int]]
 """Row -> task indexes of one job held there."""
 
 # Idle machines returned to the free pool in one transaction.
 _RETURN_BATCH = 500
-# Place requests committed together in one transaction (group commit): each transaction waits
-# for the store's disk write, so batching is what makes a replica fast.
-_BATCH_REQUESTS = 64
-_BATCH_ROWS = 4000
-# How long a replica waits for its feed to show the store as a conflicting commit saw it.
-_CATCH_UP_S = 5.0
 # Enough for every Place a scheduler may retry: retries follow the first call within seconds.
 RESPONSE_MEMORY = 512
-# Bound once: a batch of 64 requests would look each child up by its labels 64 times.
-_PLACED = metrics.ALLOCATOR_PLACEMENTS.labels("placed")
-_UNPLACED = metrics.ALLOCATOR_PLACEMENTS.labels("unplaced")
-_PLACE_CONFLICTS = metrics.ALLOCATOR_CONFLICTS.labels("place")
 _RELEASE_CONFLICTS = metrics.ALLOCATOR_CONFLICTS.labels("release")
 
 
 @dataclass(frozen=True, slots=True)
-class PlaceResult:
-    """Placed tasks (index, machine) and unplaced ones (index, reason), in request order."""
-
-    placements: list[tuple[int, str]]
-    unplaced: list[tuple[int, str]]
-    attempts: int
-    conflicts: int
-
-
-@dataclass(slots=True)
-class _Request:
-    """A Place on its way through the group commit."""
-
-    job: Job
-    entitlement: Entitlement
-    indexes: Sequence[int]
-    done: asyncio.Future[PlaceResult]
-    attempts: int = 0
-    conflicts: int = 0
-    keep: dict[int, int] = field(default_factory=dict)
-    choice: Choice | None = None
-    guards: dict[str, int] = field(default_factory=dict)
-    """Key -> revision of the ephemeral resources its plan counted on."""
-
-
-@dataclass(slots=True)
-class _Batch:
-    """Place requests planned together, to be committed in one transaction."""
-
-    planned: list[_Request] = field(default_factory=list)
-    snapshots: list[Snapshot] = field(default_factory=list)
-    """The touched rows' records before each request, in the order they were planned."""
-    base: dict[int, int] = field(default_factory=dict)
-    """Row -> the record revision the plans saw."""
-    added: dict[int, list[Entry]] = field(default_factory=dict)
-    fenced: set[str] = field(default_factory=set)
-    """Entitlements whose quota fence the commit compares and bumps."""
-    guards: dict[str, int] = field(default_factory=dict)
-    """Ephemeral resources the plans counted on: key -> the revision they saw."""
-
-
-@dataclass(slots=True)
 class EngineStats:
     """Counters since the replica started."""
 
@@ -138,8 +81,8 @@ class Engine:
         max_attempts: int,
         idle_return_s: float,
         writer: str,
-        caught_up: Callable[[int], Awaitable[None]],
-        resources_caught_up: Callable[[int], Awaitable[None]],
+        caught_up: CaughtUp,
+        resources_caught_up: CaughtUp,
     ) -> None:
         """`caught_up(revision)` returns once the index holds every allocation record change
         up to `revision` (the allocation feed's wait), `resources_caught_up(revision)` once it
@@ -150,20 +93,37 @@ class Engine:
         self._idle_return_s = idle_return_s
         self._writer = writer
         self._caught_up = caught_up
-        self._resources_caught_up = resources_caught_up
         self.cache = ChoiceCache(writer)
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
-        self._queue: list[_Request] = []
-        self._committer: asyncio.Task[None] | None = None
-        self._fences: dict[str, int] = {}
+        self._commits = GroupCommit(
+            store,
+            index,
+            self.cache,
+            writer=writer,
+            max_attempts=max_attempts,
+            writing=self._writing,
+            caught_up=caught_up,
+            resources_caught_up=resources_caught_up,
+        )
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
-        self._stats = EngineStats()
+        self._places = 0
+        self._release_conflicts = 0
+        self._machines_returned = 0
 
     @property
     def stats(self) -> EngineStats:
-        self._stats.cache_hits, self._stats.cache_misses = self.cache.hits, self.cache.misses
-        return self._stats
+        commits = self._commits.stats
+        return EngineStats(
+            places=self._places,
+            attempts=commits.attempts,
+            conflicts=commits.conflicts + self._release_conflicts,
+            merged=commits.merged,
+            machines_joined=commits.machines_joined,
+            machines_returned=self._machines_returned,
+            cache_hits=self.cache.hits,
+            cache_misses=self.cache.misses,
+        )
 
     async def place(
         self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
@@ -187,11 +147,11 @@ class Engine:
             # Another call with this id finished while the job was read.
             return remembered
         entitlement = await self._entitlement(job)
-        request = _Request(job, entitlement, indexes, asyncio.get_running_loop().create_future())
-        self._stats.places += 1
-        self._queue.append(request)
-        if self._committer is None or self._committer.done():
-            self._committer = asyncio.create_task(self._commit_queued(), name="place commits")
+        request = PlaceRequest(
+            job, entitlement, indexes, asyncio.get_running_loop().create_future()
+        )
+        self._places += 1
+        self._commits.submit(request)
         # A caller that goes away leaves its request to finish: its plan may be in the store.
         result = await asyncio.shield(request.done)
         if request_id:
@@ -202,9 +162,7 @@ class Engine:
 
     async def close(self) -> None:
         """Waits for the Place requests under way to be committed (or to fail)."""
-        if self._committer is not None:
-            await self._committer
-            self._committer = None
+        await self._commits.close()
 
     async def release(
         self, job_handle: str, indexes: Sequence[int], *, return_emptied: bool = False
@@ -272,9 +230,9 @@ class Engine:
                 for row, tasks in by_row.items():
                     index.remove(row, job_handle, tasks, headers[row], outcome.revision)
                 return len({task for tasks in by_row.values() for task in tasks})
-            self._stats.conflicts += 1
+            self._release_conflicts += 1
             _RELEASE_CONFLICTS.inc()
-            await self._catch_up(outcome.revision)
+            await catch_up(self._caught_up, outcome.revision)
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
             f"{self._max_attempts} times; retry"
@@ -322,7 +280,7 @@ class Engine:
         """Per record, its machines' capacity and what the entitlement's tasks hold there
         (`ephemeral.label_state`), once the index shows allocations up to `min_revision`."""
         if min_revision:
-            await self._catch_up(min_revision)
+            await catch_up(self._caught_up, min_revision)
         return [
             label_state(
                 self._index, entitlement, record.label, record, over_held=over_held, limit=limit
@@ -371,218 +329,8 @@ class Engine:
             for row, header in headers.items():
                 index.set_header(row, header, outcome.revision)
             returned = int(due[list(headers)].sum())
-            self._stats.machines_returned += returned
+            self._machines_returned += returned
             return returned
-
-    async def _commit_queued(self) -> None:
-        """Commits queued requests in batches until none is left, planning each batch while
-        the one before it is in the store: planning takes this process's CPU, a commit the
-        store's, and the two overlap."""
-        async with self._writing:
-            in_flight: tuple[_Batch, asyncio.Task[Outcome]] | None = None
-            batch: _Batch | None = None
-            taken: list[_Request] = []
-            try:
-                while True:
-                    if self._queue:
-                        taken, batch = self._take_batch(), _Batch()
-                        self._prepare(taken, batch)
-                        taken = []
-                        if not batch.planned:
-                            batch = None
-                    if in_flight is not None:
-                        outcome = await in_flight[1]
-                        sent, in_flight = in_flight[0], None
-                        if not outcome.succeeded and batch is not None:
-                            # Planned over tentative records that are about to go: plan it
-                            # again, after the requests before it.
-                            self._roll_back(batch)
-                            self._queue[:0] = batch.planned
-                            batch = None
-                        committed = await self._finish_batch(sent, outcome)
-                        if batch is not None and committed is not None:
-                            # Rows both batches touched: the first one's commit is the base.
-                            for row in batch.base.keys() & sent.added.keys():
-                                batch.base[row] = committed
-                    if batch is None:
-                        if not self._queue:
-                            return
-                        continue
-                    in_flight = (batch, asyncio.create_task(self._send(batch)))
-                    batch = None
-                    # Let the transaction leave before planning the next batch.
-                    await asyncio.sleep(0)
-            except Exception as error:
-                # The store failed (or planning did): every request waiting gets the error,
-                # and the index forgets the tentative placements.
-                for unsent in (batch, in_flight[0] if in_flight else None):
-                    if unsent is not None:
-                        self._roll_back(unsent)
-                        self._queue[:0] = unsent.planned
-                for request in [*taken, *self._queue]:
-                    if not request.done.done():
-                        request.done.set_exception(error)
-                self._queue = []
-
-    def _take_batch(self) -> list[_Request]:
-        batch, self._queue = self._queue[:_BATCH_REQUESTS], self._queue[_BATCH_REQUESTS:]
-        return batch
-
-    def _prepare(self, requests: list[_Request], batch: _Batch) -> None:
-        """Plans the requests into `batch` one after another, each seeing the earlier ones'
-        machines as taken."""
-        index = self._index
-        for position, request in enumerate(requests):
-            if len(batch.added) >= _BATCH_ROWS:
-                # The transaction is big enough: the rest waits for the next one, in order.
-                self._queue[:0] = requests[position:]
-                break
-            choice = self._plan(request)
-            if choice is None:
-                continue
-            batch.planned.append(request)
-            batch.fenced.add(request.entitlement.name)
-            request.guards = self._guards(request)
-            batch.guards.update(request.guards)
-            snapshot, entries = place_tentatively(index, request.job, request.entitlement, choice)
-            batch.snapshots.append(snapshot)
-            for row, revision in zip(
-                snapshot.rows.tolist(), snapshot.revisions.tolist(), strict=True
-            ):
-                batch.base.setdefault(row, revision)
-            for row, added in entries.items():
-                batch.added.setdefault(row, []).extend(added)
-
-    async def _send(self, batch: _Batch) -> Outcome:
-        """Commits a planned batch: every row's record after all its requests, over the
-        record its plans saw (or the one the batch before it just wrote)."""
-        index = self._index
-        writes = {
-            row: Write(batch.base[row], index.header_json(row), entries)
-            for row, entries in batch.added.items()
-        }
-        fences = {name: self._fences.get(name, 0) for name in batch.fenced}
-        return await commit(self._store, index.ids, writes, fences, self._writer, batch.guards)
-
-    def _guards(self, request: _Request) -> dict[str, int]:
-        """The ephemeral resources the request's plan counted on, at the revisions it saw: a
-        member lowering one under the plan must make the commit fail."""
-        name, index = request.entitlement.name, self._index
-        guards = {}
-        for label in request.job.spec.task.resources.extra:
-            revision = index.ephemeral_revision(name, label)
-            if revision:
-                guards[keys.ephemeral_resource(name, label)] = revision
-        return guards
-
-    async def _finish_batch(self, batch: _Batch, outcome: Outcome) -> int | None:
-        """Answers a batch's requests after its commit, or rolls it back and queues them
-        again to merge; returns the commit's revision (None: it conflicted)."""
-        self._stats.attempts += 1
-        # Counted here, not when planned: a plan dropped unsent (the batch before it
-        # conflicted) is no store transaction.
-        for request in batch.planned:
-            request.attempts += 1
-        if outcome.succeeded:
-            self._index.confirm(batch.added, outcome.revision)
-            for name in batch.fenced:
-                self._fences[name] = outcome.revision
-            for request in batch.planned:
-                assert request.choice is not None
-                self._stats.machines_joined += len(request.choice.joined)
-                _PLACED.inc(len(request.choice.placements))
-                self._finish(request, request.choice.unplaced)
-            return outcome.revision
-        self._stats.conflicts += 1
-        _PLACE_CONFLICTS.inc()
-        self._roll_back(batch)
-        fences = self._fences
-        moved = {name for name, fence in outcome.fences.items() if fence != fences.get(name, 0)}
-        # The next plan must see what the other allocator committed: its records, and its
-        # tasks counted against the quota of a fence that moved.
-        fences.update(outcome.fences)
-        await self._catch_up(outcome.revision)
-        guards = {key for key, revision in outcome.guards.items() if revision != batch.guards[key]}
-        if guards:
-            # Up to the revision the conflict read each at (one deleted: the conflict's own).
-            revision = max(outcome.guards[key] or outcome.revision for key in guards)
-            await self._catch_up(revision, self._resources_caught_up)
-        # Only a request whose own machines or quota another writer changed conflicted; the
-        # others shared the failed transaction and are simply sent again. If the feed did
-        # not show the change in time, every request counts it, so retries stay bounded.
-        conflicted = [
-            request.entitlement.name in moved
-            or not guards.isdisjoint(request.guards)
-            or self._changed_since(snapshot, batch.base)
-            for request, snapshot in zip(batch.planned, batch.snapshots, strict=True)
-        ]
-        for request, changed in zip(batch.planned, conflicted, strict=True):
-            assert request.choice is not None
-            request.conflicts += changed or not any(conflicted)
-            request.keep = request.choice.placements
-        self._queue[:0] = batch.planned
-        return None
-
-    def _changed_since(self, snapshot: Snapshot, base: dict[int, int]) -> bool:
-        """Whether another writer changed a row of `snapshot` after the batch's `base`."""
-        bases = np.fromiter((base[row] for row in snapshot.rows.tolist()), np.int64)
-        return bool((self._index.revision[snapshot.rows] > bases).any())
-
-    def _roll_back(self, batch: _Batch) -> None:
-        for snapshot in reversed(batch.snapshots):
-            self._index.roll_back(snapshot)
-
-    def _plan(self, request: _Request) -> Choice | None:
-        """The request's next attempt, or None when it is finished (and answered)."""
-        index, job = self._index, request.job
-        held = index.held(job.handle)
-        pending = [i for i in request.indexes if i not in held]
-        if not pending:
-            self._finish(request, {})
-            return None
-        if request.conflicts == self._max_attempts:
-            self._finish(
-                request,
-                dict.fromkeys(
-                    pending,
-                    f"gave up after {request.conflicts} conflicts: other allocators kept "
-                    "changing the chosen machines; retry later",
-                ),
-            )
-            return None
-        choice = Planner(index, self.cache, job, request.entitlement).choose(
-            pending, held, request.keep
-        )
-        if not choice.placements:
-            self._finish(request, choice.unplaced)
-            return None
-        self._stats.merged += sum(
-            1 for task, row in choice.placements.items() if request.keep.get(task) == row
-        )
-        request.choice = choice
-        return choice
-
-    def _finish(self, request: _Request, unplaced: dict[int, str]) -> None:
-        where = self._index.held(request.job.handle)
-        ids = self._index.ids
-        result = PlaceResult(
-            [(i, ids[where[i]]) for i in request.indexes if i in where],
-            [(i, unplaced[i]) for i in request.indexes if i not in where and i in unplaced],
-            request.attempts,
-            request.conflicts,
-        )
-        _UNPLACED.inc(len(result.unplaced))
-        request.done.set_result(result)
-
-    async def _catch_up(
-        self, revision: int, caught_up: Callable[[int], Awaitable[None]] | None = None
-    ) -> None:
-        """Waits until the index shows every change up to `revision` (of the allocation
-        records, or of what `caught_up` waits for); on a timeout the next attempt plans on
-        what the index has, and its compares still protect the machines."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_CATCH_UP_S):
-                await (caught_up or self._caught_up)(revision)
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None
@@ -614,32 +362,6 @@ class Engine:
             raise CorruptRecord(
                 f"the record of entitlement {name} is not valid: {problems_text(error)}"
             ) from None
-
-
-def place_tentatively(
-    index: AllocationIndex, job: Job, entitlement: Entitlement, choice: Choice
-) -> tuple[Snapshot, dict[int, list[Entry]]]:
-    """Shows a choice in the index for the plans after it; returns the touched rows' records
-    from before, and the allocation entries (key, value) to commit by row (with the record
-    `index.header_json(row)` of each)."""
-    shape = index.shape(job.spec.task.resources.model_dump(mode="json"))
-    joined = (
-        index.owners.code(entitlement.name),
-        NONE if entitlement.host_profile is None else index.profiles.code(entitlement.host_profile),
-        math.nan,
-    )
-    snapshot = index.place_tentatively(
-        job.handle, choice.placements, shape, joined if choice.joined else None
-    )
-    entitlement_name, job_name = job.spec.entitlement, job.spec.name
-    entries = {
-        row: [
-            (keys.allocation_entry(index.ids[row], entitlement_name, job_name, task), shape.json)
-            for task in tasks
-        ]
-        for row, tasks in tasks_by_row(choice.placements).items()
-    }
-    return snapshot, entries
 
 
 def _parse(job_handle: str) -> tuple[str, str]:
