@@ -7,10 +7,9 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pydantic
 
@@ -19,29 +18,24 @@ from tether.agent.executor import Executor, ProcessExecutor
 from tether.agent.logserver import log_server
 from tether.agent.profile import HostProfiles
 from tether.agent.settings import AgentSettings
-from tether.agent.workdir import AttemptFiles, ShimExit, ShimState, TaskRef, WorkDir
+from tether.agent.status import Attempt, StatusWriter
+from tether.agent.workdir import AttemptFiles, ShimExit, TaskRef, WorkDir
 from tether.aio import cancel_and_wait, every
 from tether.model import (
-    TERMINAL_STATES,
     AgentHeartbeat,
     Assignment,
     DesiredState,
     Machine,
     TaskState,
-    TaskStatus,
     from_json,
     to_json,
 )
 from tether.service import RegionError, Service, read_region
 from tether.store import (
-    Get,
     KeyValue,
-    Put,
     Store,
     StoreError,
-    key_exists,
     keys,
-    mod_revision_is,
 )
 from tether.store.lease import LeaseKeeper
 from tether.store.mirror import PrefixMirror
@@ -52,32 +46,6 @@ RETRY_S: Final = 0.5
 """Pause before registering again after the store failed."""
 KILL_BACKSTOP_S: Final = 5.0
 """Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
-STATUS_CAS_ATTEMPTS: Final = 5
-
-
-@dataclass(eq=False)
-class Attempt:
-    """One attempt this agent runs (or adopted), until its end has been reported."""
-
-    files: AttemptFiles
-    seen_at: float
-    """Monotonic time of the launch or adoption."""
-    state: ShimState | None = None
-    reported: TaskState | None = None
-    stop_sent_at: float | None = None
-    progress: float | None = None
-    """The steps the task last reported (at first, those its assignment resumes from)."""
-    progress_read_at: float = 0.0
-    """Monotonic time the executor was last asked for them."""
-    progress_reported: float | None = None
-
-    @property
-    def task(self) -> TaskRef:
-        return self.files.task
-
-    @property
-    def number(self) -> int:
-        return self.files.attempt
 
 
 class Agent(Service):
@@ -131,8 +99,7 @@ class Agent(Service):
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
         self._known: set[tuple[TaskRef, int]] = set()
         """Attempts that were started (or reported as never started) here: never start again."""
-        self._statuses: dict[str, _StoredStatus] = {}
-        """What the agent knows of the status keys of its tasks, by key."""
+        self._status = StatusWriter(store, machine.id)
         self._waiting: dict[TaskRef, tuple[int, str]] = {}
         """The attempt and message last reported for tasks waiting for a host profile switch."""
         self._wake = asyncio.Event()
@@ -421,7 +388,7 @@ class Agent(Service):
                 attempt.progress = assignment.progress  # adopted: resumed from there
             if time.monotonic() - attempt.progress_read_at >= self._settings.progress_interval_s:
                 self._read_progress(attempt)
-            await self._report(attempt, TaskState.RUNNING, allow_create=True)
+            await self._status.write(attempt, TaskState.RUNNING, allow_create=True)
 
     def _stop(self, attempt: Attempt) -> None:
         """Asks the shim to stop the task; kills both when the shim does not manage to."""
@@ -462,7 +429,7 @@ class Agent(Service):
             state = TaskState.EXITED
         else:
             state = TaskState.FAILED
-        await self._report(
+        await self._status.write(
             attempt,
             state,
             allow_create=False,
@@ -483,7 +450,7 @@ class Agent(Service):
 
     async def _launch(self, task: TaskRef, assignment: Assignment) -> None:
         attempt = self._attempt(task, assignment)
-        if not await self._report(attempt, TaskState.STARTING, allow_create=True):
+        if not await self._status.write(attempt, TaskState.STARTING, allow_create=True):
             # The status already describes a newer attempt, or the task is gone: this
             # assignment is stale.
             return
@@ -529,13 +496,13 @@ class Agent(Service):
         if self._waiting.get(task) == (assignment.attempt, message):
             return
         attempt = self._attempt(task, assignment)
-        await self._report(attempt, TaskState.PLACED, allow_create=True, message=message)
+        await self._status.write(attempt, TaskState.PLACED, allow_create=True, message=message)
         self._waiting[task] = (assignment.attempt, message)
 
     async def _report_never_started(self, task: TaskRef, assignment: Assignment) -> None:
         """An attempt stopped before it ever ran here is `killed`, so the scheduler can let go."""
         attempt = self._attempt(task, assignment)
-        await self._report(
+        await self._status.write(
             attempt,
             TaskState.KILLED,
             allow_create=True,
@@ -546,131 +513,16 @@ class Agent(Service):
 
     # --- status ------------------------------------------------------------------------------
 
-    async def _report(
-        self, attempt: Attempt, state: TaskState, *, allow_create: bool, **fields: Any
-    ) -> bool:
-        """Writes the attempt's status unless the status key has moved on or the task is gone;
-        returns whether the key now describes this attempt in `state`.
-
-        `allow_create` lets the write replace a missing status or an older attempt's; without
-        it the key must already describe this attempt (so that a status the scheduler deleted
-        is not brought back). Nothing is written for a state already reported.
-
-        Each write compares the key's revision with what the agent believes it to be: the
-        status it wrote last, or for a new task a missing key. A wrong belief costs nothing
-        extra, as the failed write reads the key in the same round trip; a decision not to
-        write is only ever taken on a fresh read.
-        """
-        if attempt.reported is state and attempt.progress_reported == attempt.progress:
-            return True
-        task = attempt.task
-        key = keys.task_status(task.entitlement, task.job, task.index)
-        message = fields.get("message", "")
-        stored = self._statuses.get(key)
-        fresh = stored is None and not allow_create
-        if stored is None:
-            stored = _read_status(await self._store.get(key)) if fresh else _StoredStatus(0)
-        for _ in range(STATUS_CAS_ATTEMPTS):
-            same = (
-                stored.attempt,
-                stored.machine,
-                stored.state,
-                stored.message,
-                stored.progress,
-            ) == (attempt.number, self.machine.id, state, message, attempt.progress)
-            if same or not self._may_write(stored, attempt.number, allow_create):
-                if not fresh:
-                    stored, fresh = _read_status(await self._store.get(key)), True
-                    continue
-                # Written already, or not ours to write (another attempt's now): either way,
-                # nothing to try again for these steps.
-                attempt.reported, attempt.progress_reported = state, attempt.progress
-                return same
-            shim_state = attempt.state
-            status = TaskStatus(
-                job=f"{task.entitlement}/{task.job}",
-                index=task.index,
-                machine=self.machine.id,
-                attempt=attempt.number,
-                state=state,
-                pid=shim_state.pid if shim_state else None,
-                limits=shim_state.limits if shim_state else "",
-                started_at=shim_state.started_at if shim_state else None,
-                progress=attempt.progress,
-                updated_at=datetime.now(UTC),
-                **fields,
-            )
-            # The task's record must still exist: the scheduler deletes it with its status in
-            # one transaction, and a status written after that would outlive the task.
-            task_key = keys.task(task.entitlement, task.job, task.index)
-            result = await self._store.txn(
-                [mod_revision_is(key, stored.mod_revision), key_exists(task_key)],
-                [Put(key, to_json(status))],
-                [Get(key), Get(task_key)],
-            )
-            if result.succeeded:
-                self._statuses[key] = _StoredStatus(
-                    result.revision,
-                    attempt.number,
-                    self.machine.id,
-                    state,
-                    message,
-                    status.progress,
-                )
-                attempt.reported, attempt.progress_reported = state, status.progress
-                return True
-            if not result.kvs(1):
-                return False  # the task is gone: nothing to report, nothing to start
-            stored, fresh = _read_status(result.kv(0)), True
-        _log.warning("status of %s kept changing; will report %s later", task.task_id, state)
-        return False
-
-    def _may_write(self, current: _StoredStatus, attempt: int, allow_create: bool) -> bool:
-        if current.attempt != attempt or current.machine != self.machine.id:
-            return allow_create and (current.attempt is None or current.attempt < attempt)
-        return current.state not in TERMINAL_STATES
-
     def _forget_status(self, task: TaskRef) -> None:
         """Drops what the agent knows of the task's status once it neither runs nor is wanted
         here (it may come back: then the first write reads the key)."""
         if task not in self._attempts and task not in self._desired:
-            self._statuses.pop(keys.task_status(task.entitlement, task.job, task.index), None)
-
-
-@dataclass(frozen=True, slots=True)
-class _StoredStatus:
-    """What deciding to write a task's status needs of the stored one: the key's mod revision
-    (0: missing) and, when it holds a valid status, that status's identity and state."""
-
-    mod_revision: int
-    attempt: int | None = None
-    machine: str = ""
-    state: TaskState | None = None
-    message: str = ""
-    progress: float | None = None
+            self._status.forget(task)
 
 
 def _steps(steps: float) -> str:
     """Steps as a task reads them: an integer without a fraction."""
     return str(int(steps)) if steps.is_integer() else repr(steps)
-
-
-def _read_status(kv: KeyValue | None) -> _StoredStatus:
-    if kv is None:
-        return _StoredStatus(0)
-    try:
-        status = from_json(TaskStatus, kv.value, stored=True)
-    except pydantic.ValidationError as error:
-        _log.warning("replacing malformed status %s: %s", kv.key, error)
-        return _StoredStatus(kv.mod_revision)
-    return _StoredStatus(
-        kv.mod_revision,
-        status.attempt,
-        status.machine,
-        status.state,
-        status.message,
-        status.progress,
-    )
 
 
 def _with_profile(machine: Machine, profile: str | None) -> Machine:
