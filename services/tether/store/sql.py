@@ -18,11 +18,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from tether.aio import cancel_and_wait
 from tether.config import StoreSettings
@@ -31,7 +30,6 @@ from tether.store.base import (
     Compare,
     Delete,
     DeleteResult,
-    EventType,
     Get,
     KeyValue,
     LeaseNotFound,
@@ -46,130 +44,33 @@ from tether.store.base import (
     TxnResult,
     Watch,
     WatchEvent,
-    prefix_end,
 )
 from tether.store.sql_probe import Housekeeping, ProbeBusy, SqliteProbe
+from tether.store.sql_tables import (
+    DELETE_EVENT,
+    PUT_EVENT,
+    RevisionWriter,
+    event_from_row,
+    events_table,
+    kv_from_row,
+    kv_table,
+    leases_table,
+    make_engine,
+    meta_table,
+    metadata,
+    sqlite_path,
+    under,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_PUT, _DELETE = 0, 1
 _WATCH_BATCH = 1_000
 _REAPER_INTERVAL_S = 0.25
 _EXPIRE_BATCH = 500
 # Lease ids are random 63-bit integers, like etcd's, so ids from many processes never collide.
 _LEASE_ID_BITS = 62
-
-metadata = sa.MetaData()
-meta_table = sa.Table(
-    "tether_meta",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("revision", sa.BigInteger, nullable=False),
-    sa.Column("compacted", sa.BigInteger, nullable=False),
-)
-kv_table = sa.Table(
-    "tether_kv",
-    metadata,
-    # Keys are bytes so that ordering is bytewise on every database, as in etcd.
-    sa.Column("key", sa.LargeBinary, primary_key=True),
-    sa.Column("value", sa.LargeBinary, nullable=False),
-    sa.Column("create_revision", sa.BigInteger, nullable=False),
-    sa.Column("mod_revision", sa.BigInteger, nullable=False),
-    sa.Column("version", sa.BigInteger, nullable=False),
-    sa.Column("lease", sa.BigInteger, nullable=False, index=True),
-)
-events_table = sa.Table(
-    "tether_events",
-    metadata,
-    sa.Column("revision", sa.BigInteger, primary_key=True),
-    sa.Column("sub", sa.Integer, primary_key=True),  # order of the change within its revision
-    sa.Column("key", sa.LargeBinary, nullable=False),
-    sa.Column("type", sa.SmallInteger, nullable=False),
-    sa.Column("value", sa.LargeBinary, nullable=False),
-    sa.Column("create_revision", sa.BigInteger, nullable=False),
-    sa.Column("version", sa.BigInteger, nullable=False),
-    sa.Column("lease", sa.BigInteger, nullable=False),
-    sa.Index("tether_events_key_revision", "key", "revision", unique=True),
-)
-leases_table = sa.Table(
-    "tether_leases",
-    metadata,
-    sa.Column("id", sa.BigInteger, primary_key=True),
-    sa.Column("ttl", sa.Integer, nullable=False),
-    sa.Column("expires_at", sa.Float, nullable=False, index=True),
-)
-
-
-def _under(column: sa.ColumnElement[bytes], prefix: str) -> sa.ColumnElement[bool]:
-    """`column` holds a key under `prefix`."""
-    low, high = prefix.encode(), prefix_end(prefix)
-    if high == b"\0":
-        return column >= low
-    return sa.and_(column >= low, column < high)
-
-
-def _kv_from_row(row: Any) -> KeyValue:
-    return KeyValue(
-        key=row.key.decode(),
-        value=bytes(row.value),
-        create_revision=row.create_revision,
-        mod_revision=row.mod_revision,
-        version=row.version,
-        lease=row.lease,
-    )
-
-
-def _event_from_row(row: Any) -> WatchEvent:
-    if row.type == _DELETE:
-        return WatchEvent(EventType.DELETE, KeyValue(row.key.decode(), b"", 0, row.revision, 0, 0))
-    kv = KeyValue(
-        row.key.decode(),
-        bytes(row.value),
-        row.create_revision,
-        row.revision,
-        row.version,
-        row.lease,
-    )
-    return WatchEvent(EventType.PUT, kv)
-
-
-def _sqlite_path(url: str) -> Path | None:
-    parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database:
-        return None
-    if parsed.database == ":memory:":
-        raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
-    return Path(parsed.database)
-
-
-def _make_engine(url: str, path: Path | None) -> Engine:
-    """The engine for `url`, whose SQLite file is `path` (None: not SQLite)."""
-    if path is None:
-        return sa.create_engine(url, pool_size=8, pool_pre_ping=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": 60}, pool_size=8
-    )
-
-    @sa.event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # Take transaction control away from the driver so that writes can BEGIN IMMEDIATE.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode loses nothing when a process crashes (only on power loss).
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=60000")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(connection: Connection) -> None:
-        write = connection.get_execution_options().get("tether_write", False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-    return engine
 
 
 class SqlStore(Store):
@@ -178,8 +79,8 @@ class SqlStore(Store):
     def __init__(self, url: str, settings: StoreSettings | None = None) -> None:
         self.url = url
         self._settings = settings or StoreSettings(TETHER_STORE=url)
-        path = _sqlite_path(url)
-        self._engine = _make_engine(url, path)
+        path = sqlite_path(url)
+        self._engine = make_engine(url, path)
         self._is_sqlite = self._engine.dialect.name == "sqlite"
         # One writer per process at a time: SQLite's own busy wait sleeps far too long.
         self._write_lock = threading.Lock()
@@ -323,7 +224,7 @@ class SqlStore(Store):
                 row = conn.execute(
                     sa.select(kv_table).where(kv_table.c.key == key.encode())
                 ).first()
-                return None if row is None else _kv_from_row(row)
+                return None if row is None else kv_from_row(row)
 
         return await self._run(read)
 
@@ -360,12 +261,12 @@ class SqlStore(Store):
     def _range_current(
         conn: Connection, prefix: str, start_after: str | None, limit: int
     ) -> list[KeyValue]:
-        query = sa.select(kv_table).where(_under(kv_table.c.key, prefix)).order_by(kv_table.c.key)
+        query = sa.select(kv_table).where(under(kv_table.c.key, prefix)).order_by(kv_table.c.key)
         if start_after is not None:
             query = query.where(kv_table.c.key > start_after.encode())
         if limit:
             query = query.limit(limit + 1)
-        return [_kv_from_row(row) for row in conn.execute(query)]
+        return [kv_from_row(row) for row in conn.execute(query)]
 
     @staticmethod
     def _range_at(
@@ -373,7 +274,7 @@ class SqlStore(Store):
     ) -> list[KeyValue]:
         e = events_table.c
         latest = sa.select(e.key, sa.func.max(e.revision).label("revision")).where(
-            _under(events_table.c.key, prefix), e.revision <= revision
+            under(events_table.c.key, prefix), e.revision <= revision
         )
         if start_after is not None:
             latest = latest.where(e.key > start_after.encode())
@@ -388,17 +289,17 @@ class SqlStore(Store):
                 e.lease,
             )
             .join(latest_sq, sa.and_(e.key == latest_sq.c.key, e.revision == latest_sq.c.revision))
-            .where(e.type == _PUT)
+            .where(e.type == PUT_EVENT)
             .order_by(e.key)
         )
         if limit:
             query = query.limit(limit + 1)
-        return [_kv_from_row(row) for row in conn.execute(query)]
+        return [kv_from_row(row) for row in conn.execute(query)]
 
     async def count(self, prefix: str) -> int:
         def read() -> int:
             with self._read() as conn:
-                query = sa.select(sa.func.count()).where(_under(kv_table.c.key, prefix))
+                query = sa.select(sa.func.count()).where(under(kv_table.c.key, prefix))
                 return int(conn.execute(query).scalar_one())
 
         return await self._run(read)
@@ -426,7 +327,7 @@ class SqlStore(Store):
                 if compare.key not in current:
                     current[compare.key] = self._get_for_update(conn, compare.key)
             succeeded = all(compare.holds_for(current[compare.key]) for compare in compares)
-            writer = _RevisionWriter(conn, revision + 1)
+            writer = RevisionWriter(conn, revision + 1)
             results: list[OpResult] = []
             for op in success if succeeded else failure:
                 results.append(self._apply(conn, writer, op, revision))
@@ -436,9 +337,9 @@ class SqlStore(Store):
     @staticmethod
     def _get_for_update(conn: Connection, key: str) -> KeyValue | None:
         row = conn.execute(sa.select(kv_table).where(kv_table.c.key == key.encode())).first()
-        return None if row is None else _kv_from_row(row)
+        return None if row is None else kv_from_row(row)
 
-    def _apply(self, conn: Connection, writer: _RevisionWriter, op: Op, revision: int) -> OpResult:
+    def _apply(self, conn: Connection, writer: RevisionWriter, op: Op, revision: int) -> OpResult:
         if isinstance(op, Get):
             writer.flush()
             if op.prefix:
@@ -464,7 +365,7 @@ class SqlStore(Store):
             keys = [
                 row.key
                 for row in conn.execute(
-                    sa.select(kv_table.c.key).where(_under(kv_table.c.key, op.key))
+                    sa.select(kv_table.c.key).where(under(kv_table.c.key, op.key))
                 )
             ]
         else:
@@ -533,7 +434,7 @@ class SqlStore(Store):
     def _expire_sync(self, leases: list[int]) -> int:
         """Deletes the leases and their keys in one revision; returns the store revision."""
         with self._write() as (conn, revision, _compacted):
-            writer = _RevisionWriter(conn, revision + 1)
+            writer = RevisionWriter(conn, revision + 1)
             keys = [
                 row.key
                 for row in conn.execute(
@@ -602,7 +503,7 @@ class SqlStore(Store):
             )
             conn.execute(
                 events_table.delete().where(
-                    e.revision < revision, sa.or_(e.type == _DELETE, superseded)
+                    e.revision < revision, sa.or_(e.type == DELETE_EVENT, superseded)
                 )
             )
             conn.execute(meta_table.update().values(compacted=revision))
@@ -619,7 +520,7 @@ class SqlStore(Store):
             e = events_table.c
             query = (
                 sa.select(events_table)
-                .where(e.revision >= start, _under(events_table.c.key, prefix))
+                .where(e.revision >= start, under(events_table.c.key, prefix))
                 .order_by(e.revision, e.sub)
             )
             rows = conn.execute(query.limit(_WATCH_BATCH)).all()
@@ -636,7 +537,7 @@ class SqlStore(Store):
             for row in rows:
                 if not revisions or revisions[-1][0].revision != row.revision:
                     revisions.append([])
-                revisions[-1].append(_event_from_row(row))
+                revisions[-1].append(event_from_row(row))
             return revisions, int(current)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -651,91 +552,6 @@ class SqlStore(Store):
             self._probe.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
         self._executor.shutdown(wait=True)
-
-
-class _RevisionWriter:
-    """Applies the changes of one transaction under one new revision, etcd-style.
-
-    Puts are buffered and written in bulk (one read of the existing rows, one executemany per
-    table); the buffer is flushed before any other operation so later ones see earlier writes.
-    """
-
-    def __init__(self, conn: Connection, revision: int) -> None:
-        self._conn = conn
-        self.revision = revision
-        self._events: list[dict[str, Any]] = []
-        self._puts: list[Put] = []
-
-    @property
-    def changed(self) -> bool:
-        return bool(self._events or self._puts)
-
-    def _event(
-        self, key: bytes, type_: int, value: bytes, create: int, version: int, lease: int
-    ) -> None:
-        self._events.append(
-            {
-                "revision": self.revision,
-                "sub": len(self._events),
-                "key": key,
-                "type": type_,
-                "value": value,
-                "create_revision": create,
-                "version": version,
-                "lease": lease,
-            }
-        )
-
-    def put(self, op: Put) -> None:
-        self._puts.append(op)
-
-    def flush(self) -> None:
-        if not self._puts:
-            return
-        puts, self._puts = self._puts, []
-        raw_keys = [op.key.encode() for op in puts]
-        existing: dict[bytes, tuple[int, int]] = {}
-        for start in range(0, len(raw_keys), 500):
-            rows = self._conn.execute(
-                sa.select(kv_table.c.key, kv_table.c.create_revision, kv_table.c.version).where(
-                    kv_table.c.key.in_(raw_keys[start : start + 500])
-                )
-            )
-            existing.update((bytes(row.key), (row.create_revision, row.version)) for row in rows)
-        inserts: list[dict[str, Any]] = []
-        updates: list[dict[str, Any]] = []
-        for op, raw in zip(puts, raw_keys, strict=True):
-            create, version = existing.get(raw, (self.revision, 0))
-            row = {"value": op.value, "version": version + 1, "lease": op.lease}
-            if raw in existing:
-                updates.append({"k": raw, **row})
-            else:
-                inserts.append({"key": raw, "create_revision": create, **row})
-            self._event(raw, _PUT, op.value, create, version + 1, op.lease)
-        if inserts:
-            self._conn.execute(kv_table.insert().values(mod_revision=self.revision), inserts)
-        if updates:
-            self._conn.execute(
-                kv_table.update()
-                .where(kv_table.c.key == sa.bindparam("k"))
-                .values(mod_revision=self.revision),
-                updates,
-            )
-
-    def delete(self, keys: list[bytes]) -> None:
-        self.flush()
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            self._conn.execute(kv_table.delete().where(kv_table.c.key.in_(chunk)))
-            for key in chunk:
-                self._event(key, _DELETE, b"", 0, 0, 0)
-
-    def finish(self) -> int:
-        self.flush()
-        if self._events:
-            self._conn.execute(events_table.insert(), self._events)
-            self._conn.execute(meta_table.update().values(revision=self.revision))
-        return self.revision
 
 
 def _reject_duplicate_writes(ops: Sequence[Op]) -> None:

@@ -1,0 +1,209 @@
+"""The embedded store's tables, its engine, and the rows it reads and writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from tether.store.base import EventType, KeyValue, Put, StoreError, WatchEvent, prefix_end
+
+PUT_EVENT, DELETE_EVENT = 0, 1
+"""The `type` of an event row."""
+
+metadata = sa.MetaData()
+meta_table = sa.Table(
+    "tether_meta",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("revision", sa.BigInteger, nullable=False),
+    sa.Column("compacted", sa.BigInteger, nullable=False),
+)
+kv_table = sa.Table(
+    "tether_kv",
+    metadata,
+    # Keys are bytes so that ordering is bytewise on every database, as in etcd.
+    sa.Column("key", sa.LargeBinary, primary_key=True),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("create_revision", sa.BigInteger, nullable=False),
+    sa.Column("mod_revision", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("lease", sa.BigInteger, nullable=False, index=True),
+)
+events_table = sa.Table(
+    "tether_events",
+    metadata,
+    sa.Column("revision", sa.BigInteger, primary_key=True),
+    sa.Column("sub", sa.Integer, primary_key=True),  # order of the change within its revision
+    sa.Column("key", sa.LargeBinary, nullable=False),
+    sa.Column("type", sa.SmallInteger, nullable=False),
+    sa.Column("value", sa.LargeBinary, nullable=False),
+    sa.Column("create_revision", sa.BigInteger, nullable=False),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("lease", sa.BigInteger, nullable=False),
+    sa.Index("tether_events_key_revision", "key", "revision", unique=True),
+)
+leases_table = sa.Table(
+    "tether_leases",
+    metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("ttl", sa.Integer, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False, index=True),
+)
+
+
+def under(column: sa.ColumnElement[bytes], prefix: str) -> sa.ColumnElement[bool]:
+    """`column` holds a key under `prefix`."""
+    low, high = prefix.encode(), prefix_end(prefix)
+    if high == b"\0":
+        return column >= low
+    return sa.and_(column >= low, column < high)
+
+
+def kv_from_row(row: Any) -> KeyValue:
+    return KeyValue(
+        key=row.key.decode(),
+        value=bytes(row.value),
+        create_revision=row.create_revision,
+        mod_revision=row.mod_revision,
+        version=row.version,
+        lease=row.lease,
+    )
+
+
+def event_from_row(row: Any) -> WatchEvent:
+    if row.type == DELETE_EVENT:
+        return WatchEvent(EventType.DELETE, KeyValue(row.key.decode(), b"", 0, row.revision, 0, 0))
+    kv = KeyValue(
+        row.key.decode(),
+        bytes(row.value),
+        row.create_revision,
+        row.revision,
+        row.version,
+        row.lease,
+    )
+    return WatchEvent(EventType.PUT, kv)
+
+
+def sqlite_path(url: str) -> Path | None:
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    if parsed.database == ":memory:":
+        raise StoreError("an in-memory SQLite store cannot be shared; give a file path")
+    return Path(parsed.database)
+
+
+def make_engine(url: str, path: Path | None) -> Engine:
+    """The engine for `url`, whose SQLite file is `path` (None: not SQLite)."""
+    if path is None:
+        return sa.create_engine(url, pool_size=8, pool_pre_ping=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 60}, pool_size=8
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the driver so that writes can BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode loses nothing when a process crashes (only on power loss).
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        write = connection.get_execution_options().get("tether_write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+class RevisionWriter:
+    """Applies the changes of one transaction under one new revision, etcd-style.
+
+    Puts are buffered and written in bulk (one read of the existing rows, one executemany per
+    table); the buffer is flushed before any other operation so later ones see earlier writes.
+    """
+
+    def __init__(self, conn: Connection, revision: int) -> None:
+        self._conn = conn
+        self.revision = revision
+        self._events: list[dict[str, Any]] = []
+        self._puts: list[Put] = []
+
+    @property
+    def changed(self) -> bool:
+        return bool(self._events or self._puts)
+
+    def _event(
+        self, key: bytes, type_: int, value: bytes, create: int, version: int, lease: int
+    ) -> None:
+        self._events.append(
+            {
+                "revision": self.revision,
+                "sub": len(self._events),
+                "key": key,
+                "type": type_,
+                "value": value,
+                "create_revision": create,
+                "version": version,
+                "lease": lease,
+            }
+        )
+
+    def put(self, op: Put) -> None:
+        self._puts.append(op)
+
+    def flush(self) -> None:
+        if not self._puts:
+            return
+        puts, self._puts = self._puts, []
+        raw_keys = [op.key.encode() for op in puts]
+        existing: dict[bytes, tuple[int, int]] = {}
+        for start in range(0, len(raw_keys), 500):
+            rows = self._conn.execute(
+                sa.select(kv_table.c.key, kv_table.c.create_revision, kv_table.c.version).where(
+                    kv_table.c.key.in_(raw_keys[start : start + 500])
+                )
+            )
+            existing.update((bytes(row.key), (row.create_revision, row.version)) for row in rows)
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for op, raw in zip(puts, raw_keys, strict=True):
+            create, version = existing.get(raw, (self.revision, 0))
+            row = {"value": op.value, "version": version + 1, "lease": op.lease}
+            if raw in existing:
+                updates.append({"k": raw, **row})
+            else:
+                inserts.append({"key": raw, "create_revision": create, **row})
+            self._event(raw, PUT_EVENT, op.value, create, version + 1, op.lease)
+        if inserts:
+            self._conn.execute(kv_table.insert().values(mod_revision=self.revision), inserts)
+        if updates:
+            self._conn.execute(
+                kv_table.update()
+                .where(kv_table.c.key == sa.bindparam("k"))
+                .values(mod_revision=self.revision),
+                updates,
+            )
+
+    def delete(self, keys: list[bytes]) -> None:
+        self.flush()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            self._conn.execute(kv_table.delete().where(kv_table.c.key.in_(chunk)))
+            for key in chunk:
+                self._event(key, DELETE_EVENT, b"", 0, 0, 0)
+
+    def finish(self) -> int:
+        self.flush()
+        if self._events:
+            self._conn.execute(events_table.insert(), self._events)
+            self._conn.execute(meta_table.update().values(revision=self.revision))
+        return self.revision
