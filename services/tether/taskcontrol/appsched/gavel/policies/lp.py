@@ -240,19 +240,29 @@ class Solver:
         only in where jobs run; a vertex among them puts jobs wholly on one type or another by
         an accident of pivoting (and Gavel's interior-point solver returns the middle one).
         Should the interior-point method stop short of an optimum it can vouch for, the
-        simplex method's vertex it is."""
+        simplex method's vertex it is. A run from the last one's basis can end without a
+        verdict (HiGHS's "Unknown", met once in a long simulation); the program is then solved
+        again from scratch."""
+        highs, optimal = self._highs, highspy.HighsModelStatus.kOptimal
+        status = self._solve(central)
+        if status != optimal and central:
+            status = self._solve(False)
+        if status != optimal:
+            highs.clearSolver()
+            status = self._solve(False)
+        if status != optimal:
+            raise NoSolution(
+                f"HiGHS found no optimal allocation: {highs.modelStatusToString(status)}"
+            )
+        solution: F64 = np.clip(np.asarray(highs.getSolution().col_value), 0.0, None)
+        return solution
+
+    def _solve(self, central: bool) -> highspy.HighsModelStatus:
         highs = self._highs
         highs.setOptionValue("solver", "ipm" if central else "simplex")
         highs.setOptionValue("run_crossover", "off" if central else "on")
         # Presolve may settle the program itself, at a vertex.
         highs.setOptionValue("presolve", "off" if central else "choose")
         highs.run()
-        status = highs.getModelStatus()
-        if central and status != highspy.HighsModelStatus.kOptimal:
-            return self.run()
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise NoSolution(
-                f"HiGHS found no optimal allocation: {highs.modelStatusToString(status)}"
-            )
-        solution: F64 = np.clip(np.asarray(highs.getSolution().col_value), 0.0, None)
-        return solution
+        status: highspy.HighsModelStatus = highs.getModelStatus()
+        return status
