@@ -25,7 +25,8 @@ from tether.scheduler.settings import SchedulerSettings
 from tether.store import EventType, Store, keys, open_store
 
 SHARD = "shard-0"
-FAST = SchedulerSettings(lease_ttl_s=2, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
+# The only replica: a long lease keeps a loaded machine's stall from ending its term mid-test.
+FAST = SchedulerSettings(lease_ttl_s=10, resync_s=0.5, place_retry_s=0.3, allocator_timeout_s=3)
 
 
 @pytest.fixture
