@@ -111,7 +111,7 @@ class GroupCommit:
     ) -> None:
         self._store = store
         self._index = index
-        self.cache = cache
+        self._cache = cache
         self._writer = writer
         self._max_attempts = max_attempts
         self._writing = writing
@@ -310,7 +310,7 @@ class GroupCommit:
                 ),
             )
             return None
-        choice = Planner(index, self.cache, job, request.entitlement).choose(
+        choice = Planner(index, self._cache, job, request.entitlement).choose(
             pending, held, request.keep
         )
         if not choice.placements:

@@ -89,6 +89,7 @@ from tether.model.region_state import (
 from tether.model.resources import ZERO, InsufficientResources, ResourceOverflow, Resources
 from tether.model.task import (
     ALLOWED_TRANSITIONS,
+    FINISHED_STATES,
     ON_MACHINE_STATES,
     TERMINAL_STATES,
     Assignment,
@@ -112,6 +113,7 @@ __all__ = [
     "DEFAULT_REGION_FILE",
     "DEFAULT_STATE_DIR",
     "DRAIN_KINDS",
+    "FINISHED_STATES",
     "GPU_TYPE_ATTRIBUTE",
     "JOB_HANDLE_RULE",
     "MAX_MAINTENANCE_S",

@@ -33,6 +33,10 @@ TERMINAL_STATES: Final = frozenset(
 )
 """States in which the task's process no longer runs."""
 
+FINISHED_STATES: Final = frozenset({TaskState.EXITED, TaskState.FAILED, TaskState.KILLED})
+"""States an agent reports when an attempt ended: it runs nothing more for that attempt (LOST is
+the scheduler's word for a task whose machine went down, not an agent's)."""
+
 ON_MACHINE_STATES: Final = frozenset({TaskState.PLACED, TaskState.STARTING, TaskState.RUNNING})
 """States in which the task holds resources on its machine."""
 

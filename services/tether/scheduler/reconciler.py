@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from tether.model import (
+    FINISHED_STATES,
     TERMINAL_STATES,
     DesiredState,
     Job,
@@ -33,8 +34,6 @@ from tether.scheduler.plan import (
     reported_progress,
 )
 
-FINISHED: Final = frozenset({TaskState.EXITED, TaskState.FAILED, TaskState.KILLED})
-"""Statuses after which the agent runs nothing for that attempt any more."""
 FENCE_MARGIN_S: Final = 2.0
 """Added to the fencing period before an at-most-once task of a down machine runs elsewhere:
 for the clocks of the health checker's and the scheduler's hosts, and the agent's poll."""
@@ -67,11 +66,11 @@ def _plan_task(
     machine_down = task.machine is not None and _is_down(
         view.machines.get(task.machine), known=view.machines_revision >= stored.revision
     )
-    if machine_down and job.spec.at_most_once and not (status and status.state in FINISHED):
+    if machine_down and job.spec.at_most_once and not (status and status.state in FINISHED_STATES):
         _plan_reclaim(view, stored, now, plan)
         return
     if job.deleting or task.index >= view.live_count:
-        if task.machine is None or machine_down or (status and status.state in FINISHED):
+        if task.machine is None or machine_down or (status and status.state in FINISHED_STATES):
             # Preempted or suspended (not scaled down): it will run again, from its progress.
             preempted = not job.deleting and task.index < job.spec.count
             plan.release.append(
@@ -94,7 +93,7 @@ def _plan_task(
                 TaskWrite(task.index, stored.revision, stopped, assignment(job, stopped, progress))
             )
         return
-    if task.machine is None and task.state in FINISHED:
+    if task.machine is None and task.state in FINISHED_STATES:
         return  # a batch task done for good
     if machine_down:
         plan.release.append(
@@ -108,7 +107,7 @@ def _plan_task(
         # the agent never confuses it with the stopping one.
         progress = reported_progress(view, task.index)
         plan.writes.append(incarnation(job, stored, task.restarts, "resumed", now, progress))
-    elif status is not None and status.state in FINISHED:
+    elif status is not None and status.state in FINISHED_STATES:
         _plan_restart(job, stored, status, now, plan)
 
 
@@ -221,9 +220,9 @@ def _outcome(status: TaskStatus) -> str:
 def finished_for_good(job: Job, task: Task, status: TaskStatus | None) -> bool:
     """Whether the task's process ended and it will not be restarted: done, or given up."""
     if task.machine is None:
-        return task.state in FINISHED
+        return task.state in FINISHED_STATES
     current = current_status(task, status)
-    if current is None or current.state not in FINISHED:
+    if current is None or current.state not in FINISHED_STATES:
         return False
     if not wants_restart(job, current.state):
         return True

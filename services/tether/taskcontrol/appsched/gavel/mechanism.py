@@ -156,6 +156,7 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
                 owed.append((rank, kind, index))
     owed.sort(key=lambda entry: entry[0], reverse=True)
     chosen: dict[str, str] = {}
+    on_type: dict[str, list[int]] = {kind: [] for kind in problem.accelerators}  # job indexes
 
     def take(index: int, kind: str) -> bool:
         job, gang = problem.jobs[index], float(problem.scale_factors[index])
@@ -163,6 +164,7 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
             return False
         chosen[job] = kind
         free[kind] -= gang
+        on_type[kind].append(index)
         return True
 
     for _, kind, index in owed:
@@ -170,10 +172,6 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
     # Greedy order can strand a job whose allocated types the jobs before it took, when one
     # of those could have run on another type of its own allocation: move it there (one step
     # of an augmenting path), so that a round runs as much of the allocation as fits.
-    on_type: dict[str, list[int]] = {kind: [] for kind in problem.accelerators}
-    position = {job: index for index, job in enumerate(problem.jobs)}
-    for job, kind in chosen.items():
-        on_type[kind].append(position[job])
     for _, kind, index in owed:
         gang = float(problem.scale_factors[index])
         if problem.jobs[index] in chosen or free[kind] >= gang:
@@ -182,8 +180,7 @@ def choose(problem: Problem, ledger: Ledger, previous: Mapping[str, str]) -> dic
         if not any(room > 0 for other, room in free.items() if other != kind):
             continue
         _make_room(problem, runs, ledger, chosen, free, on_type, kind, gang)
-        if take(index, kind):
-            on_type[kind].append(index)
+        take(index, kind)
     for index, job in enumerate(problem.jobs):
         if job in chosen:
             continue

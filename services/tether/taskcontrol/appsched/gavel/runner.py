@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tether.model import GPU_TYPE_ATTRIBUTE
+from tether.model import FINISHED_STATES, GPU_TYPE_ATTRIBUTE, TaskState
 from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.sdk.errors import TetherError
 from tether.sdk.views import JobView, MachineView, TaskView
@@ -26,8 +26,6 @@ _log = logging.getLogger(__name__)
 
 STOP_POLL_S = 0.5
 """How often a round looks whether the jobs it suspended have stopped."""
-ENDED_STATES = ("exited", "failed", "killed")
-"""Task states after which nothing more runs, once the task is off its machine."""
 
 
 class Region(Protocol):
@@ -225,18 +223,16 @@ class GavelRunner:
         """Whether every task of the job is done for good: all exited, or ended and taken off
         their machines (a task that failed on its machine may yet be restarted there). A job
         whose task failed for good would otherwise hold accelerators round after round."""
-        if view.tasks.get("exited", 0) >= view.count:
+        if view.tasks.get(TaskState.EXITED, 0) >= view.count:
             return True
-        if sum(view.tasks.get(state, 0) for state in ENDED_STATES) < view.count:
+        if sum(view.tasks.get(state, 0) for state in FINISHED_STATES) < view.count:
             return False
         if any(task.machine is not None for task in self.region.list_tasks(view.handle)):
             return False
         _log.warning(
             "%s ended without finishing (%s); its accelerators go to the other jobs",
             view.handle,
-            ", ".join(
-                f"{view.tasks[state]} {state}" for state in ENDED_STATES if state in view.tasks
-            ),
+            ", ".join(f"{count} {state}" for state, count in sorted(view.tasks.items())),
         )
         return True
 
