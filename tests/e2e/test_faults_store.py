@@ -15,6 +15,7 @@ import pytest
 from tests.support.faults import dead_services, pids_by_index, read_key
 from tests.support.harness import (
     FAST_FENCING_S,
+    FAST_TIMINGS,
     LocalRegion,
     all_running,
     sleeper_job,
@@ -31,11 +32,15 @@ OUTAGE_S = 20.0
 FAST_503_S = 5.0
 """How long an API request may take to answer 503 while the store is gone (the SDK and the
 CLI give up after 10 s)."""
+HEALTH_GRACE_S = 10
+"""How long a machine's heartbeat may be missing before it is marked down. Longer than the
+fast 2 s: the leader the first test kills may cost the agents their 2 s leases (an election
+takes 1 to 2 s), and after the outage every service reconnects at once; an agent that
+registers again a few seconds late on a loaded machine must not have its tasks moved."""
 QUIET_S = 2 + 2 + 3
-"""How long a job's pids must stay the same before the outage test takes them: the leader the
-test before killed may have cost the agents their 2 s leases (an election takes 1 to 2 s), and
-a machine whose agent registers again late is marked down after the 2 s grace, its tasks moved
-and their old processes stopped a moment later (docs/faults.md, *A soak under faults*)."""
+"""How long a job's pids must stay the same before the outage test takes them: they must be
+the pids of tasks that outlived the first test's lost leases (docs/faults.md, *A soak under
+faults*)."""
 
 
 def settled_pids(client: httpx.Client, handle: str, count: int) -> dict[int, int]:
@@ -65,6 +70,7 @@ def region(cluster: EtcdCluster, tmp_path_factory: pytest.TempPathFactory) -> It
         tmp_path_factory.mktemp("store-faults") / "tether",
         store_args=["--store", cluster.url],
         agents=3,
+        timings=FAST_TIMINGS | {"TETHER_HEALTH_GRACE_S": str(HEALTH_GRACE_S)},
     )
     try:
         running.start()

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +132,16 @@ def test_killed_scheduler_leader_hands_over_and_tasks_keep_running(
     pids_before = {t["index"]: t["pid"] for t in tasks_of(client, "default/spread")}
 
     os.kill(leader.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
+    killed_at = datetime.now(UTC)
 
     def new_leader() -> ShardLeader | None:
         current = region.shard_leader(shard)
         return current if current is not None and current.pid != leader.pid else None
 
-    successor = wait_for(new_leader, timeout_s=15, what="the standby to lead", interval_s=0.1)
-    took = time.monotonic() - killed_at
+    successor = wait_for(new_leader, timeout_s=20, what="the standby to lead", interval_s=0.1)
+    # Measured by the successor's own stamp of its win, not by this test's polling, which
+    # opens a store connection per look and is slow on a loaded machine.
+    took = (successor.since - killed_at).total_seconds()
     assert took <= 3 + 2, f"the standby took {took:.1f} s to lead"
     assert successor.pid in region.service_pids().values()
 

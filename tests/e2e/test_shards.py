@@ -44,7 +44,9 @@ def client(region: LocalRegion) -> Iterator[httpx.Client]:
 def new_replicas(region: LocalRegion) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Two replicas of a shard the region does not have yet, as an operator would start them."""
     started = []
-    env = {**os.environ, **FAST_TIMINGS}
+    # A 15 s lease: nothing here waits one out (a failover deletes the leader key), and a
+    # loaded machine's stall must not elect anew between the test's views of the shard.
+    env = {**os.environ, **FAST_TIMINGS, "TETHER_SCHEDULER_LEASE_TTL_S": "15"}
     command = [sys.executable, "-m", "tether.cli.main", "scheduler", "--shard", NEW_SHARD]
     for replica in "ab":
         log = region.state_dir / "logs" / f"scheduler-{NEW_SHARD}-{replica}.log"

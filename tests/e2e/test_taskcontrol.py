@@ -269,7 +269,7 @@ def test_a_registration_lapses_unless_renewed_and_other_teams_cannot_register(
             admin = (("authorization", f"Bearer {region.token}"),)
             outsider = (("authorization", f"Bearer {outsider_token}"),)
             request = pb.RegisterRequest(
-                job_handle="default/anything", endpoint="127.0.0.1:9", ttl_seconds=1
+                job_handle="default/anything", endpoint="127.0.0.1:9", ttl_seconds=3
             )
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await registry.Register(request, metadata=outsider)
@@ -283,7 +283,7 @@ def test_a_registration_lapses_unless_renewed_and_other_teams_cannot_register(
                 for r in (await registry.List(listing, metadata=admin)).registrations
             }
             assert registered.registration_id in ids
-            # Nobody renews it: its lease lapses within a few seconds of its 1 s TTL.
+            # Nobody renews it: its lease lapses within a few seconds of its 3 s TTL.
             for _ in range(50):
                 await asyncio.sleep(0.2)
                 listed = await registry.List(listing, metadata=admin)

@@ -25,14 +25,21 @@ from tether.store import Store, keys, open_store
 
 
 class StallingDecider(Decider):
-    """A decider that waits `pause_s` between deciding and writing."""
+    """A decider that waits between deciding and writing: `pause_s`, or, once a test has set
+    `hold`, until that is set. `decided` is set when it has decided and waits to write."""
 
     def __init__(self, *args: Any, pause_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pause_s = pause_s
+        self.hold: asyncio.Event | None = None
+        self.decided = asyncio.Event()
 
     async def _write(self, decisions: list[Decision], seen: Mapping[str, int]) -> None:
-        await asyncio.sleep(self.pause_s)
+        self.decided.set()
+        if self.hold is None:
+            await asyncio.sleep(self.pause_s)
+        else:
+            await self.hold.wait()
         await super()._write(decisions, seen)
 
 

@@ -35,7 +35,7 @@ def heartbeat_of(machine: Machine) -> AgentHeartbeat:
 
 @asynccontextmanager
 async def heartbeating(
-    store: Store, machine: Machine, ttl_s: int = 1
+    store: Store, machine: Machine, ttl_s: int = 3
 ) -> AsyncIterator[LeaseKeeper]:
     """Puts `machine`'s heartbeat on a kept-alive lease, as an agent does; revokes it at the end
     unless the test already stopped the keeper."""

@@ -155,7 +155,8 @@ async def test_a_stalled_decider_cannot_admit_on_a_view_the_ledger_moved_past(
     async with open_store(etcd_server.url) as store, open_store(etcd_server.url) as other:
         await create_tree(store, org_of_two_teams(2))
         fast_state, fast = await start_decider(store, SHARD, "fast", 0.0)
-        slow_state, slow = await start_decider(other, SHARD, "slow", 0.5)
+        slow_state, slow = await start_decider(other, SHARD, "slow", 0.0)
+        slow.hold = asyncio.Event()
         try:
             for name, team in (("r1", "red"), ("b1", "blue")):
                 await submit(store, make_job(team, name, 2))
@@ -165,20 +166,21 @@ async def test_a_stalled_decider_cannot_admit_on_a_view_the_ledger_moved_past(
             b2 = await admission(store, "blue/b2")
             assert b2.state is AdmissionState.QUEUED
             # r1 ends: room for 2 tasks. The slow decider sees b2 as the only one waiting, and
-            # admits it (blue borrows red's idle quota); it writes half a second later.
+            # admits it (blue borrows red's idle quota); it writes once the test lets it.
             r1 = await read_job(store, "red/r1")
             await put(store, keys.job("red", "r1"), r1.model_copy(update={"deleting": True}))
             revision = await store.revision()
             for state in (fast_state, slow_state):
                 await state.jobs.mirror.wait_for(revision)
             stalled = asyncio.create_task(slow.decide_once())
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(slow.decided.wait(), 10)
             # Meanwhile r2 arrives, and the fast decider admits it within red's guarantee;
             # b2's reason is unchanged, so its record is not written.
             await submit(store, make_job("red", "r2", 2))
             revision = await store.revision()
             await fast_state.jobs.mirror.wait_for(revision)
             await fast.decide_once()
+            slow.hold.set()
             await stalled
             r2, b2 = await admission(store, "red/r2"), await admission(store, "blue/b2")
             assert (r2.state, r2.admitted) == (AdmissionState.ADMITTED, 2)

@@ -40,8 +40,9 @@ from tether.model import (
 from tether.store import Delete, Put, Store, keys, open_store
 
 ENT, JOB = "ent", "job"
-FENCING_S = 3.0
-"""The region's fencing period: above the tests' agent lease TTL (2 s), as agents require."""
+FENCING_S = 5.0
+"""The region's fencing period: above the tests' agent lease TTL (2 s), as agents require, and
+long enough that an agent started again on a loaded machine renews the fence in time."""
 HANDLE = f"{ENT}/{JOB}"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PRINT_ENV_AND_SLEEP = (
@@ -158,7 +159,7 @@ async def wait_gone(pid: int) -> None:
     async def ticks() -> int | None:
         return start_ticks(pid)
 
-    await eventually(ticks, lambda found: found is None, timeout_s=10, what=f"process {pid} to end")
+    await eventually(ticks, lambda found: found is None, timeout_s=15, what=f"process {pid} to end")
 
 
 async def fetch_log(address: str, index: int, **params: str | int) -> httpx.Response:

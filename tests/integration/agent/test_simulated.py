@@ -198,7 +198,11 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
         capacity=Resources(cpu=1000, memory_mib=1024),
         prefix="fleet",
     )
-    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "fleet"})
+    # A 4 s lease (under the fencing period): twelve agents starting on two cores must not let
+    # a shared lease lapse, which would grant a third.
+    settings = AgentSettings.model_validate(
+        SETTINGS | {"work_dir": tmp_path / "fleet", "lease_ttl_s": 4}
+    )
     progress: list[str] = []
     fleet = AgentFleet(
         machines,

@@ -185,12 +185,14 @@ async def test_maintenance_drains_its_machines_holds_them_for_the_window_and_ret
         await store.put(keys.machine(machine_id), to_json(make_machine(machine_id, dc=dc)))
     down = make_machine("m4").model_copy(update={"state": MachineState.DOWN})
     await store.put(keys.machine("m4"), to_json(down))
-    start = datetime.now(UTC) + timedelta(seconds=1.5)
+    # Seconds of room on each side: a broker that first saw the notice after its start, or a
+    # test stalled past its end, would skip a state.
+    start = datetime.now(UTC) + timedelta(seconds=3)
     notice = AdvanceNotice(
         id="n1",
         machines=["m1", "m3", "m4"],
         start=start,
-        duration_s=2,
+        duration_s=3,
         kind=MaintenanceKind.REBOOT,
     )
     await store.put(keys.maintenance("n1"), to_json(notice))

@@ -56,7 +56,7 @@ async def test_the_shard_view_shows_leader_standbys_lease_and_last_reconcile(
     api = region.api
     submitted = await api.post("/v1/jobs", headers=ALICE, json=job_spec("web", count=1))
     assert submitted.status_code == 201, submitted.text
-    async with replicas(store_url, "shard-0", "shard-0") as (first, second):
+    async with replicas(store_url, "shard-0", "shard-0", settings=STEADY) as (first, second):
         await eventually(lambda: _leading(first, second), timeout_s=10, what="a leader of shard-0")
 
         async def reported() -> dict[str, Any] | None:
@@ -72,7 +72,7 @@ async def test_the_shard_view_shows_leader_standbys_lease_and_last_reconcile(
         assert [s["identity"] for s in view["standbys"]] == [standby.election.identity]
         expires = datetime.fromisoformat(view["lease_expires_at"])
         now = datetime.now(UTC)
-        assert now < expires <= now + timedelta(seconds=FAST.lease_ttl_s + 1)
+        assert now < expires <= now + timedelta(seconds=STEADY.lease_ttl_s + 1)
         assert view["reconciles"] >= 1
         assert view["backlog"] is not None
         assert view["draining"] is False

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,10 @@ from tether.store import Store, keys, open_store
 SHARD = "shard-0"
 LEADER_KEY = keys.shard_leader(SHARD)
 TTL_S = 2
+"""The lease of replicas whose failover a test waits out."""
+STEADY_TTL_S = 10
+"""The lease of in-process replicas in tests that end a term themselves: a loaded machine's
+stall of a second or two must not end it first."""
 
 Spawn = Callable[[str], subprocess.Popen[bytes]]
 
@@ -80,16 +83,18 @@ async def test_standby_takes_over_when_the_leader_is_killed(
 
     await eventually(standing_by, timeout_s=30, what="the standby")
 
+    killed_at = datetime.now(UTC)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
-    killed_at = time.monotonic()
 
     async def survivor_leads() -> ShardLeader | None:
         now = await leader(store)
         return now if now is not None and now.pid == survivor.pid else None
 
-    await eventually(survivor_leads, timeout_s=TTL_S + 4, what="the standby leading")
-    assert time.monotonic() - killed_at <= TTL_S + 2
+    # Measured by the survivor's stamp of its win, not by when this test's polling saw it.
+    successor = await eventually(survivor_leads, timeout_s=TTL_S + 10, what="the standby leading")
+    took = (successor.since - killed_at).total_seconds()
+    assert took <= TTL_S + 2, f"the standby took {took:.1f} s to lead"
     assert await store.count(keys.SHARD_LEADERS) == 1
 
     # A clean stop revokes the lease: the key is gone as soon as the process has exited.
@@ -137,8 +142,8 @@ def pending_task() -> Task:
 
 
 async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
-    old = Election(store, SHARD, TTL_S, identity="old")
-    new = Election(store, SHARD, TTL_S, identity="new")
+    old = Election(store, SHARD, STEADY_TTL_S, identity="old")
+    new = Election(store, SHARD, STEADY_TTL_S, identity="new")
     try:
         old_term = await old.campaign()
         campaign = asyncio.create_task(new.campaign())
@@ -180,7 +185,7 @@ async def map_entitlement(store: Store, entitlement: str, shard: str) -> OwnedAt
 
 
 async def test_writes_for_a_moved_entitlement_are_fenced(store: Store) -> None:
-    election = Election(store, SHARD, TTL_S, identity="leader")
+    election = Election(store, SHARD, STEADY_TTL_S, identity="leader")
     try:
         term = await election.campaign()
         owned_at = await map_entitlement(store, "ads", SHARD)
@@ -204,8 +209,8 @@ async def test_writes_for_a_moved_entitlement_are_fenced(store: Store) -> None:
 
 
 async def test_every_replica_is_announced_and_a_deposed_leader_knows_it(store: Store) -> None:
-    first = Election(store, SHARD, TTL_S, identity="first")
-    second = Election(store, SHARD, TTL_S, identity="second")
+    first = Election(store, SHARD, STEADY_TTL_S, identity="first")
+    second = Election(store, SHARD, STEADY_TTL_S, identity="second")
     try:
         term = await first.campaign()
         campaign = asyncio.create_task(second.campaign())
