@@ -11,15 +11,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-import pydantic
-
 from tether import metrics
+from tether.agent.assignments import assignment_at, task_at, task_environment
 from tether.agent.executor import Executor, ProcessExecutor
+from tether.agent.fence import AttemptFence
 from tether.agent.logserver import log_server
 from tether.agent.profile import HostProfiles
+from tether.agent.registration import Registration, retried
 from tether.agent.settings import AgentSettings
 from tether.agent.status import Attempt, StatusWriter
-from tether.agent.workdir import AttemptFiles, ShimExit, TaskRef, WorkDir
+from tether.agent.workdir import ShimExit, TaskRef, WorkDir
 from tether.aio import cancel_and_wait, every
 from tether.model import (
     AgentHeartbeat,
@@ -27,23 +28,17 @@ from tether.model import (
     DesiredState,
     Machine,
     TaskState,
-    from_json,
-    to_json,
 )
 from tether.service import RegionError, Service, read_region
 from tether.store import (
-    KeyValue,
     Store,
     StoreError,
     keys,
 )
-from tether.store.lease import LeaseKeeper
 from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
 
-RETRY_S: Final = 0.5
-"""Pause before registering again after the store failed."""
 KILL_BACKSTOP_S: Final = 5.0
 """Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
 
@@ -85,15 +80,10 @@ class Agent(Service):
         self._profiles = HostProfiles(
             store, machine.id, settings, self.work_dir.host_profile, self._profile_switched
         )
-        self._keeper: LeaseKeeper | None = None
-        self._fencing_s = 0.0
-        """The region's fencing period, read at the start."""
-        self._held: set[AttemptFiles] = set()
-        """The at-most-once attempts the fence lets run."""
-        self._fence_lease = 0
-        """The lease whose renewals extend the fence: the current one, once the attempts it
-        holds were checked against the store after its heartbeat was put."""
-        self._fence_until = 0.0
+        self._fence = AttemptFence(self._executor)
+        self._registration = Registration(
+            store, settings.lease_ttl_s, self._heartbeat, self._fence.renewed
+        )
         self._desired: dict[TaskRef, Assignment] = {}
         """The valid assignments of this machine, by task, as of the mirror."""
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
@@ -124,14 +114,15 @@ class Agent(Service):
             self.address = f"http://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
         self.machine = _with_profile(self.machine, self._profiles.load())
-        self._fencing_s = (await read_region(self._store)).fencing_s
-        if self._fencing_s < self._settings.lease_ttl_s:
+        fencing_s = (await read_region(self._store)).fencing_s
+        if fencing_s < self._settings.lease_ttl_s:
             raise RegionError(
-                f"the region's fencing period ({self._fencing_s}s) is shorter than this "
+                f"the region's fencing period ({fencing_s}s) is shorter than this "
                 f"agent's lease TTL (TETHER_AGENT_LEASE_TTL_S={self._settings.lease_ttl_s}s): "
                 "at-most-once tasks would be killed between renewals"
             )
-        await self._register()
+        self._fence.fencing_s = fencing_s
+        await self._registration.register()
         self._adopt()
         # Before the assignments: the first pass already knows whether tasks must wait.
         await self._profiles.start()
@@ -140,7 +131,9 @@ class Agent(Service):
         self._update_desired(self._assignments.items)
         self._hold_assigned(self._desired)
         self._workers = [
-            asyncio.create_task(self._stay_registered(), name=f"{self.name} heartbeat"),
+            asyncio.create_task(
+                self._registration.stay(self._registered_again), name=f"{self.name} heartbeat"
+            ),
             asyncio.create_task(
                 every(self._poll_interval_s, self._reconcile_now, wake=self._wake),
                 name=f"{self.name} reconcile",
@@ -153,8 +146,7 @@ class Agent(Service):
         self._workers = []
         await self._assignments.stop()
         await self._profiles.stop()
-        if self._keeper is not None:
-            await self._keeper.stop(revoke=True)
+        await self._registration.stop()
         if self._http is not None:
             await self._http.stop()
         if self._owns_store:
@@ -162,60 +154,27 @@ class Agent(Service):
 
     # --- heartbeat ---------------------------------------------------------------------------
 
-    async def _register(self) -> None:
-        """Grants a lease and puts the heartbeat on it."""
-        keeper = LeaseKeeper(self._store, self._settings.lease_ttl_s, self._lease_renewed)
-        lease = await keeper.start()
-        try:
-            await self._put_heartbeat(lease)
-        except BaseException:
-            await keeper.stop(revoke=True)
-            raise
-        self._keeper = keeper
-
-    async def _put_heartbeat(self, lease: int) -> None:
-        heartbeat = AgentHeartbeat(
+    def _heartbeat(self) -> AgentHeartbeat:
+        return AgentHeartbeat(
             machine=self.machine, address=self.address, pid=os.getpid(), started_at=self._started_at
         )
-        await self._store.put(keys.heartbeat(self.machine.id), to_json(heartbeat), lease=lease)
 
-    async def _stay_registered(self) -> None:
-        while True:
-            assert self._keeper is not None
-            await self._keeper.lost.wait()
-            _log.warning("heartbeat lease lost; registering again")
-            await self._keeper.stop(revoke=False)
-            while True:
-                try:
-                    await self._register()
-                    break
-                except StoreError as error:
-                    _log.warning("cannot register: %s; retrying", error)
-                    await asyncio.sleep(RETRY_S)
-            while True:
-                try:
-                    listing = await self._store.range(keys.assignments_of(self.machine.id))
-                    break
-                except StoreError as error:
-                    _log.warning("cannot read the assignments: %s; retrying", error)
-                    await asyncio.sleep(RETRY_S)
-            assigned = (self._assignment_of(kv.key, kv) for kv in listing.kvs)
-            self._hold_assigned(dict(pair for pair in assigned if pair is not None))
+    async def _registered_again(self) -> None:
+        """After a new lease: the fence holds what the store still assigns here."""
+        prefix = keys.assignments_of(self.machine.id)
+        listing = await retried("read the assignments", lambda: self._store.range(prefix))
+        assigned = (assignment_at(self.machine.id, kv.key, kv) for kv in listing.kvs)
+        self._hold_assigned(dict(pair for pair in assigned if pair is not None))
 
     # --- the fence of at-most-once attempts --------------------------------------------------
 
     def _hold_assigned(self, assigned: dict[TaskRef, Assignment]) -> None:
         """Under the lease just registered, holds the at-most-once attempts that `assigned`
-        (read after the heartbeat was put) still names, and lets go of the others.
-
-        From the moment a machine's heartbeat is gone, the scheduler may take its at-most-once
-        tasks elsewhere once the fencing period is over, and only while the heartbeat stays
-        gone. An attempt still assigned after the new heartbeat was put is therefore still
-        this machine's; one that is not may already run elsewhere, and its shim kills it.
-        """
-        keeper = self._keeper
-        assert keeper is not None
-        self._held = {
+        (read after the heartbeat was put) still names, and lets go of the others: one still
+        assigned after the new heartbeat was put is still this machine's; one that is not may
+        already run elsewhere, and its shim kills it."""
+        assert self._registration.keeper is not None
+        held = {
             attempt.files
             for task, attempts in self._attempts.items()
             for attempt in attempts.values()
@@ -223,45 +182,13 @@ class Agent(Service):
             and assignment.at_most_once
             and assignment.attempt == attempt.number
         }
-        self._fence_lease = keeper.lease
-        self._fence_until = keeper.renewed_at + self._fencing_s
-        self._write_fence()
-
-    def _lease_renewed(self, lease: int, renewed_at: float) -> None:
-        if lease == self._fence_lease:
-            self._fence_until = renewed_at + self._fencing_s
-            # A fence that holds nothing needs no new deadline: it is written again as soon as
-            # it holds an attempt (`_launch`, `_hold_assigned`).
-            if self._held:
-                self._write_fence()
-
-    def _fence_is_current(self) -> bool:
-        """Whether new at-most-once attempts may start: the fence follows a live lease."""
-        keeper = self._keeper
-        return keeper is not None and not keeper.lost.is_set() and keeper.lease == self._fence_lease
-
-    def _write_fence(self) -> None:
-        try:
-            self._executor.fence(self._held, self._fence_until)
-        except OSError as error:
-            # The fence then expires on its own: at-most-once tasks stop, nothing runs twice.
-            _log.error("cannot write the fence of at-most-once tasks: %s", error)
+        self._fence.hold(held, self._registration.keeper)
 
     async def _profile_switched(self, profile: str) -> None:
         """Starts the tasks that waited, and announces the new profile in the heartbeat."""
         self.machine = _with_profile(self.machine, profile)
         self._wake.set()
-        while True:
-            keeper = self._keeper
-            assert keeper is not None
-            try:
-                await self._put_heartbeat(keeper.lease)
-                return
-            except StoreError as error:
-                if keeper.lost.is_set():
-                    return  # registering again puts the heartbeat with the new profile
-                _log.warning("cannot announce host profile %s: %s; retrying", profile, error)
-                await asyncio.sleep(RETRY_S)
+        await self._registration.announce()
 
     # --- assignments -------------------------------------------------------------------------
 
@@ -275,36 +202,14 @@ class Agent(Service):
         """Updates the desired assignments of the changed keys; malformed ones are logged (once
         per change) and left out."""
         for key in changed:
-            kv = self._assignments.items.get(key)
-            found = self._assignment_of(key, kv)
+            found = assignment_at(self.machine.id, key, self._assignments.items.get(key))
             if found is not None:
                 self._desired[found[0]] = found[1]
                 continue
-            task = self._task_of(key)
+            task = task_at(self.machine.id, key)
             if task is not None:
                 self._desired.pop(task, None)
                 self._forget_status(task)
-
-    def _assignment_of(self, key: str, kv: KeyValue | None) -> tuple[TaskRef, Assignment] | None:
-        """The task and assignment stored at `key`; None when there is none, or when the key
-        or the value is malformed (logged)."""
-        task = self._task_of(key)
-        if task is None:
-            if kv is not None:
-                _log.warning("ignoring assignment with a malformed key %r", key)
-            return None
-        assignment = None if kv is None else _parse_assignment(kv, task)
-        return None if assignment is None else (task, assignment)
-
-    def _task_of(self, key: str) -> TaskRef | None:
-        """The task an assignment key of this machine names; None when the key is not one that
-        `keys.assignment` makes."""
-        try:
-            task = TaskRef(*keys.task_of_key(key))
-            canonical = keys.assignment(self.machine.id, task.entitlement, task.job, task.index)
-        except ValueError:
-            return None
-        return task if key == canonical else None
 
     # --- reconciling -------------------------------------------------------------------------
 
@@ -339,7 +244,7 @@ class Agent(Service):
                 await self._report_waiting(task, assignment, waiting)
             elif not assignment.at_most_once:
                 await self._launch(task, assignment)
-            elif task not in self._attempts and self._fence_is_current():
+            elif task not in self._attempts and self._fence.follows(self._registration.keeper):
                 # Only once the task's older attempt here has ended, and only under a fence
                 # that a live lease extends.
                 await self._launch(task, assignment)
@@ -438,7 +343,7 @@ class Agent(Service):
             message=end.message,
         )
         metrics.AGENT_TASKS_EXITED.labels(state.value).inc()
-        self._held.discard(attempt.files)
+        self._fence.discard(attempt.files)
         task_attempts = self._attempts[attempt.task]
         del task_attempts[attempt.number]
         if not task_attempts:
@@ -458,10 +363,10 @@ class Agent(Service):
         self._attempts.setdefault(task, {})[assignment.attempt] = attempt
         _log.info("starting attempt %d of task %s", assignment.attempt, task.task_id)
         if assignment.at_most_once:
-            self._held.add(attempt.files)
-            self._write_fence()
+            self._fence.add(attempt.files)
+        environment = task_environment(self.machine.id, task, assignment)
         try:
-            self._executor.launch(attempt.files, assignment, self._environment(task, assignment))
+            self._executor.launch(attempt.files, assignment, environment)
         except OSError as error:
             _log.warning("cannot start attempt %d of %s: %s", assignment.attempt, task, error)
             end = ShimExit(
@@ -472,19 +377,6 @@ class Agent(Service):
             self._executor.record_end(attempt.files, end)
         else:
             metrics.AGENT_TASKS_STARTED.inc()
-
-    def _environment(self, task: TaskRef, assignment: Assignment) -> dict[str, str]:
-        """The template's variables and Tether's own (the executor adds the basics)."""
-        return {
-            **assignment.template.env,
-            "TETHER_JOB": assignment.job,
-            "TETHER_TASK_INDEX": str(task.index),
-            "TETHER_TASK_ID": task.task_id,
-            "TETHER_TASK_ATTEMPT": str(assignment.attempt),
-            "TETHER_MACHINE": self.machine.id,
-            # Where its earlier attempts got to: a task that checkpoints resumes from there.
-            "TETHER_PROGRESS": _steps(assignment.progress or 0.0),
-        }
 
     def _attempt(self, task: TaskRef, assignment: Assignment) -> Attempt:
         """A new attempt of the assignment's, with the progress it resumes from."""
@@ -520,24 +412,5 @@ class Agent(Service):
             self._status.forget(task)
 
 
-def _steps(steps: float) -> str:
-    """Steps as a task reads them: an integer without a fraction."""
-    return str(int(steps)) if steps.is_integer() else repr(steps)
-
-
 def _with_profile(machine: Machine, profile: str | None) -> Machine:
     return Machine.model_validate({**dict(machine), "host_profile_current": profile})
-
-
-def _parse_assignment(kv: KeyValue, task: TaskRef) -> Assignment | None:
-    """The assignment in `kv`, stored under `task`'s key; None (logged) when it is malformed or
-    names another task."""
-    try:
-        assignment = from_json(Assignment, kv.value, stored=True)
-    except pydantic.ValidationError as error:
-        _log.warning("ignoring malformed assignment %s: %s", kv.key, error)
-        return None
-    if assignment.task_id != task.task_id:
-        _log.warning("ignoring assignment %s: it names task %s", kv.key, assignment.task_id)
-        return None
-    return assignment

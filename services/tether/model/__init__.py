@@ -36,20 +36,13 @@ from tether.model.entitlement import (
 from tether.model.hostprofile import HostProfile
 from tether.model.job import (
     RESERVED_ENV_PREFIX,
-    Affinity,
-    AttributePredicate,
-    Constraint,
-    ConstraintOp,
     EnvName,
     Job,
     JobKind,
     JobSpec,
     OnFull,
-    Placement,
-    Preference,
     RestartMode,
     RestartPolicy,
-    Spread,
     TaskTemplate,
     UpdatePolicy,
     parse_job_handle,
@@ -64,6 +57,15 @@ from tether.model.maintenance import (
     drain_id,
 )
 from tether.model.operation import OPEN_STATES, OperationKind, OperationState, TaskOperation
+from tether.model.placement import (
+    Affinity,
+    AttributePredicate,
+    Constraint,
+    ConstraintOp,
+    Placement,
+    Preference,
+    Spread,
+)
 from tether.model.principal import PrincipalRecord, Role, new_token, token_digest
 from tether.model.region import (
     DEFAULT_FENCING_S,

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from tether.model.base import Name, Quantity, TetherModel, Timestamp
-from tether.model.job import Constraint
+from tether.model.placement import Constraint
 
 BUILT_IN_DIMENSIONS: Final = frozenset({"cpu", "memory", "disk", "gpus"})
 """Labels an ephemeral resource may not take: the resource dimensions every machine has."""

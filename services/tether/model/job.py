@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import enum
-import math
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Annotated, Any, Final
 
 from pydantic import (
     AfterValidator,
@@ -16,7 +15,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
@@ -26,11 +24,8 @@ from tether.model.accelerator import AcceleratorSpec
 from tether.model.base import (
     JOB_HANDLE_RULE,
     STORED_CONTEXT,
-    AttributeKey,
-    AttributeValue,
     JobHandle,
     Name,
-    NameList,
     NonEmptyStr,
     PositiveSeconds,
     Quantity,
@@ -39,12 +34,10 @@ from tether.model.base import (
     Timestamp,
     Version,
 )
+from tether.model.placement import Placement
 from tether.model.resources import Resources
-from tether.model.topology import FaultDomain
 
 RESERVED_ENV_PREFIX = "TETHER_"
-MAX_PREFERENCES = 32
-"""Preference rules a job may list; placement ranks machines by one bit per rule."""
 
 
 def _not_reserved(name: str) -> str:
@@ -108,126 +101,6 @@ class TaskTemplate(TetherModel):
     env: dict[EnvName, str] = Field(default_factory=dict)
     resources: Resources
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
-
-
-class ConstraintOp(enum.StrEnum):
-    """How a machine attribute is compared; `>=` and `<=` compare numerically."""
-
-    EQ = "=="
-    NE = "!="
-    IN = "in"
-    NOT_IN = "not_in"
-    EXISTS = "exists"
-    GE = ">="
-    LE = "<="
-
-
-def _operands_schema(schema: dict[str, Any]) -> None:
-    # What _operands_match_op checks, but that >= and <= compare numbers.
-    no_value = {"type": "null"}
-    no_values = {"maxItems": 0}
-    schema["if"] = {"properties": {"op": {"enum": [ConstraintOp.IN, ConstraintOp.NOT_IN]}}}
-    schema["then"] = {
-        "required": ["values"],
-        "properties": {"value": no_value, "values": {"minItems": 1}},
-    }
-    schema["else"] = {
-        "if": {"properties": {"op": {"const": ConstraintOp.EXISTS}}},
-        "then": {"properties": {"value": no_value, "values": no_values}},
-        "else": {
-            "required": ["value"],
-            "properties": {"value": {"type": "string"}, "values": no_values},
-        },
-    }
-
-
-class AttributePredicate(TetherModel):
-    """A test on one machine attribute; the shared shape of constraints and preferences."""
-
-    model_config = ConfigDict(json_schema_extra=_operands_schema)
-
-    attribute: AttributeKey
-    op: ConstraintOp
-    value: AttributeValue | None = None
-    values: list[AttributeValue] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _operands_match_op(self) -> Self:
-        op = self.op
-        if op in (ConstraintOp.IN, ConstraintOp.NOT_IN):
-            if not self.values or self.value is not None:
-                raise PydanticCustomError(
-                    "constraint_operands",
-                    "operator '{op}' needs a non-empty 'values' list and no 'value'",
-                    {"op": op.value},
-                )
-        elif op is ConstraintOp.EXISTS:
-            if self.value is not None or self.values:
-                raise PydanticCustomError(
-                    "constraint_operands",
-                    "operator 'exists' takes neither 'value' nor 'values'",
-                )
-        elif self.value is None or self.values:
-            raise PydanticCustomError(
-                "constraint_operands",
-                "operator '{op}' needs a 'value' and no 'values'",
-                {"op": op.value},
-            )
-        elif op in (ConstraintOp.GE, ConstraintOp.LE) and not _is_number(self.value):
-            raise PydanticCustomError(
-                "constraint_operands",
-                "operator '{op}' compares numbers, but 'value' '{value}' is not a finite number",
-                {"op": op.value, "value": self.value},
-            )
-        return self
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
-
-
-class Constraint(AttributePredicate):
-    """A hard requirement: machines whose attributes fail it are never chosen."""
-
-
-class Preference(AttributePredicate):
-    """A soft requirement: machines that satisfy it score `weight` more."""
-
-    weight: int = Field(default=1, ge=1)
-
-
-class Spread(TetherModel):
-    """Keep task counts across the domains of `level` within `max_skew` of each other."""
-
-    level: FaultDomain = FaultDomain.MSB
-    max_skew: int = Field(default=1, ge=1)
-
-
-class Affinity(TetherModel):
-    """Place tasks on the same machine/rack as another job's tasks, or (anti) never there."""
-
-    job: JobHandle
-    level: Literal["machine", "rack"] = "machine"
-    anti: bool = False
-
-
-class Placement(TetherModel):
-    """Where a job's tasks may run (hard) and where they had better run (soft)."""
-
-    constraints: list[Constraint] = Field(default_factory=list)
-    hardware_types: NameList = Field(default_factory=list)
-    """Empty means any hardware type."""
-    datacenters: NameList = Field(default_factory=list)
-    """Empty means any datacenter the entitlement allows."""
-    preferences: list[Preference] = Field(default_factory=list, max_length=MAX_PREFERENCES)
-    """In decreasing order of importance: each rule outweighs all later rules together."""
-    spread: Spread = Field(default_factory=Spread)
-    affinities: list[Affinity] = Field(default_factory=list)
-    gang: bool = False
-    """Place all tasks or none."""
 
 
 class JobKind(enum.StrEnum):

@@ -28,15 +28,8 @@ from tether.config import StoreSettings
 from tether.store.base import (
     CompactedError,
     Compare,
-    Delete,
-    DeleteResult,
-    Get,
     KeyValue,
-    LeaseNotFound,
     Op,
-    OpResult,
-    Put,
-    PutResult,
     RangeResult,
     Store,
     StoreError,
@@ -46,20 +39,27 @@ from tether.store.base import (
     WatchEvent,
 )
 from tether.store.sql_probe import Housekeeping, ProbeBusy, SqliteProbe
+from tether.store.sql_queries import (
+    compact_history,
+    count_under,
+    delete_leases,
+    fetch_events,
+    grant_lease,
+    housekeeping,
+    lease_expires_at,
+    range_at,
+    range_current,
+    read_key,
+    reject_duplicate_writes,
+    renew_lease,
+    revision_and_compacted,
+    run_txn,
+)
 from tether.store.sql_tables import (
-    DELETE_EVENT,
-    PUT_EVENT,
-    RevisionWriter,
-    event_from_row,
-    events_table,
-    kv_from_row,
-    kv_table,
-    leases_table,
     make_engine,
     meta_table,
     metadata,
     sqlite_path,
-    under,
 )
 
 log = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ class SqlStore(Store):
 
     def _current_revision_sync(self) -> int:
         with self._read() as conn:
-            return int(conn.execute(sa.select(meta_table.c.revision)).scalar_one())
+            return revision_and_compacted(conn)[0]
 
     async def revision(self) -> int:
         return await self._run(self._current_revision_sync)
@@ -221,10 +221,7 @@ class SqlStore(Store):
     async def get(self, key: str) -> KeyValue | None:
         def read() -> KeyValue | None:
             with self._read() as conn:
-                row = conn.execute(
-                    sa.select(kv_table).where(kv_table.c.key == key.encode())
-                ).first()
-                return None if row is None else kv_from_row(row)
+                return read_key(conn, key)
 
         return await self._run(read)
 
@@ -241,66 +238,24 @@ class SqlStore(Store):
 
         def read() -> RangeResult:
             with self._read() as conn:
-                current, compacted = conn.execute(
-                    sa.select(meta_table.c.revision, meta_table.c.compacted)
-                ).one()
+                current, compacted = revision_and_compacted(conn)
                 if revision > current:
                     raise StoreError(f"revision {revision} is in the future (now {current})")
                 if revision and revision < compacted:
                     raise CompactedError(revision, compacted)
                 if revision in (0, current):
-                    kvs = self._range_current(conn, prefix, start_after, limit)
+                    kvs = range_current(conn, prefix, start_after, limit)
                 else:
-                    kvs = self._range_at(conn, prefix, start_after, limit, revision)
+                    kvs = range_at(conn, prefix, start_after, limit, revision)
                 more = bool(limit) and len(kvs) > limit
                 return RangeResult(kvs[:limit] if more else kvs, revision or current, more)
 
         return await self._run(read)
 
-    @staticmethod
-    def _range_current(
-        conn: Connection, prefix: str, start_after: str | None, limit: int
-    ) -> list[KeyValue]:
-        query = sa.select(kv_table).where(under(kv_table.c.key, prefix)).order_by(kv_table.c.key)
-        if start_after is not None:
-            query = query.where(kv_table.c.key > start_after.encode())
-        if limit:
-            query = query.limit(limit + 1)
-        return [kv_from_row(row) for row in conn.execute(query)]
-
-    @staticmethod
-    def _range_at(
-        conn: Connection, prefix: str, start_after: str | None, limit: int, revision: int
-    ) -> list[KeyValue]:
-        e = events_table.c
-        latest = sa.select(e.key, sa.func.max(e.revision).label("revision")).where(
-            under(events_table.c.key, prefix), e.revision <= revision
-        )
-        if start_after is not None:
-            latest = latest.where(e.key > start_after.encode())
-        latest_sq = latest.group_by(e.key).subquery()
-        query = (
-            sa.select(
-                e.key,
-                e.value,
-                e.create_revision,
-                e.revision.label("mod_revision"),
-                e.version,
-                e.lease,
-            )
-            .join(latest_sq, sa.and_(e.key == latest_sq.c.key, e.revision == latest_sq.c.revision))
-            .where(e.type == PUT_EVENT)
-            .order_by(e.key)
-        )
-        if limit:
-            query = query.limit(limit + 1)
-        return [kv_from_row(row) for row in conn.execute(query)]
-
     async def count(self, prefix: str) -> int:
         def read() -> int:
             with self._read() as conn:
-                query = sa.select(sa.func.count()).where(under(kv_table.c.key, prefix))
-                return int(conn.execute(query).scalar_one())
+                return count_under(conn, prefix)
 
         return await self._run(read)
 
@@ -313,7 +268,7 @@ class SqlStore(Store):
         failure: Sequence[Op] = (),
     ) -> TxnResult:
         for branch in (success, failure):
-            _reject_duplicate_writes(branch)
+            reject_duplicate_writes(branch)
         result = await self._run(lambda: self._txn_sync(compares, success, failure))
         await self._observe_revision(result.revision)
         return result
@@ -322,61 +277,7 @@ class SqlStore(Store):
         self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]
     ) -> TxnResult:
         with self._write() as (conn, revision, _compacted):
-            current: dict[str, KeyValue | None] = {}
-            for compare in compares:
-                if compare.key not in current:
-                    current[compare.key] = self._get_for_update(conn, compare.key)
-            succeeded = all(compare.holds_for(current[compare.key]) for compare in compares)
-            writer = RevisionWriter(conn, revision + 1)
-            results: list[OpResult] = []
-            for op in success if succeeded else failure:
-                results.append(self._apply(conn, writer, op, revision))
-            new_revision = writer.finish()
-            return TxnResult(succeeded, new_revision if writer.changed else revision, results)
-
-    @staticmethod
-    def _get_for_update(conn: Connection, key: str) -> KeyValue | None:
-        row = conn.execute(sa.select(kv_table).where(kv_table.c.key == key.encode())).first()
-        return None if row is None else kv_from_row(row)
-
-    def _apply(self, conn: Connection, writer: RevisionWriter, op: Op, revision: int) -> OpResult:
-        if isinstance(op, Get):
-            writer.flush()
-            if op.prefix:
-                kvs = self._range_current(conn, op.key, None, 0)
-            else:
-                found = self._get_for_update(conn, op.key)
-                kvs = [] if found is None else [found]
-            return RangeResult(kvs, writer.revision if writer.changed else revision)
-        if isinstance(op, Put):
-            if (
-                op.lease
-                and conn.execute(
-                    sa.select(leases_table.c.id).where(
-                        leases_table.c.id == op.lease, leases_table.c.expires_at > time.time()
-                    )
-                ).first()
-                is None
-            ):
-                raise LeaseNotFound(op.lease)
-            writer.put(op)
-            return PutResult()
-        if op.prefix:
-            keys = [
-                row.key
-                for row in conn.execute(
-                    sa.select(kv_table.c.key).where(under(kv_table.c.key, op.key))
-                )
-            ]
-        else:
-            keys = [
-                row.key
-                for row in conn.execute(
-                    sa.select(kv_table.c.key).where(kv_table.c.key == op.key.encode())
-                )
-            ]
-        writer.delete(keys)
-        return DeleteResult(len(keys))
+            return run_txn(conn, revision, compares, success, failure)
 
     # --- leases ------------------------------------------------------------------------------
 
@@ -387,11 +288,7 @@ class SqlStore(Store):
 
         def grant() -> int:
             with self._write() as (conn, _revision, _compacted):
-                conn.execute(
-                    leases_table.insert().values(
-                        id=lease, ttl=ttl_s, expires_at=time.time() + ttl_s
-                    )
-                )
+                grant_lease(conn, lease, ttl_s)
             return lease
 
         return await self._run(grant)
@@ -399,31 +296,15 @@ class SqlStore(Store):
     async def lease_keepalive(self, lease: int) -> int:
         def keepalive() -> int:
             with self._write() as (conn, _revision, _compacted):
-                row = conn.execute(
-                    sa.select(leases_table.c.ttl, leases_table.c.expires_at).where(
-                        leases_table.c.id == lease
-                    )
-                ).first()
-                now = time.time()
-                if row is None or row.expires_at <= now:
-                    raise LeaseNotFound(lease)
-                conn.execute(
-                    leases_table.update()
-                    .where(leases_table.c.id == lease)
-                    .values(expires_at=now + row.ttl)
-                )
-                return int(row.ttl)
+                return renew_lease(conn, lease)
 
         return await self._run(keepalive)
 
     async def lease_time_to_live(self, lease: int) -> int | None:
         def time_to_live() -> int | None:
             with self._read() as conn:
-                expires_at = conn.execute(
-                    sa.select(leases_table.c.expires_at).where(leases_table.c.id == lease)
-                ).scalar()
-            left = None if expires_at is None else expires_at - time.time()
-            return None if left is None or left <= 0 else int(left)
+                expires_at = lease_expires_at(conn, lease)
+            return None if expires_at is None else max(0, int(expires_at - time.time()))
 
         return await self._run(time_to_live)
 
@@ -434,34 +315,11 @@ class SqlStore(Store):
     def _expire_sync(self, leases: list[int]) -> int:
         """Deletes the leases and their keys in one revision; returns the store revision."""
         with self._write() as (conn, revision, _compacted):
-            writer = RevisionWriter(conn, revision + 1)
-            keys = [
-                row.key
-                for row in conn.execute(
-                    sa.select(kv_table.c.key)
-                    .where(kv_table.c.lease.in_(leases))
-                    .order_by(kv_table.c.key)
-                )
-            ]
-            writer.delete(keys)
-            conn.execute(leases_table.delete().where(leases_table.c.id.in_(leases)))
-            return writer.finish() if writer.changed else revision
+            return delete_leases(conn, revision, leases)
 
     def _housekeeping_sync(self) -> Housekeeping:
-        now = time.time()
         with self._read() as conn:
-            expired = [
-                row.id
-                for row in conn.execute(
-                    sa.select(leases_table.c.id)
-                    .where(leases_table.c.expires_at <= now)
-                    .limit(_EXPIRE_BATCH)
-                )
-            ]
-            revision, compacted = conn.execute(
-                sa.select(meta_table.c.revision, meta_table.c.compacted)
-            ).one()
-        return Housekeeping(expired, revision, compacted)
+            return housekeeping(conn, time.time(), _EXPIRE_BATCH)
 
     def _do_housekeeping_sync(self, work: Housekeeping) -> None:
         if work.expired:
@@ -492,53 +350,13 @@ class SqlStore(Store):
                 raise StoreError(f"cannot compact to {revision}: the store is at {current}")
             if revision <= compacted:
                 return
-            e = events_table.c
-            newer = events_table.alias("newer")
-            # Keep the newest version (below the compaction point) of every key that still
-            # exists then: reads at any retained revision need it.
-            superseded = sa.exists().where(
-                newer.c.key == e.key,
-                newer.c.revision > e.revision,
-                newer.c.revision < revision,
-            )
-            conn.execute(
-                events_table.delete().where(
-                    e.revision < revision, sa.or_(e.type == DELETE_EVENT, superseded)
-                )
-            )
-            conn.execute(meta_table.update().values(compacted=revision))
+            compact_history(conn, revision)
 
     def _watch_fetch_sync(self, prefix: str, start: int) -> tuple[list[list[WatchEvent]], int]:
         """Whole revisions of events under `prefix` from `start` on, and the store revision they
         were read at."""
         with self._read() as conn:
-            current, compacted = conn.execute(
-                sa.select(meta_table.c.revision, meta_table.c.compacted)
-            ).one()
-            if start < compacted:
-                raise CompactedError(start, compacted)
-            e = events_table.c
-            query = (
-                sa.select(events_table)
-                .where(e.revision >= start, under(events_table.c.key, prefix))
-                .order_by(e.revision, e.sub)
-            )
-            rows = conn.execute(query.limit(_WATCH_BATCH)).all()
-            if len(rows) == _WATCH_BATCH:
-                last = rows[-1].revision
-                if rows[0].revision == last:
-                    # One revision larger than a batch: take all of it.
-                    rows = conn.execute(query.where(e.revision == last)).all()
-                else:
-                    # The last revision may be cut short; leave it for the next fetch.
-                    rows = [row for row in rows if row.revision != last]
-                current = rows[-1].revision
-            revisions: list[list[WatchEvent]] = []
-            for row in rows:
-                if not revisions or revisions[-1][0].revision != row.revision:
-                    revisions.append([])
-                revisions[-1].append(event_from_row(row))
-            return revisions, int(current)
+            return fetch_events(conn, prefix, start, _WATCH_BATCH)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -552,16 +370,6 @@ class SqlStore(Store):
             self._probe.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
         self._executor.shutdown(wait=True)
-
-
-def _reject_duplicate_writes(ops: Sequence[Op]) -> None:
-    # etcd refuses a transaction that writes one key twice; refuse it the same way.
-    seen: set[str] = set()
-    for op in ops:
-        if isinstance(op, Put | Delete) and not (isinstance(op, Delete) and op.prefix):
-            if op.key in seen:
-                raise StoreError(f"duplicate key {op.key!r} in one transaction")
-            seen.add(op.key)
 
 
 class _SqlWatch(Watch):
