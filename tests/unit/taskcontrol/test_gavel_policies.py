@@ -161,6 +161,16 @@ def test_hierarchical_weighs_entities() -> None:
     assert allocation[4:, 0].sum() == pytest.approx(3.0, abs=1e-3)
 
 
+def test_hierarchical_floors_stay_within_reach_together() -> None:
+    # Found by the property test below: a frozen at 1 on the K80; b then takes the P100 and
+    # a sliver of the K80 (the solver's tolerance), which its floor counted, leaving a's and
+    # b's floors together just out of reach of the final program.
+    jobs = [job("a", weight=2, k80=1), job("b", k80=3, p100=1), job("idle", v100=0)]
+    allocation = hierarchical.hierarchical(Problem.of(jobs, {"k80": 1, "p100": 1, "v100": 0}))
+    # Accelerator types in sorted order: k80, p100, v100.
+    assert allocation == pytest.approx(np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0]]), abs=1e-4)
+
+
 def test_fifo_runs_the_oldest_jobs_whole_and_the_aware_one_on_their_fastest_type() -> None:
     jobs = [
         job("a", 2, v100=4, k80=1),

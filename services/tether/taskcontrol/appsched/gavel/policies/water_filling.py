@@ -27,6 +27,10 @@ Mask = npt.NDArray[np.bool_]
 
 _RISE = 1e-3
 """How far (relative to the level) a job must be able to rise above it not to be frozen."""
+_FLOOR_SLACK = 1e-6
+"""What a frozen job's floor gives up of the throughput it froze at, relative and absolute. The
+allocation it froze in is the solver's, feasible only within the solver's tolerance (1e-7 on
+each row): floors taken exactly from it can be just out of reach together."""
 
 
 def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
@@ -44,7 +48,8 @@ def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
         allocation, stuck = step.stuck(level)
         if not stuck.any():
             stuck = rising  # rounding: nobody can be shown to rise; freeze them all
-        floors[stuck] = problem.effective_throughputs(allocation)[stuck]
+        reached = problem.effective_throughputs(allocation)[stuck]
+        floors[stuck] = np.maximum(reached * (1 - _FLOOR_SLACK) - _FLOOR_SLACK, 0.0)
         rising &= ~stuck
     finished = np.zeros(len(problem.jobs), bool)
     return _Step.of(problem, problem.relative_to_fastest(), finished, floors).most()
