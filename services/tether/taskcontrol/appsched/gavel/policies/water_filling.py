@@ -28,9 +28,9 @@ Mask = npt.NDArray[np.bool_]
 _RISE = 1e-3
 """How far (relative to the level) a job must be able to rise above it not to be frozen."""
 _FLOOR_SLACK = 1e-6
-"""What a frozen job's floor gives up of the throughput it froze at, relative and absolute. The
-allocation it froze in is the solver's, feasible only within the solver's tolerance (1e-7 on
-each row): floors taken exactly from it can be just out of reach together."""
+"""What a frozen job's floor row gives up of the throughput it froze at, relative and absolute.
+The allocation it froze in is the solver's, feasible only within the solver's tolerance (1e-7 on
+each row): floors held exactly to it can be just out of reach together."""
 
 
 def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
@@ -48,8 +48,7 @@ def water_fill(problem: Problem, values: Callable[[Mask], F64]) -> Allocation:
         allocation, stuck = step.stuck(level)
         if not stuck.any():
             stuck = rising  # rounding: nobody can be shown to rise; freeze them all
-        reached = problem.effective_throughputs(allocation)[stuck]
-        floors[stuck] = np.maximum(reached * (1 - _FLOOR_SLACK) - _FLOOR_SLACK, 0.0)
+        floors[stuck] = problem.effective_throughputs(allocation)[stuck]
         rising &= ~stuck
     finished = np.zeros(len(problem.jobs), bool)
     return _Step.of(problem, problem.relative_to_fastest(), finished, floors).most()
@@ -79,7 +78,8 @@ class _Step:
         base, caps = kinds.constraints(problem)
         # A frozen kind keeps its throughput: -sum_t rate x <= -floor.
         rows = sparse.vstack([base, -per_row(rates)[frozen]]).tocsr()
-        caps = np.concatenate([caps, -kind_floors[frozen] * (1 - MARGIN)])
+        kept = kind_floors[frozen] * (1 - _FLOOR_SLACK) - _FLOOR_SLACK
+        caps = np.concatenate([caps, -kept])
         return cls(kinds, rows, caps, np.flatnonzero(kinds.extra[:, -1] > 0))
 
     def level(self) -> float:
