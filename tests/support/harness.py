@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tether.agent.procfs import start_ticks
 from tether.model import REGION_FILE_NAME, RegionState, ShardLeader, from_json, read_region_state
 from tether.region.plan import FRONTEND_PORT_STEP
 from tether.region.supervisor import port_is_free
@@ -309,6 +310,15 @@ def kill_processes_under(directory: Path) -> int:
             except ProcessLookupError:
                 pass
     return killed
+
+
+def running_for(pid: int) -> float:
+    """Seconds since process `pid` started; 0 if it does not run."""
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return 0.0
+    since_boot = float(Path("/proc/uptime").read_text().split()[0])
+    return since_boot - ticks / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:

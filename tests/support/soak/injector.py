@@ -11,11 +11,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from tests.support.harness import LocalRegion
+from tests.support.harness import LocalRegion, running_for
 from tests.support.netns import Namespace
-from tether.agent.procfs import start_ticks
 from tether.region.restarts import RestartPolicy
 from tether.store.etcd_server import EtcdCluster
 
@@ -148,7 +146,7 @@ class FaultInjector(threading.Thread):
         candidates = [
             (name, pid)
             for name, pid in self._region.service_pids().items()
-            if name.split("-")[0] == role and _running_for(pid) >= _NOT_TOO_SOON_S
+            if name.split("-")[0] == role and running_for(pid) >= _NOT_TOO_SOON_S
         ]
         if not candidates:
             return None
@@ -158,12 +156,3 @@ class FaultInjector(threading.Thread):
         except ProcessLookupError:
             return None
         return name
-
-
-def _running_for(pid: int) -> float:
-    """Seconds since process `pid` started; 0 if it does not run."""
-    ticks = start_ticks(pid)
-    if ticks is None:
-        return 0.0
-    since_boot = float(Path("/proc/uptime").read_text().split()[0])
-    return since_boot - ticks / os.sysconf("SC_CLK_TCK")
