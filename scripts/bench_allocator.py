@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from allocbench import log
 from allocbench.audit import Audit, audit
 from allocbench.fill import Share, run_single, worker_main
 from allocbench.jobs import JobPlan, job_stream, large_entitlement, large_job, write_jobs
 from allocbench.plot import plot_free
 from allocbench.region import Region, build_region, write_region
+from benchkit import default_plot, log, stop_on_signals
 
 from tether.scheduler.allocator_client import replica_order
 from tether.store import open_store
@@ -115,8 +115,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--plot",
         type=Path,
-        default=Path("bench_allocator.png"),
-        help="where to write the free-capacity-per-MSB plot (bench_allocator.png)",
+        default=default_plot("bench_allocator.png"),
+        help="where to write the free-capacity-per-MSB plot (default: bench-results/, which "
+        "git ignores)",
     )
     args = parser.parse_args()
     if args.machines < 1 or args.allocators < 1 or args.concurrency < 1 or args.large_job < 0:
@@ -282,6 +283,7 @@ def summary(
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     started = time.monotonic()
     region = build_region(args.machines, args.seed)

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from allocbench import log
+from benchkit import log, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -291,6 +291,7 @@ def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="tether-api-") as directory:
         region = LocalRegion(

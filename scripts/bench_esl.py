@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from allocbench import log
+from benchkit import log, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -172,6 +172,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machines", type=int, default=300, help="simulated machines")
     parser.add_argument("--trials", type=int, default=20, help="gangs per implementation")

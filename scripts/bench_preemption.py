@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from allocbench import log
+from benchkit import log, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -204,6 +204,7 @@ def percentiles(prefix: str, timings: list[float]) -> dict[str, float]:
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="tether-preemption-") as directory:
         region = LocalRegion(

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import numpy as np
-from allocbench import log
+from benchkit import log, stop_on_signals
 
 from tether.frontend.api.queues import DEFAULT_QUEUE_PAGE
 from tether.frontend.service import Frontend
@@ -151,6 +151,7 @@ async def reads(args: argparse.Namespace, limit: int) -> tuple[list[float], int]
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     log(f"deciding with {args.queued} queued, {args.passes} passes")
     passes = decisions(args)

@@ -13,7 +13,8 @@ Timings (default): starts a real region with `tether up` (short leases: agent 2 
 
 Scale (`--machines N`): the same services (`tether up --agents 0 --shards 4 --frontends 2`,
 with the services' default timings but 30 s leases for schedulers and allocators and a 60 s
-health grace, which survive seconds without CPU), and N simulated machines in one more process
+health grace, which survive seconds without CPU, and a 120 s fencing period that the simulated
+machines hold as their lease), and N simulated machines in one more process
 (`tether agent-sim`: the real agent's code with an executor that starts no process). Once every
 machine is up, it creates 2 entitlements per shard and submits jobs of `--job-tasks` tasks
 totalling `--tasks` through REST (16 requests in flight, over both frontends), and follows the
@@ -45,12 +46,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
-from allocbench import log
+from benchkit import log, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -84,6 +86,9 @@ SCALE_TIMINGS = {
     "TETHER_ALLOCATOR_LEASE_TTL_S": "30",
     "TETHER_HEALTH_GRACE_S": "60",
 }
+SCALE_FENCING_S = 120.0
+"""The region's fencing period, and so the simulated machines' lease (`tether agent-sim` holds
+the longest the region allows): a lapse costs every machine a new registration at once."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -243,12 +248,13 @@ class Running:
                 next_report += 10
 
 
-async def create_entitlements(http: httpx.AsyncClient, names: list[str], tasks_each: int) -> None:
-    quota = {
-        resource: int(amount * tasks_each * QUOTA_HEADROOM)
-        for resource, amount in TASK_RESOURCES.items()
-    }
-    for name in names:
+async def create_entitlements(http: httpx.AsyncClient, tasks: Counter[str]) -> None:
+    """Each entitlement with the quota for its `tasks` and some headroom."""
+    for name, count in tasks.items():
+        quota = {
+            resource: int(amount * count * QUOTA_HEADROOM)
+            for resource, amount in TASK_RESOURCES.items()
+        }
         created = await http.post(
             "/v1/entitlements",
             json={"name": name, "quota": {"resources": quota}, "members": ["admin"]},
@@ -309,8 +315,10 @@ async def run_scale(
         job["task"]["resources"] = TASK_RESOURCES
         jobs.append(job)
     try:
-        per_entitlement = -(-args.tasks // len(entitlements))
-        await create_entitlements(frontends[0], entitlements, per_entitlement)
+        tasks = Counter({name: 0 for name in entitlements})
+        for job in jobs:
+            tasks[job["entitlement"]] += job["count"]
+        await create_entitlements(frontends[0], tasks)
         shards = (await frontends[0].get("/admin/shards")).json()["shards"]
         spread = {
             shard["shard"]: len(set(shard["entitlements"]) & set(entitlements)) for shard in shards
@@ -400,6 +408,7 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as directory:
         store_args = ["--etcd"] if args.store == "etcd" else []
@@ -411,6 +420,7 @@ def main() -> None:
                 frontends=SCALE_FRONTENDS,
                 shards=SCALE_SHARDS,
                 timings=SCALE_TIMINGS,
+                fencing_s=SCALE_FENCING_S,
             )
         else:
             region = LocalRegion(

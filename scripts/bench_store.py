@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchkit import stop_on_signals
+
 from tether.store import Put, Store, open_store
 from tether.store.etcd_server import EtcdServer
 
@@ -79,6 +81,7 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, object]:
 
 
 def main() -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", choices=["sql", "etcd"], required=True)
     parser.add_argument("--url", help="an existing store to measure (default: a fresh one)")

@@ -19,6 +19,8 @@ import resource
 import sys
 import time
 
+from benchkit import stop_on_signals
+
 from tether.store import Put, Store, open_store
 from tether.store.etcd_server import EtcdServer
 
@@ -71,6 +73,7 @@ async def measure(url: str, watches: int, seconds: float) -> dict[str, object]:
 
 
 def main() -> None:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--watches", type=int, default=20_000, help="watches to hold")
     parser.add_argument("--seconds", type=float, default=30.0, help="idle time measured")

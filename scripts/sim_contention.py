@@ -34,7 +34,7 @@ the region is saturated (every team has a job waiting). Prints one JSON line:
 
 and draws each team's share over time against its weighted share (--plot).
 
-Usage: .venv/bin/python scripts/sim_contention.py [--days 10] [--plot sim_contention.png]
+Usage: .venv/bin/python scripts/sim_contention.py [--days 10] [--plot docs/sim_contention.png]
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from allocbench import log
 from bench_queue import decisions
+from benchkit import default_plot, log, stop_on_signals
 from contention.plot import plot_shares
 from contention.workload import HIGH_PRIORITY, Arrival, arrivals
 from contention.world import World
@@ -73,7 +73,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bursts", type=int, default=6, help="high-priority bursts (6)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--deep-queue", type=int, default=10_000, help="jobs queued (10000)")
-    parser.add_argument("--plot", type=Path, default=Path("sim_contention.png"))
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=default_plot("sim_contention.png"),
+        help="where the shares' plot goes (default: bench-results/, which git ignores)",
+    )
     return parser.parse_args()
 
 
@@ -132,6 +137,7 @@ def fairness(world: World) -> dict[str, float]:
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     horizon_s = args.days * DAY_S
     jobs = arrivals(

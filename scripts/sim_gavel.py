@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from allocbench import log
+from benchkit import default_plot, log, stop_on_signals
 from gavel.plot import plot_jct, plot_solve_times
 from gavel.replay import replay as run_replay
 from gavel.replay import shortened, simulated_jct_s
@@ -96,8 +96,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--replay-round-s", type=float, default=60.0, help="replay rounds (60)")
     parser.add_argument("--replay-policy", default="max_min_fairness_perf")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot-jct", type=Path, default=Path("sim_gavel_jct.png"))
-    parser.add_argument("--plot-solve", type=Path, default=Path("sim_gavel_solve.png"))
+    parser.add_argument(
+        "--plot-jct",
+        type=Path,
+        default=default_plot("sim_gavel_jct.png"),
+        help="where the continuous experiment's plot goes (default: bench-results/)",
+    )
+    parser.add_argument(
+        "--plot-solve",
+        type=Path,
+        default=default_plot("sim_gavel_solve.png"),
+        help="where the solve experiment's plot goes (default: bench-results/)",
+    )
     return parser.parse_args()
 
 
@@ -237,6 +247,7 @@ def replay(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     if not args.data.is_dir():
         sys.exit(f"no Gavel data at {args.data} (--data)")

@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from benchkit import save_figure, stop_on_signals
+
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
 from tether.model import (
@@ -516,10 +518,11 @@ def plot(path: Path, runs: list[Run]) -> None:
         axis.set_ylabel("shards")
         axis.legend(loc="upper right")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path)
 
 
 def main() -> None:
+    stop_on_signals()
     args = parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     runs = []

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ from pathlib import Path
 
 # The soak's machinery is test tooling (tests/support), shared with the suite's short run.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchkit import stop_on_signals
 
 from tests.support.soak.injector import FaultTimings
 from tests.support.soak.run import Soak, SoakOptions
@@ -83,18 +84,12 @@ def main() -> None:
         seed=args.seed,
         timings=FaultTimings(partition_s=args.partition_s),
     )
-    # Ctrl-C or `kill` still removes the region, the etcd cluster and the namespace; a shell
-    # that starts the soak in the background ignores SIGINT for it, so it is set here.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C or `kill` still removes the region, the etcd cluster and the namespace.
+    stop_on_signals()
     progress(f"region in {directory}")
     with Soak(directory, options, progress) as soak:
         report = soak.run()
     print(json.dumps(report))
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

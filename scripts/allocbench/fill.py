@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from allocbench import log
+from benchkit import log
+
 from allocbench.jobs import JobPlan
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from benchkit import save_figure
 
 
 def plot_free(
@@ -35,5 +36,5 @@ def plot_free(
     axes[-1].set_xticklabels(msbs[:: max(1, len(msbs) // 24)], rotation=60, fontsize=7)
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path)
     plt.close(figure)

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from allocbench import log
+from benchkit import log
+
 from tether.model import Allocation, Entitlement, HostProfile, Machine, from_json, to_json
 from tether.store import Put, Store, keys
 

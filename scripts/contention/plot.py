@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from benchkit import save_figure
 
 
 def plot_shares(
@@ -30,5 +31,5 @@ def plot_shares(
     axis.legend(loc="upper right", ncol=3)
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path)
     plt.close(figure)

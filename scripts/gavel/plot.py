@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from benchkit import save_figure
 
 
 def plot_jct(path: Path, points: list[dict[str, object]], title: str) -> None:
@@ -29,7 +30,7 @@ def plot_jct(path: Path, points: list[dict[str, object]], title: str) -> None:
     axis.legend()
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path)
     plt.close(figure)
 
 
@@ -54,5 +55,5 @@ def plot_solve_times(path: Path, points: list[dict[str, object]]) -> None:
     axis.set_ylabel("seconds per solve (solid: HiGHS; dashed: the same programs in cvxpy/ECOS)")
     axis.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path)
     plt.close(figure)

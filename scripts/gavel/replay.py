@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from allocbench import log
+from benchkit import log
 
 from gavel.workload import TraceJob
 from gavel.world import simulate

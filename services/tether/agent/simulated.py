@@ -29,7 +29,7 @@ from tether.model import (
     Topology,
 )
 from tether.model.accelerator import ProfileError, ThroughputProfile
-from tether.service import Service
+from tether.service import RegionError, Service, read_region
 from tether.store import Store, StoreError, keys
 
 _log = logging.getLogger(__name__)
@@ -268,6 +268,11 @@ class AgentFleet(Service):
     `settings.work_dir / <machine id>` (only a host profile switch writes there). The fleet
     closes the stores on `stop()`. With a throughput `profile`, accelerator tasks make steps
     at its speed for their machine's `gpu_type` (`SimulatedExecutor`).
+
+    The agents' heartbeat lease lasts `lease_ttl_s` (it replaces `settings.lease_ttl_s`), by
+    default the region's fencing period: the longest that keeps at-most-once tasks safe, and
+    long, as a lapse costs every agent a new registration at once. A longer one than the
+    region allows fails `start()` with a `RegionError`, since no agent could ever start.
     """
 
     name = "agent-sim"
@@ -281,6 +286,7 @@ class AgentFleet(Service):
         starting_at_once: int = STARTING_AT_ONCE,
         progress: Callable[[str], None] | None = None,
         profile: ThroughputProfile | None = None,
+        lease_ttl_s: int | None = None,
     ) -> None:
         if not stores:
             raise ValueError("a fleet needs at least one store")
@@ -291,6 +297,7 @@ class AgentFleet(Service):
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self._profile = profile
+        self._lease_ttl_s = lease_ttl_s
         self.agents: list[Agent] = []
         self.executors: dict[str, SimulatedExecutor] = {}
         """Each machine's executor, by machine id."""
@@ -298,6 +305,17 @@ class AgentFleet(Service):
         self._starter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        fencing_s = (await read_region(self._stores[0])).fencing_s
+        lease_ttl_s = self._lease_ttl_s or max(1, int(fencing_s))
+        if lease_ttl_s > fencing_s:
+            raise RegionError(
+                f"the region's fencing period ({fencing_s:g}s) is shorter than the simulated "
+                f"machines' lease TTL ({lease_ttl_s}s): at-most-once tasks would be killed "
+                f"between renewals; use a lease TTL of at most {int(fencing_s)}s "
+                "(tether agent-sim --lease-ttl-s), or a region with a longer fencing period "
+                "(tether up --fencing-s)"
+            )
+        self._settings = self._settings.model_copy(update={"lease_ttl_s": lease_ttl_s})
         shared = [keys.ASSIGNMENTS, keys.ALLOCATIONS]
         self._shared = [FleetStore(store, shared) for store in self._stores]
         self._starter = asyncio.create_task(self._start_all(), name="starting agents")

@@ -67,15 +67,16 @@ def agent_sim(
         ),
     ] = None,
     lease_ttl_s: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             help="TTL of the heartbeats' lease (TETHER_AGENT_LEASE_TTL_S does not apply): the "
             "agents of a store connection share one, which this process keeps (their heartbeats "
-            "vanish together when it dies); long, as a lapse costs every agent a new "
-            "registration at once.",
+            "vanish together when it dies). At most the region's fencing period, and by default "
+            "that period: long, as a lapse costs every agent a new registration at once.",
+            show_default="the region's fencing period",
         ),
-    ] = 120,
+    ] = None,
     connections: Annotated[
         int, typer.Option(min=1, help="Store connections the agents share, round-robin.")
     ] = 4,
@@ -105,8 +106,8 @@ def agent_sim(
             typer.echo(f"error: --profile: {error}", err=True)
             raise typer.Exit(2) from None
     settings = load_settings(
-        lambda: AgentSettings(lease_ttl_s=lease_ttl_s, work_dir=work_dir),
-        {"lease_ttl_s": "--lease-ttl-s", "work_dir": "--work-dir"},
+        lambda: AgentSettings(work_dir=work_dir),
+        {"work_dir": "--work-dir"},
     )
     try:
         fleet = simulated_machines(
@@ -130,6 +131,13 @@ def agent_sim(
     def make_fleet(store: Store) -> AgentFleet:
         others = [connect_store(url) for _ in range(connections - 1)]
         progress = functools.partial(typer.echo, err=True)
-        return AgentFleet(fleet, settings, [store, *others], progress=progress, profile=throughputs)
+        return AgentFleet(
+            fleet,
+            settings,
+            [store, *others],
+            progress=progress,
+            profile=throughputs,
+            lease_ttl_s=lease_ttl_s,
+        )
 
     serve(make_fleet, url, log_level)

@@ -50,6 +50,7 @@ from tether.model import (
     from_json,
 )
 from tether.model.accelerator import ThroughputProfile
+from tether.service import RegionError
 from tether.store import LeaseNotFound, Store, Watch, keys, open_store
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
@@ -200,9 +201,7 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
     )
     # A 4 s lease (under the fencing period): twelve agents starting on two cores must not let
     # a shared lease lapse, which would grant a third.
-    settings = AgentSettings.model_validate(
-        SETTINGS | {"work_dir": tmp_path / "fleet", "lease_ttl_s": 4}
-    )
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "fleet"})
     progress: list[str] = []
     fleet = AgentFleet(
         machines,
@@ -210,6 +209,7 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
         [open_store(store_url), open_store(store_url)],
         starting_at_once=4,
         progress=progress.append,
+        lease_ttl_s=4,
     )
     await fleet.start()
     try:
@@ -235,6 +235,49 @@ async def test_a_fleet_runs_many_agents_on_shared_stores(
         timeout_s=10,
         what="the fleet's heartbeats to go",
     )
+
+
+def two_machines(prefix: str) -> list[Machine]:
+    return simulated_machines(
+        2,
+        region="r",
+        datacenters=["dc1"],
+        msbs_per_dc=1,
+        rack_size=2,
+        hardware_type="sim",
+        capacity=Resources(cpu=1000, memory_mib=1024),
+        prefix=prefix,
+    )
+
+
+async def test_a_fleet_holds_the_regions_fencing_period_as_its_lease_by_default(
+    store: Store, store_url: str, tmp_path: Path, region_config: RegionConfig
+) -> None:
+    machines = two_machines("fence")
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "fleet"})
+    fleet = AgentFleet(machines, settings, [open_store(store_url)])
+    await fleet.start()
+    try:
+        await asyncio.wait_for(fleet.started.wait(), 60)
+        [heartbeat, _] = (await store.range(keys.HEARTBEATS)).kvs
+        remaining = await store.lease_time_to_live(heartbeat.lease)
+        assert remaining is not None
+        assert SETTINGS["lease_ttl_s"] < remaining <= region_config.fencing_s
+    finally:
+        await fleet.stop()
+
+
+async def test_a_fleet_whose_lease_outlasts_the_fencing_period_refuses_to_start(
+    store: Store, store_url: str, tmp_path: Path, region_config: RegionConfig
+) -> None:
+    machines = two_machines("long")
+    settings = AgentSettings.model_validate(SETTINGS | {"work_dir": tmp_path / "fleet"})
+    too_long = int(region_config.fencing_s) + 1
+    fleet = AgentFleet(machines, settings, [open_store(store_url)], lease_ttl_s=too_long)
+    with pytest.raises(RegionError, match=r"at most 5s \(tether agent-sim --lease-ttl-s\)"):
+        await fleet.start()
+    await fleet.stop()
+    assert await store.count(keys.HEARTBEATS) == 0
 
 
 async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store: Store) -> None:
