@@ -102,9 +102,15 @@ async def test_an_agent_cut_off_from_its_lease_has_its_at_most_once_tasks_killed
     ordinary = (await wait_status(store, 1, 1, TaskState.RUNNING)).pid or 0
     await stop(agent)
     stopped_at = time.monotonic()
+    # Nothing renews the fence any more: its deadline is the last renewal's plus the fencing
+    # period, a renewal sent before the agent stopped.
+    fence = read_record(Fence, WorkDir(work_dir).fence)
+    assert fence is not None
+    assert fence.attempts == [f"{HANDLE}/0@1"]
+    assert fence.valid_until <= stopped_at + FENCING_S
     await wait_gone(fenced)
-    # Not before the fencing period since the last renewal (at most a third of a TTL ago).
-    assert time.monotonic() - stopped_at >= FENCING_S - 1
+    # Not before the fence's deadline (the shim and the test read the same monotonic clock).
+    assert time.monotonic() >= fence.valid_until
     # The process is gone once killed (a zombie counts); the shim records the end after it
     # has reaped it.
     exit_file = WorkDir(work_dir).attempt(TaskRef(ENT, JOB, 0), 1).exit
