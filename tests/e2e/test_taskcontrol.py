@@ -4,6 +4,7 @@ SDK), and a rolling update of which only the approved subset is executed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -50,7 +51,9 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
 
 
 class ControllerThread:
-    """The controller's gRPC server and its registration, on an event loop of their own."""
+    """The controller's gRPC server and its registration, on an event loop of their own; it
+    renews the registration every third of its TTL, as a controller must, however long the
+    test takes."""
 
     def __init__(self, region: LocalRegion, job_handle: str, *, hang: bool = False) -> None:
         self.controller = ProtoOnlyController(hang=hang)
@@ -59,7 +62,14 @@ class ControllerThread:
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),))
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_until_complete(self._main())
+        except BaseException as error:  # reported by __exit__
+            self._failed = error
 
     async def _main(self) -> None:
         self._stopping = asyncio.Event()
@@ -77,7 +87,13 @@ class ControllerThread:
                 metadata=metadata,
             )
             self._ready.set()
-            await self._stopping.wait()
+            renew = pb.RenewRequest(registration_id=registered.registration_id)
+            while not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(registered.ttl_seconds / 3):
+                        await self._stopping.wait()
+                if not self._stopping.is_set():
+                    await registry.Renew(renew, metadata=metadata)
             self.controller.released.set()
             await registry.Unregister(
                 pb.UnregisterRequest(registration_id=registered.registration_id),
@@ -87,7 +103,7 @@ class ControllerThread:
 
     def __enter__(self) -> ProtoOnlyController:
         self._thread.start()
-        assert self._ready.wait(30), "the controller did not register"
+        assert self._ready.wait(30), f"the controller did not register: {self._failed!r}"
         return self.controller
 
     def __exit__(self, *_: object) -> None:
@@ -95,6 +111,8 @@ class ControllerThread:
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(30)
         self._loop.close()
+        if self._failed is not None:
+            raise AssertionError("the controller failed") from self._failed
 
 
 def running_job(client: httpx.Client, name: str, count: int) -> list[dict[str, Any]]:
