@@ -49,15 +49,16 @@ async def test_the_probe_reports_the_revision_only_after_a_commit(
 async def test_housekeeping_lists_the_leases_past_their_time(
     sql_store: SqlStore, probe: SqliteProbe
 ) -> None:
-    short = await sql_store.lease_grant(1)
-    long = await sql_store.lease_grant(60)
+    # TTLs far longer than the test takes: a lease is past its time only at the moments probed.
+    short = await sql_store.lease_grant(30)
+    long = await sql_store.lease_grant(600)
     revision = await sql_store.put("/p/a", b"1", lease=long)
     now = probe.housekeeping(time.time(), 500)
     assert now.expired == []
     assert (now.revision, now.compacted) == (revision, 0)
-    assert probe.housekeeping(time.time() + 2, 500).expired == [short]
-    assert sorted(probe.housekeeping(time.time() + 120, 500).expired) == sorted([short, long])
-    assert len(probe.housekeeping(time.time() + 120, 1).expired) == 1
+    assert probe.housekeeping(time.time() + 31, 500).expired == [short]
+    assert sorted(probe.housekeeping(time.time() + 601, 500).expired) == sorted([short, long])
+    assert len(probe.housekeeping(time.time() + 601, 1).expired) == 1
 
 
 async def test_a_locked_file_makes_the_probe_busy_at_once(tmp_path: Path) -> None:
