@@ -280,7 +280,11 @@ async def test_lease_expires_its_keys_within_a_second_of_its_ttl(store: Store) -
     await store.put("/hb/m2", b"no lease")
     assert (await store.get("/hb/m1")).lease == lease  # type: ignore[union-attr]
     await asyncio.sleep(max(0.0, asked + LEASE_TTL - 0.5 - loop.time()))
-    assert await store.get("/hb/m1") is not None, "expired before its TTL"
+    # Gone is an early expiry only if the answer came before the TTL could have run out: a
+    # stall may delay the read past it.
+    found = await store.get("/hb/m1")
+    answered = loop.time()
+    assert found is not None or answered >= asked + LEASE_TTL, "expired before its TTL"
     while await store.get("/hb/m1") is not None:
         assert loop.time() - granted < LEASE_TTL + 1.0, "still there a second after the TTL"
         await asyncio.sleep(0.05)
