@@ -171,6 +171,7 @@ def test_max_quantity_is_reachable_but_not_passable() -> None:
         Resources(extra={"ssd": MAX_QUANTITY}) + Resources(extra={"ssd": 1})
 
 
+@FAST
 @given(
     cpu=st.integers(0, 10_000),
     memory=st.integers(0, 10_000),
