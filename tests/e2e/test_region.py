@@ -276,13 +276,29 @@ def test_a_controller_registers_with_the_regions_registry(region: LocalRegion) -
 
 
 def test_the_cli_lists_every_shard_with_its_leader(region: LocalRegion) -> None:
-    listed = region.cli("shard", "ls")
-    assert listed.returncode == 0, listed.stderr
+    def leaders() -> dict[str, ShardLeader | None]:
+        return {shard: region.shard_leader(shard) for shard in SHARDS}
+
+    def listed_under_the_same_leaders() -> tuple[str, dict[str, ShardLeader]] | None:
+        """`shard ls` between two reads of the leaders that agree: the leaders it must show.
+        (A leader's lease is short: a stall may hand a shard to its standby meanwhile.)"""
+        before = leaders()
+        listed = region.cli("shard", "ls")
+        assert listed.returncode == 0, listed.stderr
+        after = leaders()
+        if before != after:
+            return None
+        held = {shard: leader for shard, leader in after.items() if leader is not None}
+        return (listed.stdout, held) if len(held) == len(SHARDS) else None
+
+    stdout, held = wait_for(
+        listed_under_the_same_leaders,
+        timeout_s=60,
+        what="`shard ls` while every shard keeps one leader",
+    )
     home = shard_for("default", list(SHARDS))
-    for shard in SHARDS:
-        leader = region.shard_leader(shard)
-        assert leader is not None
-        row = next(line for line in listed.stdout.splitlines() if f" {shard} " in line)
+    for shard, leader in held.items():
+        row = next(line for line in stdout.splitlines() if f" {shard} " in line)
         assert str(leader.pid) in row
         assert ("default" in row) is (shard == home)
 
