@@ -50,7 +50,6 @@ MACHINE = {"cpu": 4000, "memory_mib": 8192}
 PER_TASK = {"cpu": 2000, "memory_mib": 1024}
 """Two tasks fill a machine's CPU: a gang spans machines."""
 ENTITLEMENT = "bench"
-SET_CALLS = 200
 POLL_S = 0.01
 
 
@@ -149,17 +148,19 @@ def run_gang(client: TetherClient, way: str, trial: int, size: int) -> float:
     return elapsed
 
 
-def set_resource_latencies(client: TetherClient, machines: list[str]) -> tuple[list[float], float]:
+def set_resource_latencies(
+    client: TetherClient, machines: list[str], calls: int
+) -> tuple[list[float], float]:
     """Per call, seconds: granting one more machine a label; then lowering ones (median)."""
     grants = []
-    for position in range(SET_CALLS):
+    for position in range(calls):
         machine = machines[position % len(machines)]
         label = f"probe-{position // len(machines)}"
         started = time.perf_counter()
         client.set_resource(ENTITLEMENT, label, 2, {"machine": machine})
         grants.append(time.perf_counter() - started)
     lowerings = []
-    for machine in machines[:20]:
+    for machine in machines[: min(20, calls)]:
         started = time.perf_counter()
         client.set_resource(ENTITLEMENT, "probe-0", 1, {"machine": machine})
         lowerings.append(time.perf_counter() - started)
@@ -173,11 +174,16 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def main() -> None:
     stop_on_signals()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--machines", type=int, default=300, help="simulated machines")
     parser.add_argument("--trials", type=int, default=20, help="gangs per implementation")
     parser.add_argument("--gang-size", type=int, default=8, help="tasks per gang")
+    parser.add_argument("--set-calls", type=int, default=200, help="set_resource calls timed (200)")
     args = parser.parse_args()
+    if min(args.machines, args.trials, args.gang_size, args.set_calls) < 1:
+        parser.error("--machines, --trials, --gang-size and --set-calls must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-esl-") as directory:
         root = Path(directory)
         region = LocalRegion(root / "tether", agents=0)
@@ -193,7 +199,7 @@ def main() -> None:
                 *("--cpu", str(MACHINE["cpu"]), "--memory-mib", str(MACHINE["memory_mib"])),
             )
             with TetherClient(region.url, region.token, timeout_s=60) as client:
-                result = measure(client, args.machines, args.trials, args.gang_size)
+                result = measure(client, args)
         finally:
             if fleet is not None:
                 fleet.kill()
@@ -202,7 +208,8 @@ def main() -> None:
     print(json.dumps(result))
 
 
-def measure(client: TetherClient, machines: int, trials: int, size: int) -> dict[str, Any]:
+def measure(client: TetherClient, args: argparse.Namespace) -> dict[str, Any]:
+    machines, trials, size, calls = args.machines, args.trials, args.gang_size, args.set_calls
     client.create_entitlement(
         {
             "name": ENTITLEMENT,
@@ -211,9 +218,9 @@ def measure(client: TetherClient, machines: int, trials: int, size: int) -> dict
         }
     )
     ids = sorted(machine.id for machine in client.list_machines())
-    log(f"{SET_CALLS} set_resource calls")
-    grants, lowering_s = set_resource_latencies(client, ids)
-    for label in {f"probe-{n // len(ids)}" for n in range(SET_CALLS)}:
+    log(f"{calls} set_resource calls")
+    grants, lowering_s = set_resource_latencies(client, ids, calls)
+    for label in {f"probe-{n // len(ids)}" for n in range(calls)}:
         client.delete_resource(ENTITLEMENT, label)
     latencies: dict[str, list[float]] = {"app": [], "esl": [], "builtin": []}
     for trial in range(trials):

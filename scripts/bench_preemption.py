@@ -17,7 +17,11 @@ task processes) and measures, --trials times each:
 After the run every revision of the allocation entries is replayed from etcd: no entitlement
 may ever have held more than its quota and borrowing limit.
 
-Prints one JSON line on stdout (progress on stderr).
+Prints one JSON line on stdout (progress on stderr): `preemption_latency_grace_0_p50_s`,
+`preemption_latency_grace_0_p99_s`, `preemption_latency_grace_5_p50_s`,
+`preemption_latency_grace_5_p99_s`, `reclaim_latency_p50_s`, `reclaim_latency_p99_s` and
+`reclaim_latency_max_s` against `reclaim_target_s` (`reclaim_met`), and from the replay
+`revisions_replayed` and `over_quota_revisions` (must be 0).
 
 Usage: .venv/bin/python scripts/bench_preemption.py [--trials 10] [--tasks 4]
 """

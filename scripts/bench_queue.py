@@ -6,11 +6,13 @@ more wait (every job one task, the running ones finishing one at a time):
 
 - the decider's pass (`AdmissionQueues.decide`, the code every shard leader runs, in this
   process on a real `QuotaTree`): one job of the running ones ends, and the pass admits the
-  head of the queue; repeated --passes times. Reports `admission_decision_p50_ms`/`_p99_ms`.
+  head of the queue; repeated --passes times (at most --queued). Reports
+  `admission_decision_p50_ms` and `admission_decision_p99_ms`.
 - the frontend's answer: a private etcd holds the --queued admission records, an in-process
   frontend orders them from its watch, and a client reads `GET /v1/queues/{entitlement}`
-  --reads times: the default page (the first 1000 jobs; `get_queue_p50_ms`/`_p99_ms`) and the
-  whole queue in one answer (`get_whole_queue_p50_ms`/`_p99_ms`), with the answers' sizes.
+  --reads times: the default page (the first 1000 jobs; `get_queue_p50_ms`, `get_queue_p99_ms`)
+  and the whole queue in one answer (`get_whole_queue_p50_ms`, `get_whole_queue_p99_ms`), with
+  the answers' sizes (`get_queue_bytes`, `get_whole_queue_bytes`).
 
 Prints one JSON line on stdout (progress on stderr). Targets (issue 19): decisions p99 <= 5 ms,
 GET p99 <= 100 ms.
@@ -56,12 +58,19 @@ TOKEN = "bench-admin"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--queued", type=int, default=10_000, help="jobs waiting (10000)")
     parser.add_argument("--running", type=int, default=100, help="jobs the quota holds (100)")
     parser.add_argument("--passes", type=int, default=500, help="decider passes timed (500)")
     parser.add_argument("--reads", type=int, default=50, help="GET requests timed (50)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if min(args.queued, args.running, args.passes, args.reads) < 1:
+        parser.error("--queued, --running, --passes and --reads must be at least 1")
+    if args.passes > args.queued:
+        parser.error("--passes must not exceed --queued: each pass admits one waiting job")
+    return args
 
 
 def record(index: int, now: datetime) -> Admission:
@@ -89,7 +98,8 @@ def entitlement(running: int) -> Entitlement:
 
 
 def decisions(args: argparse.Namespace) -> list[float]:
-    """Milliseconds of each pass that admits the head after one running job ended."""
+    """Milliseconds of each pass that admits the head after one running job ended (at most
+    `args.queued` passes: each admits one waiting job)."""
     now = datetime.now(UTC)
     queues = AdmissionQueues([entitlement(args.running)], 1001)
     for index in range(args.running + args.queued):

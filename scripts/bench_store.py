@@ -24,29 +24,30 @@ from tether.store.etcd_server import EtcdServer
 VALUE = b"x" * 256
 
 
-async def bench_puts(store: Store, total: int, concurrency: int) -> float:
-    per_worker = total // concurrency
+def share(total: int, workers: int, worker: int) -> int:
+    """Worker `worker`'s part of `total` operations split as evenly as can be."""
+    return total // workers + (worker < total % workers)
 
+
+async def bench_puts(store: Store, total: int, concurrency: int) -> float:
     async def worker(w: int) -> None:
-        for i in range(per_worker):
+        for i in range(share(total, concurrency, w)):
             await store.put(f"/bench/put/{w}/{i}", VALUE)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    return per_worker * concurrency / (time.perf_counter() - start)
+    return total / (time.perf_counter() - start)
 
 
 async def bench_txns(store: Store, txns: int, keys_per_txn: int, concurrency: int) -> float:
-    per_worker = txns // concurrency
-
     async def worker(w: int) -> None:
-        for t in range(per_worker):
+        for t in range(share(txns, concurrency, w)):
             ops = [Put(f"/bench/txn/{w}/{t}/{k}", VALUE) for k in range(keys_per_txn)]
             await store.txn((), ops)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    return per_worker * concurrency * keys_per_txn / (time.perf_counter() - start)
+    return txns * keys_per_txn / (time.perf_counter() - start)
 
 
 async def bench_watch(store: Store, events: int) -> float:
@@ -68,27 +69,37 @@ async def run(url: str, args: argparse.Namespace) -> dict[str, object]:
     async with open_store(url) as store:
         puts = await bench_puts(store, args.puts, 64)
         txn_keys = await bench_txns(store, args.txns, 100, 8)
-        watch = await bench_watch(store, args.watch_events)
+        watch_events = args.watch_events - args.watch_events % 100
+        watch = await bench_watch(store, watch_events)
     return {
         "put_per_s": round(puts),
         "txn_keys_per_s": round(txn_keys),
         "watch_events_per_s": round(watch),
         "puts": args.puts,
         "txns_of_100": args.txns,
-        "watch_events": args.watch_events,
+        "watch_events": watch_events,
         "value_bytes": len(VALUE),
     }
 
 
 def main() -> None:
     stop_on_signals()
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", choices=["sql", "etcd"], required=True)
     parser.add_argument("--url", help="an existing store to measure (default: a fresh one)")
     parser.add_argument("--puts", type=int, default=20_000, help="single puts in total")
     parser.add_argument("--txns", type=int, default=400, help="100-put transactions in total")
-    parser.add_argument("--watch-events", type=int, default=50_000)
+    parser.add_argument(
+        "--watch-events",
+        type=int,
+        default=50_000,
+        help="changes a watch replays, written 100 to a transaction",
+    )
     args = parser.parse_args()
+    if args.puts < 1 or args.txns < 1 or args.watch_events < 100:
+        parser.error("--puts and --txns must be at least 1, --watch-events at least 100")
 
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         server: EtcdServer | None = None

@@ -6,7 +6,7 @@ Opens `--watches` watches on distinct prefixes of one store client, proves each 
 key is put under every prefix and every watch must see it), then measures the process's CPU
 while nothing changes for `--seconds`. Prints one JSON line: `idle_cores` (CPU seconds per
 second), `established_s`, `delivered_s` (every watch has seen its key), `setup_cpu_s` (the
-process's CPU until then) and the process's peak RSS. Without --url it starts a
+process's CPU until then) and `peak_rss_mib`, the process's peak RSS. Without --url it starts a
 private etcd server (data on tmpfs).
 """
 
@@ -74,7 +74,9 @@ async def measure(url: str, watches: int, seconds: float) -> dict[str, object]:
 
 def main() -> None:
     stop_on_signals()
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--watches", type=int, default=20_000, help="watches to hold")
     parser.add_argument("--seconds", type=float, default=30.0, help="idle time measured")
     parser.add_argument("--url", help="an existing etcd store (default: a private server)")

@@ -17,7 +17,7 @@ the region is saturated (every team has a job waiting). Prints one JSON line:
 
   utilization          busy GPU-time / GPU-time after the warm-up
   jain_index           Jain's index of the teams' shares divided by their weighted shares,
-                       averaged over saturated time
+                       averaged over saturated time (null when the region never was)
   max_share_error      worst relative distance of a team's average share from its weighted share
   deadline_miss_rate   jobs finished after their deadline (or not by it), deadline-aware order
   fifo_deadline_miss_rate   the same arrivals in FIFO order
@@ -123,10 +123,11 @@ def waits(world: World, horizon_s: float) -> dict[str, float]:
     return result
 
 
-def fairness(world: World) -> dict[str, float]:
+def fairness(world: World) -> dict[str, float | None]:
+    """Fair share while saturated; None when the region never was (too short a run)."""
     tally = world.tally
     if not tally.saturated_s:
-        return {"saturated_share": 0.0}
+        return {"saturated_share": 0.0, "jain_index": None, "max_share_error": None}
     average = {team: tally.share_s[team] / tally.saturated_s for team in world.teams}
     errors = [abs(average[team] / world.targets[team] - 1) for team in world.teams]
     return {
@@ -153,7 +154,8 @@ def main() -> None:
     fifo = simulate(args, jobs, deadline_aware=False)
     tally = aware.tally
     log(f"timing decisions with {args.deep_queue} jobs queued in one entitlement")
-    deep = decisions(argparse.Namespace(running=100, queued=args.deep_queue, passes=500))
+    passes = min(500, args.deep_queue)
+    deep = decisions(argparse.Namespace(running=100, queued=args.deep_queue, passes=passes))
     plot_shares(
         args.plot,
         [(at - aware.warmup_s, shares) for at, shares in tally.trace],

@@ -14,8 +14,9 @@ Experiments (--experiment, default all):
               against the load, for max-min fairness and FIFO, blind and aware. A policy's
               sweep stops at the first load it does not sustain (more than --max-active jobs
               active at once). Plotted to --plot-jct.
-  solve       Seconds per solve of every policy against the active jobs (32 to 4,096), with
-              HiGHS, and the same linear programs in cvxpy with ECOS (up to --cvxpy-max jobs).
+  solve       Seconds per solve of every policy against the active jobs (32 to 4,096, or
+              --solve-jobs), with HiGHS, and the same linear programs in cvxpy with ECOS (up
+              to --cvxpy-max jobs).
               Plotted to --plot-solve.
   replay      The first --replay-jobs jobs of max_min_fairness.trace, steps and arrivals times
               --replay-factor, on a real region (`tether up`, 4 V100 + 4 P100 + 4 K80 simulated
@@ -25,8 +26,8 @@ Experiments (--experiment, default all):
 
 Prints one JSON line per point, then a summary line ("benchmark": "gavel") with
 jct_ratio_agnostic_over_aware (max-min fairness at the highest load the blind policy
-sustains), makespan_ratio_agnostic_over_aware, the trace errors, solve_s per policy and job
-count, and replay_jct_error.
+sustains), makespan_ratio_agnostic_over_aware, trace_errors (per policy), solve_s per policy
+and job count, and replay_jct_error: each from the experiments that ran.
 
 Usage: .venv/bin/python scripts/sim_gavel.py [--experiment traces] [--quick]
 """
@@ -88,6 +89,12 @@ def parse_args() -> argparse.Namespace:
         help="the jobs measured, FIRST-LAST (4000-5000; --quick 200-400)",
     )
     parser.add_argument("--max-active", type=int, default=800, help="saturation (800 jobs)")
+    parser.add_argument(
+        "--solve-jobs",
+        type=lambda text: [int(value) for value in text.split(",")],
+        help="active jobs to time the solve at (default 32 to 4,096 by doubling; --quick: to "
+        "1,024)",
+    )
     parser.add_argument("--cvxpy-max", type=int, default=4096, help="largest cvxpy solve")
     parser.add_argument("--replay-jobs", type=int, default=12, help="jobs replayed (12)")
     parser.add_argument(
@@ -199,7 +206,7 @@ def continuous(args: argparse.Namespace) -> dict[str, Any]:
 
 def solve(args: argparse.Namespace) -> dict[str, Any]:
     profile = ThroughputProfile.load(args.data / "isolated_throughputs.json")
-    counts = SOLVE_JOBS[:6] if args.quick else SOLVE_JOBS
+    counts = args.solve_jobs or (SOLVE_JOBS[:6] if args.quick else SOLVE_JOBS)
     points: list[dict[str, Any]] = []
     solve_s: dict[str, dict[int, float]] = {}
     for jobs in counts:

@@ -90,7 +90,9 @@ def log(message: str) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=1000, help="tasks of the sharded job")
     parser.add_argument("--shards", type=int, default=15_000, help="shards the tasks hold")
     parser.add_argument("--replicas", type=int, default=3, help="replicas of each shard")

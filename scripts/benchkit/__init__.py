@@ -34,17 +34,18 @@ def save_figure(figure: Any, path: Path) -> None:
 
 
 def stop_on_signals() -> None:
-    """Makes SIGTERM and SIGINT raise KeyboardInterrupt in the main thread, so that the
-    `finally` blocks and context managers that remove what a script started (its region, etcd
-    server, simulated machines, temporary directory) run however it is stopped: SIGTERM's
-    default ends the process at once, and a shell that starts a script in the background makes
-    it ignore SIGINT. Signals that come while it stops are ignored, so the cleanup finishes."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Makes SIGTERM and SIGINT raise SystemExit(128 + the signal's number) in the main thread,
+    so that the `finally` blocks and context managers that remove what a script started (its
+    region, etcd server, simulated machines, temporary directory) run however it is stopped:
+    SIGTERM's default ends the process at once, and a shell that starts a script in the
+    background makes it ignore SIGINT. The exit status is the shell's for a signal, without a
+    traceback; signals that come while it stops are ignored, so the cleanup finishes."""
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
 
 
-def _interrupt(signum: int, _frame: FrameType | None) -> None:
+def _stop(signum: int, _frame: FrameType | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    log(f"{signal.Signals(signum).name}: stopping, removing what this run started")
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    log(f"{signal.Signals(signum).name}: stopping; removing what this run started")
+    raise SystemExit(128 + signum)

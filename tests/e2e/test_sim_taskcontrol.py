@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.scripts import RUN_ELSEWHERE
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sim_taskcontrol.py"
+_, PROMISED = RUN_ELSEWHERE["sim_taskcontrol.py"]
 
 
 def test_the_replicas_controller_never_lets_two_replicas_down_outside_the_failure(
@@ -29,6 +32,8 @@ def test_the_replicas_controller_never_lets_two_replicas_down_outside_the_failur
     assert done.returncode == 0, done.stderr[-3000:]
     results = {r["controller"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert set(results) == {"replicas", "rolling"}
+    for result in results.values():
+        assert sorted(PROMISED - result.keys()) == []
     replicas = results["replicas"]
     assert replicas["shards_two_down_outside_failure"] == 0
     assert replicas["failed_tasks"] >= 1

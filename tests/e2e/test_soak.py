@@ -1,29 +1,36 @@
-"""One round of the soak (`scripts/soak.py`): every kind of fault once under REST churn (about
-70 s), and then nothing accepted is lost, no at-most-once task ran twice, no machine is
+"""One round of the soak, `scripts/soak.py` itself: every kind of fault once under REST churn
+(about 70 s), and then nothing accepted is lost, no at-most-once task ran twice, no machine is
 over-committed and nothing is left behind."""
 
 from __future__ import annotations
 
-import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from tests.support.scripts import RUN_ELSEWHERE, SmokeRun, finish, result_of
 from tests.support.soak.injector import FAULT_KINDS
-from tests.support.soak.run import Soak, SoakOptions
 
 pytestmark = pytest.mark.timeout(480)
+_, KEYS = RUN_ELSEWHERE["soak.py"]
 
 
-def test_every_kind_of_fault_once_loses_nothing_and_runs_nothing_twice(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    lines: list[str] = []
-    with Soak(
-        tmp_path_factory.mktemp("soak"), SoakOptions(minutes=3, rounds=1), lines.append
-    ) as soak:
-        report = soak.run()
-    print(json.dumps(report))  # shown when the test fails, with the progress lines
-    print("\n".join(lines))
+def test_every_kind_of_fault_once_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    run = SmokeRun("soak.py", ("--minutes", "3", "--rounds", "1", "--dir", str(tmp_path)), KEYS)
+    process = subprocess.Popen(
+        run.command(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    stdout, stderr = finish(process, timeout_s=420)
+    assert process.returncode == 0, stderr[-3000:]
+    report = result_of(stdout, stderr)
+    print(stdout, stderr)  # shown when the test fails: the report and the progress lines
+    lines = stderr.splitlines()
+    assert sorted(KEYS - report.keys()) == []
     assert report["injector_failure"] is None
     assert set(report["faults_injected"]) == set(FAULT_KINDS)
     assert report["settled"], lines[-1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,3 +131,46 @@ def test_a_service_that_keeps_failing_is_given_up(region: LocalRegion) -> None:
         in region.output()
     )
     assert region.state().restarts["frontend"] == 5
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is `pid`."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_while_the_services_start_stops_the_region(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # A signal that lands while `tether up` forks a service used to be lost, and the region
+    # ran on; it is now recorded and acted on once the service has started.
+    region = LocalRegion(tmp_path / "tether", agents=4)
+    try:
+        region.launch()
+        assert region.process is not None
+        up = region.process.pid
+        started = wait_for(
+            lambda: pids if len(pids := children_of(up)) >= 3 else None,
+            timeout_s=60,
+            what="tether up to start its first services",
+        )
+        region.process.send_signal(signum)
+        assert region.process.wait(timeout=60) == 0, region.output()
+        services = started | children_of(up)
+        wait_for(
+            lambda: not any(process_alive(pid) for pid in services),
+            timeout_s=30,
+            what="every service to stop",
+        )
+        assert "Stopped every service" in region.output()
+    finally:
+        region.cleanup()

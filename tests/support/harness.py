@@ -124,6 +124,16 @@ class LocalRegion:
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Runs `tether up` and returns once it says the region is ready."""
+        earlier_output = self.launch(timeout_s)
+        wait_for(
+            lambda: self._ready(earlier_output),
+            timeout_s=timeout_s + 10,
+            what="tether up to report ready",
+        )
+
+    def launch(self, timeout_s: float = 120.0) -> int:
+        """Runs `tether up` (which gives up after `timeout_s` unless the region is ready) and
+        returns at once, with the length of its output until then."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable,
@@ -155,11 +165,7 @@ class LocalRegion:
             self.process = subprocess.Popen(
                 command, stdout=output, stderr=subprocess.STDOUT, env=self.env()
             )
-        wait_for(
-            lambda: self._ready(earlier_output),
-            timeout_s=timeout_s + 10,
-            what="tether up to report ready",
-        )
+        return earlier_output
 
     def _ready(self, earlier_output: int) -> bool:
         assert self.process is not None

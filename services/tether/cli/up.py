@@ -57,11 +57,24 @@ _RESTARTS: Final = RestartPolicy()
 
 
 class _Stop(Exception):
-    """SIGTERM arrived: stop the region like Ctrl-C does."""
+    """SIGTERM or SIGINT arrived: stop the region."""
 
 
-def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop
+class _StopRequest:
+    """Records that SIGTERM or SIGINT arrived; `check()` raises `_Stop` once one has. The
+    handler raises nothing itself: an exception raised in a signal handler lands wherever the
+    main thread is, and Python ignores one that lands in an at-fork hook (while a service is
+    being started), after which the region would never stop."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def record(self, signum: int, _frame: object) -> None:
+        self.signal = signum
+
+    def check(self) -> None:
+        if self.signal is not None:
+            raise _Stop
 
 
 def up(
@@ -208,15 +221,19 @@ def up(
         policy=_RESTARTS if restart else None,
     )
     metrics_host = MetricsSettings().host
-    signal.signal(signal.SIGTERM, _raise_stop)
+    stop = _StopRequest()
+    signal.signal(signal.SIGTERM, stop.record)
+    signal.signal(signal.SIGINT, stop.record)
     try:
         result = asyncio.run(_bootstrap(options))
+        stop.check()
         options = dataclasses.replace(options, shards=tuple(result.config.shards))
         console.print(
             f"{'Created' if result.created else 'Resuming'} region [bold]{result.config.name}"
             f"[/] in {state_dir} (store {store_url})"
         )
         supervisor.start(region_processes(options))
+        stop.check()
         started_at = datetime.now(UTC)
 
         def state() -> RegionState:
@@ -224,28 +241,35 @@ def up(
 
         write_region_state(state_path, state())
         token = options.admin_token_file.read_text().strip()
+
+        def alive() -> None:
+            stop.check()
+            _check_alive(supervisor)
+
         with console.status("starting the region") as status:
             wait_until_ready(
                 options,
                 token,
                 timeout_s=ready_timeout_s,
                 progress=lambda text: status.update(text),
-                alive=lambda: _check_alive(supervisor),
+                alive=alive,
             )
         _print_ready(options, supervisor)
         while True:
+            stop.check()
             happened = supervisor.tend()
             for line in happened:
                 console.print(f"[yellow]{datetime.now():%H:%M:%S}[/] {line}", soft_wrap=True)
             if happened:
                 write_region_state(state_path, state())
             time.sleep(0.25)
-    except (KeyboardInterrupt, _Stop):
+    except _Stop:
         console.print("stopping the region…")
     except RegionError as error:
         fail(str(error))
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         supervisor.stop()
         if etcd_server:
             etcd_server.stop()
