@@ -18,7 +18,7 @@ from tether.aio import cancel_and_wait
 from tether.model import RegionConfig, from_json
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.admission.queues import Decision
-from tether.scheduler.allocator_client import AllocatorClient
+from tether.scheduler.allocator_client import AllocatorClient, PreemptionCheck
 from tether.scheduler.election import Fence
 from tether.scheduler.state import ShardState
 from tether.store import Store, keys, open_store
@@ -44,9 +44,15 @@ class StallingDecider(Decider):
 
 
 async def start_decider(
-    store: Store, shard: str, name: str, pause_s: float
+    store: Store,
+    shard: str,
+    name: str,
+    pause_s: float,
+    allocator: PreemptionCheck | None = None,
 ) -> tuple[ShardState, StallingDecider]:
-    """A decider for `shard` fenced by a key of its own, its mirrors loaded."""
+    """A decider for `shard` fenced by a key of its own, its mirrors loaded; `allocator` checks
+    its preemptions (by default a client of allocators that are never started: a preemption
+    waits)."""
     kv = await store.get(keys.region_config())
     assert kv is not None, "the region config is missing"
     region = from_json(RegionConfig, kv.value, stored=True)
@@ -69,7 +75,7 @@ async def start_decider(
             identity,
             1001,
             # Never started: the race admits within quota, and a preemption would wait.
-            AllocatorClient(store, timeout_s=5.0),
+            allocator or AllocatorClient(store, timeout_s=5.0),
             interval_s=0.2,
             pause_s=pause_s,
         )

@@ -1,14 +1,16 @@
-"""Replaying a region's allocation entries revision by revision: did any entitlement ever hold
-more than its quota and borrowing limit allow?"""
+"""Replaying a region's history revision by revision: did any entitlement ever hold (allocation
+entries) or reserve (admission records) more than its quota and borrowing limit allow?"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Final
 
-from tether.model import Entitlement, Resources, from_json
+from tether.model import Entitlement, Job, Resources, from_json
+from tether.model.admission import Admission
 from tether.model.quota_tree import QuotaTree
 from tether.store import EventType, Store, keys
 from tether.store.base import Watch, WatchEvent
@@ -77,3 +79,84 @@ def _apply(
         held.pop(key, None)
     else:
         held[key] = (entitlement, from_json(Resources, value, stored=True))
+
+
+@dataclass
+class Reservations:
+    """What the admission records reserve, as a decider charges them when no task is on a
+    machine: task resources times `admitted`, for every job not being deleted (a job being
+    deleted holds only its tasks on machines)."""
+
+    deleting: dict[str, bool] = field(default_factory=dict)
+    """Job handle -> whether it is being deleted."""
+    admissions: dict[str, Admission] = field(default_factory=dict)
+
+    def apply(self, key: str, value: bytes | None) -> None:
+        """One key of `jobs/` or `admissions/` put (`value`) or deleted (None); others ignored."""
+        if key.startswith(keys.JOBS):
+            handle = key[len(keys.JOBS) :]
+            if value is None:
+                self.deleting.pop(handle, None)
+            else:
+                self.deleting[handle] = from_json(Job, value, stored=True).deleting
+        elif key.startswith(keys.ADMISSIONS):
+            handle = key[len(keys.ADMISSIONS) :]
+            if value is None:
+                self.admissions.pop(handle, None)
+            else:
+                self.admissions[handle] = from_json(Admission, value, stored=True)
+
+    def reserving(self) -> list[Admission]:
+        return [
+            record
+            for handle, record in self.admissions.items()
+            if record.admitted and not self.deleting.get(handle, False)
+        ]
+
+    def tasks(self) -> int:
+        """The tasks reserved in all."""
+        return sum(record.admitted for record in self.reserving())
+
+    def over_quota(self, entitlements: list[Entitlement]) -> list[str]:
+        """Every entitlement of `entitlements` whose subtree reserves beyond its quota and
+        borrowing limit, with the dimensions; records of other entitlements are ignored."""
+        tree = QuotaTree(entitlements)
+        for record in self.reserving():
+            entitlement = record.job.split("/", 1)[0]
+            if entitlement in tree.nodes:
+                tree.use(entitlement, tree.vector(record.task_resources * record.admitted))
+        return tree.over_quota()
+
+
+async def reservation_history(
+    store: Store, start: int, end: int
+) -> AsyncIterator[tuple[int, list[WatchEvent], Reservations]]:
+    """The reservations at every revision from `start` (exclusive) to `end` (inclusive), with
+    the revision and all its events (any prefix). The history must not be compacted."""
+    reservations = Reservations()
+    if end <= start:
+        return
+    for prefix in (keys.JOBS, keys.ADMISSIONS):
+        for kv in (await store.range(prefix, revision=start)).kvs:
+            reservations.apply(kv.key, kv.value)
+    async with store.watch(keys.ROOT, start_revision=start + 1) as watch:
+        async for events in watch:
+            for event in events:
+                value = event.kv.value if event.type is EventType.PUT else None
+                reservations.apply(event.kv.key, value)
+            yield events[0].revision, events, reservations
+            if watch.next_revision > end:
+                return
+
+
+async def over_reserved_revisions(
+    store: Store, entitlements: list[Entitlement], start: int, end: int
+) -> list[str]:
+    """Every revision from `start` (exclusive) to `end` at which the admission records of
+    `entitlements` reserved more than their tree allows, with what was over."""
+    found = []
+    async for revision, _, reservations in reservation_history(store, start, end):
+        over = reservations.over_quota(entitlements)
+        if over:
+            found.append(f"revision {revision}: {'; '.join(over)}")
+    return found

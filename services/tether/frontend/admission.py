@@ -44,11 +44,8 @@ def check_tree(existing: Iterable[Entitlement], candidate: Entitlement) -> None:
 
 
 def waiting(admissions: Iterable[Admission]) -> list[Admission]:
-    """The jobs waiting to start, in queue order."""
-    return sorted(
-        (record for record in admissions if record.state is AdmissionState.QUEUED),
-        key=Admission.order,
-    )
+    """The jobs waiting for tasks to be admitted, in the decider's order."""
+    return sorted((record for record in admissions if record.waits), key=Admission.queue_key)
 
 
 def position(admissions: Sequence[Admission], handle: str) -> int | None:
@@ -60,30 +57,33 @@ def position(admissions: Sequence[Admission], handle: str) -> int | None:
 
 
 async def check_submission(
-    store: Store, region: RegionConfig, spec: JobSpec, *, admitted: int = 0
+    store: Store, region: RegionConfig, spec: JobSpec, *, current: Admission | None = None
 ) -> None:
-    """409 when the job (a new one, or one with `admitted` tasks admitted now, scaled to
-    `spec`) could never be admitted, or says `on_full: reject` and could not be admitted now:
-    a job waiting ahead of it does not fit, or its entitlement's tree has no room that
-    preempting strictly lower priorities or reclaiming lent quota would make. The decider is
-    the judge; this check, from admission records without the tasks that have finished, errs
-    on the side of refusing."""
-    more_tasks = max(spec.least_count - admitted, 0)
+    """409 when the job (a new one, or one admitted as `current` says, scaled to `spec`) could
+    never be admitted, or says `on_full: reject` and could not be admitted now: a job waiting
+    ahead of it does not fit, or its entitlement's tree has no room for the tasks it needs
+    beside those it holds, that preempting strictly lower priorities or reclaiming lent quota
+    would make. The decider is the judge; this check, from admission records without the tasks
+    that have finished, errs on the side of refusing."""
+    held = 0 if current is None else current.holds
+    more_tasks = max(spec.least_count - held, 0)
     if not more_tasks:
         return
     tree, members = await tree_of(store, spec.entitlement)
     name = spec.entitlement
+    subject = f"job '{spec.handle}'" + ("" if current is None else f" at {spec.count} task(s)")
     try:
+        whole = tree.vector(spec.task.resources * spec.least_count)
         demand = tree.vector(spec.task.resources * more_tasks)
     except ResourceOverflow as exc:
         raise OverQuota(
-            f"job '{spec.handle}' asks for more than any quota can hold: "
-            f"{', '.join(exc.dimensions)}"
+            f"{subject} asks for more than any quota can hold: {', '.join(exc.dimensions)}"
         ) from None
-    if not tree.fits(name, demand):
-        most = "; ".join(tree.shortfall(name, demand))
+    # Whether it could ever fit is a question of all its tasks, those it holds among them.
+    if not tree.fits(name, whole):
+        most = "; ".join(tree.shortfall(name, whole))
         raise OverQuota(
-            f"job '{spec.handle}' could never be admitted: {more_tasks} task(s) need more than "
+            f"{subject} could never be admitted: {spec.least_count} task(s) need more than "
             f"entitlement '{name}' can ever hold, its quota and borrowing limit within its "
             f"tree's quotas: {most}"
         )
@@ -99,18 +99,20 @@ async def check_submission(
             mine = [record for record in found if record.job not in deleting]
         for record in found:
             if record.state is not AdmissionState.QUEUED and record.job != spec.handle:
-                tree.use(member, tree.vector(record.task_resources * record.admitted))
+                tree.use(member, tree.vector(record.task_resources * record.holds))
+    # What it holds stays reserved: the tasks it needs come on top of those.
+    tree.use(name, tree.vector(spec.task.resources * held))
     # The decider admits in order: the jobs waiting ahead go first, and one that does not fit
     # holds the queue.
-    order = Admission.of(spec, datetime.now(UTC)).order()
+    order = (current or Admission.of(spec, datetime.now(UTC))).queue_key()
     for record in waiting(mine):
-        if record.order() >= order or record.job == spec.handle:
+        if record.queue_key() >= order or record.job == spec.handle:
             break
-        ahead = tree.vector(record.task_resources * record.least_tasks)
+        ahead = tree.vector(record.task_resources * record.asks)
         if not tree.fits(name, ahead):
             raise OverQuota(
                 f"job '{record.job}' waits ahead of '{spec.handle}' in entitlement '{name}', "
-                "and it says on_full: reject; submit it with on_full: queue to wait its turn"
+                f"and {subject} says on_full: reject; {_advice(current, held)}"
             )
         tree.use(name, ahead)
     if tree.fits(name, demand) or tree.fits_guarantee(name, demand):
@@ -118,12 +120,23 @@ async def check_submission(
     for record in mine:
         lower = record.priority < min(spec.priority, region.non_preemptible_priority)
         if lower and record.state is AdmissionState.ADMITTED:
-            tree.release(name, tree.vector(record.task_resources * record.admitted))
+            tree.release(name, tree.vector(record.task_resources * record.holds))
     if tree.fits(name, demand):
         return
     short = "; ".join(tree.shortfall(name, demand))
+    need = f"{more_tasks} task(s)" + (f" beside the {held} it holds" if held else "")
     raise OverQuota(
-        f"entitlement '{name}' has no room for job '{spec.handle}' now, and it says "
-        f"on_full: reject (need: {more_tasks} task(s); free: what its quota, borrowing and "
-        f"preemptible lower priorities leave): {short}; submit it with on_full: queue to wait"
+        f"entitlement '{name}' has no room for {subject} now, and it says on_full: reject "
+        f"(need: {need}; free: what its quota, borrowing and preemptible lower priorities "
+        f"leave): {short}; {_advice(current, held)}"
+    )
+
+
+def _advice(current: Admission | None, held: int) -> str:
+    """What a refused job can do."""
+    if current is None:
+        return "submit it with on_full: queue to wait its turn"
+    return (
+        f"it stays at {current.tasks} task(s) ({held} admitted); scale it once there is room, "
+        "or submit it with on_full: queue to wait its turn"
     )

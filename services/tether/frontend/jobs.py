@@ -32,7 +32,7 @@ from tether.model import (
     to_json,
     token_digest,
 )
-from tether.model.admission import Admission, AdmissionState
+from tether.model.admission import Admission
 from tether.store import Compare, Put, Store, key_missing, keys, mod_revision_is
 
 ATTEMPTS: Final = 5
@@ -65,7 +65,7 @@ async def job_view(store: Store, job: Job) -> JobView:
     )
     record = None if admission is None else admission.model
     view = JobView.of(job, tasks, record)
-    if record is not None and record.state is AdmissionState.QUEUED:
+    if record is not None and record.waits:
         view = view.model_copy(
             update={"queue_position": position(await admissions_of(store, entitlement), job.handle)}
         )
@@ -189,9 +189,11 @@ def respecified(spec: JobSpec, **changes: object) -> JobSpec:
 
 
 async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
-    """Set the job's task count and bump its generation, keeping its admission record's count
-    in step; the tasks it gains wait for admission. 409 when they could never be admitted (or
-    the job refuses to wait and they cannot start now), or while deleting."""
+    """Set the job's task count and bump its generation, with its admission record in step in
+    the same transaction: a scale-down lowers what is admitted (its quota is given back), and
+    the tasks a scale-up adds go through admission as a submission's would (queued for the
+    decider). 409 when they could never be admitted, or the job refuses to wait and they cannot
+    start now, or while deleting."""
     job_key = keys.job(entitlement, name)
     admission_key = keys.admission(entitlement, name)
     for _ in range(ATTEMPTS):
@@ -204,23 +206,27 @@ async def scale(store: Store, entitlement: str, name: str, count: int) -> Job:
         if job.spec.count == count:
             return job
         spec = respecified(job.spec, count=count)
-        admission = await records.get(store, admission_key, Admission)
+        stored = await records.get(store, admission_key, Admission)
+        # A job older than admission records runs all its tasks; scaled, it gets a record.
+        admission = (
+            Admission.admitted_whole(job.spec, job.created_at) if stored is None else stored.model
+        )
         # Scaling down always goes through, even when a lowered quota is already exceeded.
         if count > job.spec.count:
             region = await records.region_config(store)
-            admitted = job.spec.count if admission is None else admission.model.admitted
-            await check_submission(store, region, spec, admitted=admitted)
+            await check_submission(store, region, spec, current=admission)
+        now = datetime.now(UTC)
         scaled = job.model_copy(
-            update={"spec": spec, "generation": job.generation + 1, "updated_at": datetime.now(UTC)}
+            update={"spec": spec, "generation": job.generation + 1, "updated_at": now}
         )
-        compares = [mod_revision_is(job_key, current.kv.mod_revision)]
-        puts = [Put(job_key, to_json(scaled))]
-        if admission is not None:
-            compares.append(mod_revision_is(admission_key, admission.kv.mod_revision))
-            resized = admission.model.model_copy(
-                update={"tasks": spec.count, "least_tasks": spec.least_count}
-            )
-            puts.append(Put(admission_key, to_json(resized)))
+        resized = admission.scaled(spec.count, spec.least_count, now)
+        compares = [
+            mod_revision_is(job_key, current.kv.mod_revision),
+            key_missing(admission_key)
+            if stored is None
+            else mod_revision_is(admission_key, stored.kv.mod_revision),
+        ]
+        puts = [Put(job_key, to_json(scaled)), Put(admission_key, to_json(resized))]
         if (await store.txn(compares, puts)).succeeded:
             return scaled
     raise Conflict(f"job '{entitlement}/{name}' kept changing; try again")

@@ -34,6 +34,7 @@ class AdmissionEventKind(enum.StrEnum):
     QUEUED = "queued"
     ADMITTED = "admitted"
     RESIZED = "resized"
+    """Admitted more or fewer tasks: grown or shrunk by the decider, or scaled by its owner."""
     PREEMPTED = "preempted"
     REQUEUED = "requeued"
 
@@ -58,7 +59,7 @@ class AdmissionEvent(TetherModel):
     kind: AdmissionEventKind
     detail: str = ""
     tasks: Quantity = 0
-    """The tasks it concerned (admitted, preempted)."""
+    """The tasks it concerned (admitted, preempted, given back by a scale-down)."""
     by: JobHandle | None = None
     """The job whose admission caused it (the preemptor)."""
     cause: PreemptionCause | None = None
@@ -108,6 +109,63 @@ class Admission(TetherModel):
             history=[AdmissionEvent(at=now, kind=AdmissionEventKind.QUEUED)],
             updated_at=now,
         )
+
+    @classmethod
+    def admitted_whole(cls, spec: JobSpec, created_at: datetime) -> Admission:
+        """The record of a job older than admission records: admitted whole by the quota check
+        of its day."""
+        return cls.of(spec, created_at).model_copy(
+            update={"state": AdmissionState.ADMITTED, "admitted": spec.count}
+        )
+
+    @property
+    def holds(self) -> int:
+        """The tasks it is admitted, within its count: a record a scale-down wrote before
+        scale-downs lowered `admitted` may still say more."""
+        return min(self.admitted, self.tasks)
+
+    @property
+    def waits(self) -> bool:
+        """Whether it waits for tasks to be admitted: queued, or admitted with fewer than its
+        count (an elastic job growing, a job scaled up)."""
+        if self.state is AdmissionState.QUEUED:
+            return True
+        return self.state is AdmissionState.ADMITTED and self.admitted < self.tasks
+
+    @property
+    def asks(self) -> int:
+        """The fewest more tasks it needs admitted to make progress."""
+        if self.state is AdmissionState.QUEUED:
+            return self.least_tasks
+        # Admitted: a scale-up is admitted whole, an elastic job grows by one at a time.
+        return 1 if self.growing else self.tasks - self.admitted
+
+    @property
+    def growing(self) -> bool:
+        """An elastic job admitted, which may grow (one task at a time, as quota frees)."""
+        return self.state is AdmissionState.ADMITTED and self.least_tasks < self.tasks
+
+    def queue_key(self) -> tuple[bool, int, float, float, str]:
+        """Its place among the jobs waiting for admission: `order`, elastic growth after every
+        job still waiting to start."""
+        return (self.growing, *self.order())
+
+    def scaled(self, count: int, least: int, now: datetime) -> Admission:
+        """The record once its job is scaled to `count` tasks (`least` the fewest it runs
+        with): admitted no more than `count`, so a scale-down gives quota back at once, and no
+        more than before, so the tasks a scale-up adds wait for the decider as a submission's
+        do."""
+        admitted = min(self.holds, count)
+        changes: dict[str, object] = {"tasks": count, "least_tasks": least, "admitted": admitted}
+        if self.state is AdmissionState.ADMITTED and admitted == count:
+            changes["reason"] = ""  # it no longer waits
+        event = AdmissionEvent(
+            at=now,
+            kind=AdmissionEventKind.RESIZED,
+            detail=f"scaled from {self.tasks} to {count} task(s), {admitted} admitted",
+            tasks=self.admitted - admitted,
+        )
+        return self.with_event(event, **changes)
 
     def order(self) -> tuple[int, float, float, str]:
         """Its place in its entitlement's queue: priority (higher first), start deadline (none

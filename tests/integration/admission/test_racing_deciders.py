@@ -11,11 +11,11 @@ from pathlib import Path
 
 from tests.integration.scheduler.helpers import TASK_CPU, make_job, put, submit
 from tests.support.admission_worker import start_decider
+from tests.support.quota_audit import reservation_history
 from tests.support.region import create_region
 from tether.model import Entitlement, Job, Quota, Resources, from_json
 from tether.model.admission import Admission, AdmissionState
-from tether.model.quota_tree import QuotaTree
-from tether.store import EventType, Store, keys, open_store
+from tether.store import Store, keys, open_store
 from tether.store.etcd_server import EtcdServer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -115,35 +115,16 @@ async def replay(store: Store, start: int, end: int) -> tuple[set[str], int]:
     """Replays every revision of jobs and admissions from `start` to `end`, checking after each
     that no entitlement of the tree reserves beyond its quota; returns which deciders wrote the
     ledger, and the most tasks the tree reserved at any revision."""
-    jobs: dict[str, bool] = {}
-    admitted: dict[str, int] = {}
     writers: set[str] = set()
     peak = 0
-    async with store.watch(keys.ROOT, start_revision=start + 1) as watch:
-        async for events in watch:
-            for event in events:
-                key = event.kv.key
-                if key.startswith(keys.JOBS) and event.type is EventType.PUT:
-                    job = from_json(Job, event.kv.value, stored=True)
-                    jobs[job.handle] = job.deleting
-                elif key.startswith(keys.ADMISSIONS) and event.type is EventType.PUT:
-                    record = from_json(Admission, event.kv.value, stored=True)
-                    admitted[record.job] = record.admitted
-                elif key.startswith(keys.QUOTA_LEDGERS):
-                    writers.add(event.kv.value.decode().split(":")[0])
-            tree = QuotaTree(TREE)
-            reserved = 0
-            for handle, count in admitted.items():
-                if count and not jobs.get(handle, False):
-                    team = handle.split("/")[0]
-                    vector = tree.vector(Resources(cpu=TASK_CPU * count, memory_mib=64 * count))
-                    assert vector is not None
-                    tree.use(team, vector)
-                    reserved += count
-            assert not tree.over_quota(), f"at revision {events[0].kv.mod_revision}"
-            peak = max(peak, reserved)
-            if watch.next_revision > end:
-                break
+    async for revision, events, reservations in reservation_history(store, start, end):
+        writers |= {
+            event.kv.value.decode().split(":")[0]
+            for event in events
+            if event.kv.key.startswith(keys.QUOTA_LEDGERS)
+        }
+        assert not reservations.over_quota(TREE), f"at revision {revision}"
+        peak = max(peak, reservations.tasks())
     return writers, peak
 
 

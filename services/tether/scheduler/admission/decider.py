@@ -163,11 +163,7 @@ class Decider:
         stored = self._state.admissions.items.get(keys.admission(entitlement, name))
         spec = job.value.spec
         if stored is None:
-            # Older than admission records: it was admitted whole by the quota check of its day.
-            record = Admission.of(spec, job.value.created_at).model_copy(
-                update={"state": AdmissionState.ADMITTED, "admitted": spec.count}
-            )
-            revision = 0
+            record, revision = Admission.admitted_whole(spec, job.value.created_at), 0
         else:
             record, revision = stored.value, stored.revision
         holding = holding_of(

@@ -41,12 +41,6 @@ machines) waits before the victim search and the check run for it again: not eve
 one a search among the admitted jobs and a plan on the allocator."""
 
 
-def _queue_key(record: Admission) -> QueueKey:
-    """The job's order, elastic growth after every job still waiting to start."""
-    growing = record.state is AdmissionState.ADMITTED and record.least_tasks < record.tasks
-    return (growing, *record.order())
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A job's new admission record, to write if its key is still at `revision`."""
@@ -122,7 +116,7 @@ class AdmissionQueues:
             self._admitted[job.entitlement].add(job.handle)
         else:
             self._admitted[job.entitlement].discard(job.handle)
-        key = _queue_key(job.admission)
+        key = job.admission.queue_key()
         if self._wants(job) and self._in_heap.get(job.handle) != key:
             heapq.heappush(self._waiting[job.entitlement], (key, job.handle))
             self._in_heap[job.handle] = key
@@ -232,12 +226,7 @@ class AdmissionQueues:
     # --- helpers ---------------------------------------------------------------------------
 
     def _wants(self, job: QueuedJob) -> bool:
-        record = job.admission
-        if job.closed or job.suspended:
-            return False
-        if record.state is AdmissionState.QUEUED:
-            return True
-        return record.state is AdmissionState.ADMITTED and record.admitted < record.tasks
+        return not (job.closed or job.suspended) and job.admission.waits
 
     def _uncharge(self, handle: str) -> None:
         charged = self._charged.pop(handle, None)
@@ -265,7 +254,7 @@ class AdmissionQueues:
             while heap:
                 key, handle = heap[0]
                 job = self.jobs.get(handle)
-                if job is not None and self._wants(job) and key == _queue_key(job.admission):
+                if job is not None and self._wants(job) and key == job.admission.queue_key():
                     heads.append(job)
                     break
                 heapq.heappop(heap)
@@ -293,13 +282,7 @@ class AdmissionQueues:
 
     def _asked(self, job: QueuedJob) -> int | None:
         """The fewest more tasks the job needs to make progress; None if it never can."""
-        if job.demand is None:
-            return None
-        record = job.admission
-        if record.state is AdmissionState.QUEUED:
-            return record.least_tasks
-        # Admitted: a scale-up is admitted whole, an elastic job grows by one at a time.
-        return 1 if record.least_tasks < record.tasks else record.tasks - record.admitted
+        return None if job.demand is None else job.admission.asks
 
     def _admit(self, job: QueuedJob, now: datetime, outcome: Outcome) -> bool:
         asked = self._asked(job)

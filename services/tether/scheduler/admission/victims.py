@@ -73,13 +73,17 @@ def candidates(
     """The tasks `head` may preempt for `demand`, in the order they would go: elastic tasks
     above their job's minimum first; then lower priority first, then the most recently admitted
     (least work lost). In its own entitlement only strictly lower priorities (an elastic job's
-    extra tasks: not higher). Elsewhere only subtrees that borrow: any job of theirs when the
+    extra tasks: not higher, unless the head is an elastic job growing), and never the head
+    itself. Elsewhere only subtrees that borrow: any job of theirs when the
     head `reclaims` its guarantee; otherwise (the head would borrow too) jobs of no higher
     priority whose subtree stays above the head's weighted dominant share even without them
     (fair share). Never the protected band, never a job preempted too often, and
     `admitted(entitlement)` are the jobs to consider in each entitlement."""
     sides = _sides(tree, head.entitlement, demand, reclaims=reclaims)
     priority = head.admission.priority
+    # Growing elastic jobs of one priority would take each other's extra tasks in turn, each
+    # giving back what it took as the other grows: growth takes only what is lower.
+    equal_extras = not head.admission.growing
     found = []
     for entitlement in sorted({head.entitlement, *sides}):
         own = entitlement == head.entitlement
@@ -90,7 +94,11 @@ def candidates(
             # The cheap refusals first: a pass looks at every admitted job of these subtrees.
             if record.priority > priority and (own or fair_share):
                 continue
-            if own and record.priority == priority and record.admitted <= record.least_tasks:
+            if job.handle == head.handle:
+                continue  # what it holds is what it grows from
+            if own and record.priority == priority and (
+                not equal_extras or record.admitted <= record.least_tasks
+            ):
                 continue  # neither lower nor elastic
             if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
                 continue
