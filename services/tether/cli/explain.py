@@ -32,7 +32,9 @@ def explain(
             typer.echo(view.model_dump_json(indent=2))
             return
         job = tether.get_job(handle)
-        if job.admission is not None and job.admission.state == "queued":
+        record = job.admission
+        # Queued, or admitted with tasks it gained waiting (a scale-up, an elastic job).
+        if record is not None and (record.state == "queued" or job.queue_position is not None):
             # The jobs ahead, up to the few shown.
             shown = min(max((job.queue_position or 1) - 1, 1), _AHEAD_SHOWN)
             _print_waiting(job, tether.get_queue(job.entitlement, limit=shown))
@@ -44,16 +46,25 @@ _AHEAD_SHOWN = 5
 
 
 def _print_waiting(job: JobView, queue: QueueView) -> None:
-    """Why a queued job waits: its place, the first jobs ahead of it (`queue` holds them), the
-    head's shortfall and whether preempting would help."""
+    """Why a waiting job waits (to start, or for the tasks it gained): its place, the first
+    jobs ahead of it (`queue` holds them), the head's shortfall and whether preempting would
+    help."""
     console = out()
     place = job.queue_position
     if place is None:
         console.print(f"[bold]{job.handle}[/bold] is no longer waiting", soft_wrap=True)
         return
     ahead = [entry for entry in queue.jobs if entry.job != job.handle][: place - 1]
+    record = job.admission
+    more = ""
+    if record is not None and record.state != "queued":
+        more = (
+            f" for {record.tasks - record.admitted} more task(s) "
+            f"({record.admitted} of {record.tasks} admitted)"
+        )
     console.print(
-        f"[bold]{job.handle}[/bold] waits in {job.entitlement}'s queue, {ordinal(place)} in line",
+        f"[bold]{job.handle}[/bold] waits in {job.entitlement}'s queue{more}, "
+        f"{ordinal(place)} in line",
         soft_wrap=True,
     )
     if ahead:

@@ -183,6 +183,10 @@ def admission_text(job: JobView) -> str:
         place = f", {explain.ordinal(job.queue_position)} in line" if job.queue_position else ""
         return f"queued{place}" + (f": {record.reason}" if record.reason else "")
     text = f"{record.state}, {record.admitted} of {record.tasks} tasks"
+    if job.queue_position is not None:
+        # The tasks it gained wait for admission (a scale-up, an elastic job growing).
+        text += f", the others {explain.ordinal(job.queue_position)} in line"
+        text += f": {record.reason}" if record.reason else ""
     if record.preemptions:
         text += f"; preempted {record.preemptions} time(s), last for {record.preempted_by}"
     return text

@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from tether.cli.common import TokenOption, UrlOption, client, out
-from tether.sdk import EntitlementUseView, QueueView, ResourcesView
+from tether.sdk import EntitlementUseView, QueuedJobView, QueueView, ResourcesView
 
 app = typer.Typer(
     help="Admission queues: jobs waiting for their entitlement's quota, in the order they start.",
@@ -90,7 +90,7 @@ def _print_queue(queue: QueueView) -> None:
             str(job.priority),
             "-" if job.start_deadline is None else f"{job.start_deadline:%Y-%m-%d %H:%M:%S}",
             duration_text(job.waiting_s),
-            str(job.tasks) if job.least_tasks == job.tasks else f"{job.least_tasks}-{job.tasks}",
+            _tasks_text(job),
             resources_text(job.requested),
         )
     console.print(table)
@@ -101,6 +101,12 @@ def _print_queue(queue: QueueView) -> None:
     head = queue.jobs[0]
     if head.reason and head.position == 1:
         console.print(f"{head.job} waits because: {head.reason}", soft_wrap=True)
+
+
+def _tasks_text(job: QueuedJobView) -> str:
+    """e.g. "4", "2-8" (elastic), "4 (2 admitted)" (scaled up, or growing)."""
+    text = str(job.tasks) if job.least_tasks == job.tasks else f"{job.least_tasks}-{job.tasks}"
+    return f"{text} ({job.admitted} admitted)" if job.admitted else text
 
 
 def resources_text(resources: ResourcesView) -> str:

@@ -21,9 +21,10 @@ from tether.store.feed import PrefixFeed
 
 log = logging.getLogger(__name__)
 
-Order = tuple[int, str, str, str]
+Order = tuple[bool, int, str, str, str]
 
 _QUEUED: Final = AdmissionState.QUEUED.value
+_ADMITTED: Final = AdmissionState.ADMITTED.value
 _VIEWED: Final = (
     "job",
     "priority",
@@ -31,6 +32,7 @@ _VIEWED: Final = (
     "queued_at",
     "tasks",
     "least_tasks",
+    "admitted",
     "task_resources",
     "reason",
 )
@@ -41,7 +43,8 @@ _LAST: Final = "~"
 
 class QueueIndex:
     """The waiting jobs of every entitlement, from one listing of `admissions/` and then its
-    watch. Only queued records are kept, as the plain JSON the view needs (building models
+    watch. Only the records of jobs waiting for tasks to be admitted are kept (queued, or
+    admitted with fewer than their count), as the plain JSON the view needs (building models
     for ten thousand records took most of a second), and each entitlement's order is sorted
     once per change. It trails the store by the watch's delay."""
 
@@ -91,7 +94,7 @@ class QueueIndex:
         self.delete(kv.key, kv.mod_revision)
         try:
             record = orjson.loads(kv.value)
-            if record.get("state", _QUEUED) != _QUEUED:
+            if not _waits(record):
                 return
             entry = (_order(record), {name: record.get(name) for name in _VIEWED})
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as error:
@@ -127,10 +130,22 @@ def _utc_key(text: str) -> str:
     return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _waits(record: dict[str, Any]) -> bool:
+    """`Admission.waits` on the plain record."""
+    state = record.get("state", _QUEUED)
+    if state == _QUEUED:
+        return True
+    admitted: int = record.get("admitted", 0)
+    tasks: int = record["tasks"]
+    return state == _ADMITTED and admitted < tasks
+
+
 def _order(record: dict[str, Any]) -> Order:
-    """`Admission.order` on the plain record."""
+    """`Admission.queue_key` on the plain record."""
     deadline = record.get("start_deadline")
+    growing = record.get("state") == _ADMITTED and record["least_tasks"] < record["tasks"]
     return (
+        growing,
         -record["priority"],
         _LAST if deadline is None else _utc_key(deadline),
         _utc_key(record["queued_at"]),

@@ -70,6 +70,7 @@ def _view(place: int, record: dict[str, Any], now_s: float) -> dict[str, Any]:
         "waiting_s": max(now_s - datetime.fromisoformat(queued_at).timestamp(), 0.0),
         "tasks": tasks,
         "least_tasks": record["least_tasks"],
+        "admitted": record.get("admitted") or 0,
         "requested": requested,
         "reason": record.get("reason", ""),
     }

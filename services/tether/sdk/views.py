@@ -371,7 +371,7 @@ class EntitlementUseView(View):
 
 
 class QueuedJobView(View):
-    """A job waiting in its entitlement's queue."""
+    """A job waiting in its entitlement's queue, to start or for the tasks it gained."""
 
     position: int
     job: str
@@ -381,6 +381,8 @@ class QueuedJobView(View):
     waiting_s: float
     tasks: int
     least_tasks: int
+    admitted: int = 0
+    """Tasks admitted already (a job scaled up, an elastic job growing)."""
     requested: ResourcesView
     reason: str
 

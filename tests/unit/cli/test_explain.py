@@ -113,6 +113,42 @@ def test_explain_says_why_a_queued_job_waits(api: FakeAPI) -> None:
     assert "preempting would not help" in result.stdout
 
 
+def test_explain_says_why_the_tasks_a_scaled_up_job_gained_wait(api: FakeAPI) -> None:
+    reason = "not enough quota for 1 task(s): cpu: need 400 millicores, 200 free"
+    admission = {
+        "job": "team-a/web",
+        "state": "admitted",
+        "priority": 100,
+        "queued_at": "2030-01-01T00:00:00Z",
+        "task_resources": {"cpu": 400},
+        "tasks": 2,
+        "least_tasks": 2,
+        "admitted": 1,
+        "reason": reason,
+        "updated_at": "2030-01-01T00:00:00Z",
+    }
+    job = JOB | {"admission": admission, "queue_position": 1}
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=job))
+    entry = queued_at(1) | {"job": "team-a/web", "admitted": 1, "reason": reason}
+    queue = {
+        "entitlement": "team-a",
+        "use": None,
+        "reported_at": None,
+        "total": 1,
+        "offset": 0,
+        "jobs": [entry],
+    }
+    api.on("GET", "/v1/queues/team-a", httpx.Response(200, json=queue))
+    api.on("GET", PATH, httpx.Response(200, json=PLACEMENT))
+    result = run("job", "explain", "team-a/web")
+    assert result.exit_code == 0, result.output
+    assert (
+        "team-a/web waits in team-a's queue for 1 more task(s) (1 of 2 admitted), 1st in line"
+        in result.stdout
+    )
+    assert f"it waits because: {reason}" in result.stdout
+
+
 def test_explain_prints_the_summary_rules_preferences_and_chosen_machines(api: FakeAPI) -> None:
     api.on("GET", PATH, httpx.Response(200, json=PLACEMENT))
     result = run("job", "explain", "team-a/web")

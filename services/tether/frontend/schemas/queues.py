@@ -13,7 +13,7 @@ class QueueList(View):
 
 
 class QueuedJobView(View):
-    """A job waiting in its entitlement's queue."""
+    """A job waiting in its entitlement's queue, to start or for the tasks it gained."""
 
     position: int
     """1 for the next job its entitlement admits."""
@@ -27,6 +27,9 @@ class QueuedJobView(View):
     tasks: int
     least_tasks: int
     """The fewest tasks it is admitted with (its `min_count`, else all)."""
+    admitted: int = 0
+    """Tasks admitted already: a job admitted with fewer than its count waits for the rest
+    (an elastic job growing, a job scaled up)."""
     requested: Resources
     """Its task resources times its task count."""
     reason: str
