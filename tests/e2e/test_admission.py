@@ -3,7 +3,9 @@ start in order; a high-priority job preempts a low one through TaskControl, with
 grace deadline, and the low one requeues and runs again later; no task runs twice at once; a
 team that borrows its sibling's idle quota gives it back when the sibling submits; a suspended
 job stops with notice like a preempted one and runs again once resumed; nothing is preempted
-for a job whose tasks would not fit the machines anyway."""
+for a job whose tasks would not fit the machines anyway; a scale goes through admission (issue
+28: a service scaled over its quota is refused, a batch job's scale-down gives quota back and
+its scale-up waits, and no revision reserves or holds beyond the quota)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import pytest
 from tests.support.faults import TwiceSampler
 from tests.support.harness import LocalRegion, all_running, get_json, submit, wait_for
 from tests.support.preempt_controller import Controller
-from tether.model import RegionConfig, from_json
+from tests.support.quota_audit import over_quota_revisions, over_reserved_revisions
+from tether.model import Entitlement, Quota, RegionConfig, Resources, from_json
 from tether.store import keys, open_store
 
 GRACE_S = 3.0
@@ -269,3 +272,120 @@ def test_a_borrowing_team_gives_quota_back_when_its_sibling_submits(region: Loca
         # Once owner's job is gone, guest borrows again.
         assert client.delete(f"/v1/jobs/{own}").status_code == 202
         wait_for(lambda: all_running(client, borrowed, 4), timeout_s=60, what="guest again")
+        # Its machines go back to the free pool for the tests after it.
+        assert client.delete(f"/v1/jobs/{borrowed}").status_code == 202
+
+
+TIGHT = Resources(cpu=1000, memory_mib=1024)
+"""The issue's entitlement: 1,000 millicores, for tasks of 400."""
+
+
+def tight(region: LocalRegion, name: str) -> Entitlement:
+    entitlement = Entitlement(name=name, quota=Quota(resources=TIGHT), members=["admin"])
+    with region.client() as client:
+        created = client.post("/v1/entitlements", json=entitlement.model_dump(mode="json"))
+        assert created.status_code == 201, created.text
+    return entitlement
+
+
+def wide(spec: dict[str, Any]) -> dict[str, Any]:
+    """The job with tasks of 400 millicores."""
+    task = spec["task"] | {"resources": {"cpu": 400, "memory_mib": 64}}
+    return spec | {"task": task}
+
+
+def audit(region: LocalRegion, entitlement: Entitlement, start: int) -> list[str]:
+    """Every revision since `start` at which the entitlement's admission records reserved, or
+    its tasks on machines held, more than its quota."""
+
+    async def read() -> list[str]:
+        async with open_store(region.store_url()) as store:
+            end = await store.revision()
+            reserved = await over_reserved_revisions(store, [entitlement], start, end)
+            return reserved + await over_quota_revisions(store, [entitlement], start, end)
+
+    return asyncio.run(read())
+
+
+def store_revision(region: LocalRegion) -> int:
+    async def read() -> int:
+        async with open_store(region.store_url()) as store:
+            return await store.revision()
+
+    return asyncio.run(read())
+
+
+def test_a_service_scaled_beyond_its_quota_is_refused_and_keeps_its_tasks(
+    region: LocalRegion,
+) -> None:
+    tight(region, "scaled-service")
+    with region.client() as client:
+        web = submit(client, wide(job("web", "scaled-service", 2, seconds=3600, kind="service")))
+        wait_for(lambda: all_running(client, web, 2), timeout_s=60, what="the service running")
+        refused = client.post(f"/v1/jobs/{web}/scale", json={"count": 3})
+        assert refused.status_code == 409, refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+        detail = refused.json()["detail"]
+        assert "could never be admitted" in detail
+        assert "cpu: need 1200 millicores, 1000 free" in detail
+        view = get_json(client, f"/v1/jobs/{web}")
+        assert (view["count"], view["generation"]) == (2, 1)
+        record = view["admission"]
+        assert (record["state"], record["admitted"], record["tasks"]) == ("admitted", 2, 2)
+        assert all_running(client, web, 2)
+        assert client.delete(f"/v1/jobs/{web}").status_code == 202
+
+
+@pytest.mark.timeout(180)
+def test_a_batch_scale_down_gives_quota_back_and_its_scale_up_waits_for_room(
+    region: LocalRegion,
+) -> None:
+    entitlement = tight(region, "scaled-batch")
+    start = store_revision(region)
+    with region.client() as client:
+        a = submit(client, wide(job("a", "scaled-batch", 2, seconds=3600)))
+        wait_for(lambda: all_running(client, a, 2), timeout_s=60, what="a running")
+        down = client.post(f"/v1/jobs/{a}/scale", json={"count": 1})
+        assert down.status_code == 200, down.text
+        record = down.json()["admission"]
+        assert (record["admitted"], record["tasks"]) == (1, 1)
+        assert record["history"][-1]["detail"] == "scaled from 2 to 1 task(s), 1 admitted"
+        # b starts in the room a gave back, once a's second task has stopped.
+        b = submit(client, wide(job("b", "scaled-batch", 1, seconds=3600)))
+        wait_for(lambda: all_running(client, b, 1), timeout_s=60, what="b running")
+        up = client.post(f"/v1/jobs/{a}/scale", json={"count": 2})
+        assert up.status_code == 200, up.text
+
+        def noted() -> dict[str, Any] | None:
+            found = admission(region, a)
+            return found if "not enough quota for 1 task(s)" in found["reason"] else None
+
+        # The decider's note on a is the event that proves it considered a's second task.
+        record = wait_for(noted, timeout_s=30, what="the decider's reason on a")
+        assert (record["state"], record["admitted"], record["tasks"]) == ("admitted", 1, 2)
+        assert "cpu: need 400 millicores, 200 free" in record["reason"]
+        assert all_running(client, a, 1)
+
+        def reported() -> dict[str, Any] | None:
+            uses = {use["name"]: use for use in get_json(client, "/v1/queues")["queues"]}
+            use = uses.get("scaled-batch")
+            return use if use is not None and use["reserved"]["cpu"] == 800 else None
+
+        # What the decider reports: within the quota, nothing borrowed.
+        use = wait_for(reported, timeout_s=30, what="the decider's report of scaled-batch")
+        assert use["borrowed"]["cpu"] == 0
+        queue = get_json(client, "/v1/queues/scaled-batch")
+        [entry] = queue["jobs"]
+        assert (entry["job"], entry["position"], entry["admitted"]) == (a, 1, 1)
+        assert entry["reason"] == record["reason"]
+        explained = region.cli("job", "explain", a)
+        assert explained.returncode == 0, explained.stderr
+        assert "waits in scaled-batch's queue for 1 more task(s) (1 of 2 admitted)" in (
+            explained.stdout
+        )
+        assert "not enough quota for 1 task(s)" in explained.stdout
+        # Once b is gone, a's second task is admitted and runs.
+        assert client.delete(f"/v1/jobs/{b}").status_code == 202
+        wait_for(lambda: all_running(client, a, 2), timeout_s=60, what="a's second task")
+        assert client.delete(f"/v1/jobs/{a}").status_code == 202
+    assert audit(region, entitlement, start) == []
