@@ -96,8 +96,10 @@ def candidates(
                 continue
             if job.handle == head.handle:
                 continue  # what it holds is what it grows from
-            if own and record.priority == priority and (
-                not equal_extras or record.admitted <= record.least_tasks
+            if (
+                own
+                and record.priority == priority
+                and (not equal_extras or record.admitted <= record.least_tasks)
             ):
                 continue  # neither lower nor elastic
             if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
