@@ -73,8 +73,8 @@ def candidates(
     """The tasks `head` may preempt for `demand`, in the order they would go: elastic tasks
     above their job's minimum first; then lower priority first, then the most recently admitted
     (least work lost). In its own entitlement only strictly lower priorities (an elastic job's
-    extra tasks: not higher, unless the head is an elastic job growing), and never the head
-    itself. Elsewhere only subtrees that borrow: any job of theirs when the
+    extra tasks: of no higher priority, but only lower ones for an elastic job growing), and
+    never the head's own tasks. Elsewhere only subtrees that borrow: any job of theirs when the
     head `reclaims` its guarantee; otherwise (the head would borrow too) jobs of no higher
     priority whose subtree stays above the head's weighted dominant share even without them
     (fair share). Never the protected band, never a job preempted too often, and
@@ -83,7 +83,7 @@ def candidates(
     priority = head.admission.priority
     # Growing elastic jobs of one priority would take each other's extra tasks in turn, each
     # giving back what it took as the other grows: growth takes only what is lower.
-    equal_extras = not head.admission.growing
+    takes_equal_extras = not head.admission.growing
     found = []
     for entitlement in sorted({head.entitlement, *sides}):
         own = entitlement == head.entitlement
@@ -99,7 +99,7 @@ def candidates(
             if (
                 own
                 and record.priority == priority
-                and (not equal_extras or record.admitted <= record.least_tasks)
+                and (not takes_equal_extras or record.admitted <= record.least_tasks)
             ):
                 continue  # neither lower nor elastic
             if record.state is not AdmissionState.ADMITTED or job.demand is None or job.closed:
