@@ -200,6 +200,19 @@ def test_show_says_where_a_job_is_in_its_queue(api: FakeAPI) -> None:
     api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=preempted))
     result = run("job", "show", "team-a/web")
     assert "admitted, 1 of 2 tasks; preempted 1 time(s), last for team-a/ml" in result.stdout
+    # Scaled up: the task it gained waits in the queue, and the reason says why.
+    scaled = {
+        **queued,
+        "queue_position": 1,
+        "admission": queued["admission"]
+        | {"state": "admitted", "admitted": 1, "reason": "not enough quota for 1 task(s)"},
+    }
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=scaled))
+    result = run("job", "show", "team-a/web")
+    assert (
+        "admitted, 1 of 2 tasks, the others 1st in line: not enough quota for 1 task(s)"
+        in result.stdout
+    )
 
 
 @pytest.mark.parametrize(
