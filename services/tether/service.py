@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from tether.config import StoreSettings
 from tether.model import RegionConfig, from_json
-from tether.store import Store, StoreError, keys, open_store
+from tether.store import Store, StoreError, StoreMissing, keys, open_store
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -45,16 +45,19 @@ class RegionError(StoreError):
     """The store holds no region, or one this service cannot work with: it must not start."""
 
 
+def _no_region(url: str, why: str) -> RegionError:
+    return RegionError(
+        f"the store at {url} holds no region ({why}): set TETHER_STORE (or --store) to the "
+        "region's store, as region.json records it, or create a region with `tether up`"
+    )
+
+
 async def read_region(store: Store) -> RegionConfig:
     """The region's config; RegionError when the store holds none (a service started on the
     wrong store must refuse to run rather than work on an empty one)."""
     kv = await store.get(keys.region_config())
     if kv is None:
-        raise RegionError(
-            f"the store at {store.url} holds no region ({keys.region_config()} is missing): "
-            "set TETHER_STORE (or --store) to the region's store, as region.json records it, "
-            "or create a region with `tether up`"
-        )
+        raise _no_region(store.url, f"{keys.region_config()} is missing")
     return from_json(RegionConfig, kv.value, stored=True)
 
 
@@ -110,11 +113,16 @@ def configure_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
 
 
-def connect_store(url: str | None = None) -> Store:
-    """The store named by `url`, or by TETHER_STORE when `url` is None."""
+def connect_store(url: str | None = None, *, create: bool = True) -> Store:
+    """The store named by `url`, or by TETHER_STORE when `url` is None. Without `create`, for a
+    service that needs the region in it: a SQLite file that does not exist is a RegionError,
+    and is not created (nor its directory)."""
     # By its alias: the field's validation alias makes pydantic ignore a plain `url=` keyword.
     settings = StoreSettings() if url is None else StoreSettings(TETHER_STORE=url)
-    return open_store(settings=settings)
+    try:
+        return open_store(settings=settings, create=create)
+    except StoreMissing:
+        raise _no_region(settings.url, "there is no such file") from None
 
 
 async def serve_until_signalled(service: Service) -> None:

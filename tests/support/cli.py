@@ -25,7 +25,9 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Served]:
     captured: list[Served] = []
     urls: list[str | None] = []
 
-    def connect_store(url: str | None) -> Store:
+    def connect_store(url: str | None, *, create: bool = True) -> Store:
+        # Services look for their region: they never create a store.
+        assert not create
         urls.append(url)
         return cast(Store, object())  # never used: the service is not started
 

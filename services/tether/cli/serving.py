@@ -56,7 +56,8 @@ def serve(
     on `metrics_port` unless it is 0; store errors (a store that holds no region among them)
     and a metrics port in use exit 1."""
     try:
-        store = connect_store(url)
+        # A store file that is not there is no region: found so, it is not created either.
+        store = connect_store(url, create=False)
         service: Service = InRegion(make_service(store), store)
         run(WithMetrics(service, metrics_port) if metrics_port else service, log_level)
     except (StoreError, MetricsPortUnavailable) as error:

@@ -21,6 +21,7 @@ from tether.store.base import (
     RangeResult,
     Store,
     StoreError,
+    StoreMissing,
     StoreUnavailable,
     TxnResult,
     Watch,
@@ -50,6 +51,7 @@ __all__ = [
     "RangeResult",
     "Store",
     "StoreError",
+    "StoreMissing",
     "StoreUnavailable",
     "TxnResult",
     "Watch",
@@ -65,9 +67,12 @@ SQL_SCHEMES = ("sqlite", "postgresql")
 ETCD_SCHEMES = ("etcd", "etcds")
 
 
-def open_store(url: str | None = None, settings: StoreSettings | None = None) -> Store:
+def open_store(
+    url: str | None = None, settings: StoreSettings | None = None, *, create: bool = True
+) -> Store:
     """The store behind `url` (default: TETHER_STORE), chosen by its scheme, with its requests
-    timed for the `tether_store_*` metrics."""
+    timed for the `tether_store_*` metrics. Without `create`, a SQLite file that does not exist
+    is StoreMissing rather than a new, empty store."""
     settings = settings or StoreSettings()
     url = url or settings.url
     scheme = url.split(":", 1)[0].split("+", 1)[0].lower()
@@ -79,7 +84,7 @@ def open_store(url: str | None = None, settings: StoreSettings | None = None) ->
     if scheme in SQL_SCHEMES:
         from tether.store.sql import SqlStore
 
-        return MeasuredStore(SqlStore(url, settings), scheme)
+        return MeasuredStore(SqlStore(url, settings, create=create), scheme)
     raise StoreError(
         f"unknown store URL {url!r}: use sqlite:///path/region.db, postgresql://..., "
         "or etcd://host:port[,host:port...]"

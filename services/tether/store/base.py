@@ -20,6 +20,11 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached right now; the request may be retried."""
 
 
+class StoreMissing(StoreError):
+    """There is no store at the URL (a SQLite file that does not exist), and none was to be
+    created."""
+
+
 class CompactedError(StoreError):
     """The requested revision is older than the store's retained history."""
 

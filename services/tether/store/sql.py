@@ -33,6 +33,7 @@ from tether.store.base import (
     RangeResult,
     Store,
     StoreError,
+    StoreMissing,
     StoreUnavailable,
     TxnResult,
     Watch,
@@ -76,10 +77,14 @@ _LEASE_ID_BITS = 62
 class SqlStore(Store):
     """The store on one SQL database, shared safely by every process that opens the same URL."""
 
-    def __init__(self, url: str, settings: StoreSettings | None = None) -> None:
+    def __init__(
+        self, url: str, settings: StoreSettings | None = None, *, create: bool = True
+    ) -> None:
         self.url = url
         self._settings = settings or StoreSettings(TETHER_STORE=url)
         path = sqlite_path(url)
+        if not create and path is not None and not path.is_file():
+            raise StoreMissing(f"there is no SQLite store at {path}")
         self._engine = make_engine(url, path)
         self._is_sqlite = self._engine.dialect.name == "sqlite"
         # One writer per process at a time: SQLite's own busy wait sleeps far too long.

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tether.store import open_store
+
 COMMANDS = {
     "frontend": ["frontend", "--port", "0"],
     "scheduler": ["scheduler", "--shard", "shard-0"],
@@ -43,10 +45,22 @@ def refused(argv: list[str], cwd: Path) -> str:
 
 @pytest.mark.parametrize("service", sorted(COMMANDS))
 def test_a_service_refuses_a_store_without_a_region(service: str, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    store = tmp_path / "stores" / "region.db"
+    url = f"sqlite:///{store}"
     assert url in refused([*COMMANDS[service], "--store", url], tmp_path)
+    # Refused, and left as it was: no empty store (nor its directory) to be mistaken later
+    # for the region's.
+    assert not store.parent.exists()
+
+
+async def test_a_store_that_exists_but_holds_no_region_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    async with open_store(url):
+        pass
+    assert "region/config is missing" in refused([*COMMANDS["health"], "--store", url], tmp_path)
 
 
 def test_without_a_store_setting_the_default_store_is_refused_too(tmp_path: Path) -> None:
-    # The default is a SQLite file under ./.tether: empty here, as on a host without a region.
+    # The default is a SQLite file under ./.tether, on a host without a region: not there.
     assert ".tether/store.db" in refused(COMMANDS["health"], tmp_path)
+    assert not (tmp_path / ".tether").exists()

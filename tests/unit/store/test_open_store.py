@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tether.config import StoreSettings
-from tether.store import StoreError, open_store
+from tether.store import StoreError, StoreMissing, open_store
 from tether.store.base import prefix_end
 from tether.store.etcd import EtcdStore, parse_endpoints
 from tether.store.measured import MeasuredStore
@@ -50,3 +50,17 @@ def test_prefix_end_is_the_first_key_after_the_prefix() -> None:
     assert prefix_end("/a/") == b"/a0"
     assert prefix_end("ab\xff") == b"ab\xc3\xc0"  # "\xff" is c3 bf in UTF-8
     assert prefix_end("") == b"\0"
+
+
+async def test_without_create_a_missing_sqlite_file_is_refused_and_not_made(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state" / "store.db"
+    with pytest.raises(StoreMissing, match=f"no SQLite store at {path}"):
+        open_store(f"sqlite:///{path}", create=False)
+    assert not path.parent.exists()
+    # Once there, it opens as ever.
+    await open_store(f"sqlite:///{path}").close()
+    existing = open_store(f"sqlite:///{path}", create=False)
+    assert isinstance(existing, MeasuredStore)
+    await existing.close()
