@@ -10,7 +10,7 @@ import httpx
 from fastapi import FastAPI
 
 from tether import __version__
-from tether.frontend import openapi, problems
+from tether.frontend import allow, openapi, problems
 from tether.frontend.allocators import Allocators
 from tether.frontend.api import (
     admin,
@@ -103,6 +103,8 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     problems.install(app)
+    # The routers' own routes: the app lists an included router as one entry.
+    allow.install(app, [*app.routes, *(route for router in ROUTERS for route in router.routes)])
     app.add_middleware(StoreWaitLimit, seconds=settings.store_wait_s)
     # Outermost: it sees the status of every answer, problems and unexpected errors included.
     app.add_middleware(metrics.RequestMetrics)

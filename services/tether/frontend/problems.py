@@ -216,8 +216,8 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     return exc.response()
 
 
-async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
-    # Starlette's own errors: unknown route (404), wrong method (405).
+async def on_http_exception(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own errors as problems: unknown route (404), wrong method (405)."""
     assert isinstance(exc, HTTPException)
     phrase = HTTPStatus(exc.status_code).phrase
     detail = exc.detail if isinstance(exc.detail, str) else phrase
@@ -277,7 +277,7 @@ class UnexpectedErrors:
 def install(app: FastAPI) -> None:
     """Make every error of `app` a problem+json response."""
     app.add_exception_handler(Problem, _on_problem)
-    app.add_exception_handler(HTTPException, _on_http_exception)
+    app.add_exception_handler(HTTPException, on_http_exception)
     app.add_exception_handler(RequestValidationError, _on_request_validation)
     app.add_exception_handler(ValidationError, _on_validation_error)
     app.add_exception_handler(StoreUnavailable, _on_store_unavailable)
