@@ -7,40 +7,18 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.frontend.api import problem_content
+from tether.frontend.api import BODY_MODELS, problem_content
 from tether.frontend.problems import ProblemDetails
-from tether.frontend.schemas.jobs import ScaleRequest, UpdateRequest
-from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
-from tether.frontend.schemas.operations import OperationRequest
-from tether.frontend.schemas.shards import NewShard, ShardMoveRequest
-from tether.frontend.schemas.throughput_profiles import ThroughputProfileBody
-from tether.model import Entitlement, HostProfile, JobSpec, PrincipalRecord
-
-BODY_MODELS: Final[tuple[type[BaseModel], ...]] = (
-    JobSpec,
-    Entitlement,
-    HostProfile,
-    PrincipalRecord,
-    MaintenanceRequest,
-    MachineDrainRequest,
-    OperationRequest,
-    NewShard,
-    ShardMoveRequest,
-    ScaleRequest,
-    UpdateRequest,
-    ThroughputProfileBody,
-)
-"""Request bodies that routes validate themselves, so FastAPI does not know their schemas."""
 
 _REF: Final = "#/components/schemas/{model}"
 
 
 def document(app: FastAPI) -> dict[str, Any]:
     """`app`'s OpenAPI document (cached like FastAPI's): every error a problem+json, and the
-    schemas of BODY_MODELS and of ProblemDetails added."""
+    schemas of the request bodies routes parse themselves (BODY_MODELS) and of ProblemDetails
+    added."""
     if app.openapi_schema is None:
         openapi = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -61,12 +39,12 @@ def _add_bodies(openapi: dict[str, Any], schemas: dict[str, Any]) -> None:
     whose schema as a request differs (JobSpec: its count's maximum), is added as
     `<name>-Input`, and the request bodies refer to that."""
     _, definitions = models_json_schema(
-        [(model, "validation") for model in BODY_MODELS], ref_template=_REF
+        [(model, "validation") for model in BODY_MODELS.values()], ref_template=_REF
     )
     inputs: dict[str, Any] = definitions.get("$defs", {})
     renamed = {
         model.__name__: f"{model.__name__}-Input"
-        for model in BODY_MODELS
+        for model in BODY_MODELS.values()
         if model.__name__ in schemas
         and model.model_json_schema(mode="validation")
         != model.model_json_schema(mode="serialization")

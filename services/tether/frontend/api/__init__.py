@@ -31,11 +31,19 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 AUTH_PROBLEMS: Final = problems(401, 403, 503)
 
+BODY_MODELS: Final[dict[str, type[BaseModel]]] = {}
+"""Every model `request_body` documented, by name: FastAPI does not know their schemas, and
+openapi.document adds them to the components."""
 
-def request_body(model: type[BaseModel], description: str, *, yaml: bool = False) -> dict[str, Any]:
+
+def request_body(
+    model: type[BaseModel], description: str, *, yaml: bool = False, required: bool = True
+) -> dict[str, Any]:
     """`openapi_extra` documenting a body that the route reads and validates itself (strict
-    JSON-mode validation, which FastAPI's body parameters would not do); create_app adds
-    `model`'s schema to the components."""
+    JSON-mode validation, which FastAPI's body parameters would not do); `required=False` for
+    a route that takes no body as the model's defaults."""
+    known = BODY_MODELS.setdefault(model.__name__, model)
+    assert known is model, f"two request bodies are named {model.__name__}"
     schema = {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
     content = {"application/json": schema} | ({"application/yaml": schema} if yaml else {})
-    return {"requestBody": {"required": True, "description": description, "content": content}}
+    return {"requestBody": {"required": required, "description": description, "content": content}}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
@@ -28,14 +28,22 @@ _BODY = (
     'When its tasks must be off the machine, and why: {"deadline_s": 300, "reason": "..."}; '
     "both optional, the body too."
 )
+_HELD: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "model": MachineDrainView,
+        "description": "The machine's notice already does it (`created` is false): unchanged.",
+    }
+}
+"""A repeated drain or decommission: what holds the machine, changed in nothing."""
 
 
 @router.post(
     "/{machine_id}/drain",
     status_code=201,
     response_model=MachineDrainView,
-    responses=problems(400, 404, 409, 413, 422),
-    openapi_extra=request_body(MachineDrainRequest, _BODY),
+    response_description="A new notice holds the machine (`created` is true).",
+    responses=_HELD | problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(MachineDrainRequest, _BODY, required=False),
 )
 async def drain_machine(
     request: Request,
@@ -56,8 +64,9 @@ async def drain_machine(
     "/{machine_id}/decommission",
     status_code=201,
     response_model=MachineDrainView,
-    responses=problems(400, 404, 409, 413, 422),
-    openapi_extra=request_body(MachineDrainRequest, _BODY),
+    response_description="A new notice holds the machine (`created` is true).",
+    responses=_HELD | problems(400, 404, 409, 413, 422),
+    openapi_extra=request_body(MachineDrainRequest, _BODY, required=False),
 )
 async def decommission_machine(
     request: Request,
