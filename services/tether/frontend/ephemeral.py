@@ -20,7 +20,6 @@ from tether.frontend.allocators import (
 )
 from tether.frontend.problems import (
     Conflict,
-    InvalidInput,
     NotFound,
     Unavailable,
     validation_problem,
@@ -85,15 +84,15 @@ async def set_resource(
 async def _check_targets(store: Store, wanted: SetResourceRequest) -> None:
     machine = wanted.node_spec.machine
     if machine is not None and await store.get(keys.machine(machine)) is None:
-        raise InvalidInput(f"node_spec.machine: unknown machine '{machine}'")
+        unknown = {"loc": ("node_spec", "machine"), "msg": f"unknown machine '{machine}'"}
+        raise validation_problem([unknown])
     owner = wanted.owner_job
     if owner is not None:
         job = await records.get(store, keys.job(wanted.entitlement, owner), Job)
         if job is None or job.model.deleting:
-            raise InvalidInput(
-                f"owner_job: job '{wanted.entitlement}/{owner}' does not exist"
-                + (" (it is being deleted)" if job is not None else "")
-            )
+            gone = " (it is being deleted)" if job is not None else ""
+            message = f"job '{wanted.entitlement}/{owner}' does not exist{gone}"
+            raise validation_problem([{"loc": ("owner_job",), "msg": message}])
 
 
 def _updated(

@@ -9,7 +9,7 @@ from typing import Final
 
 from tether.frontend import records
 from tether.frontend.auth import require_admin
-from tether.frontend.problems import Conflict, InvalidInput, NotFound
+from tether.frontend.problems import Conflict, NotFound, validation_problem
 from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
 from tether.model import (
     DRAIN_KINDS,
@@ -93,7 +93,8 @@ async def schedule(store: Store, request: MaintenanceRequest, now: datetime) -> 
     """Stores the notice; the brokers drain the machines and the schedulers move their tasks."""
     start = request.start or now
     if start < now - PAST_START_SLACK:
-        raise InvalidInput(f"start {start.isoformat()} is in the past; leave it out to start now")
+        message = f"is in the past ({start.isoformat()}); leave it out to start now"
+        raise validation_problem([{"loc": ("start",), "msg": message}])
     machines = await machines_of(store, request)
     await require_brokers(store, machines)
     notice = AdvanceNotice(

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Final
 
 from tether.frontend import records
-from tether.frontend.problems import Conflict, InvalidInput
+from tether.frontend.problems import Conflict, validation_problem
 from tether.frontend.schemas.operations import OperationRequest
 from tether.model import (
     OPEN_STATES,
@@ -48,10 +48,9 @@ async def request(
     indexes = list(dict.fromkeys(wanted.tasks)) if wanted.tasks else list(range(job.spec.count))
     beyond = [index for index in indexes if index >= job.spec.count]
     if beyond:
-        raise InvalidInput(
-            f"job '{job.handle}' has tasks 0-{job.spec.count - 1}; there is no task "
-            + ", ".join(map(str, beyond[:10]))
-        )
+        missing = ", ".join(map(str, beyond[:10]))
+        message = f"job '{job.handle}' has tasks 0-{job.spec.count - 1}; there is no task {missing}"
+        raise validation_problem([{"loc": ("tasks",), "msg": message}])
     # The tasks alone: their statuses do not decide whether there is something to act on.
     tasks = {t.index: t for t in await records.scan(store, keys.tasks_of(entitlement, name), Task)}
     unplaced = [i for i in indexes if i not in tasks or tasks[i].machine is None]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints, WithJsonSchema, field_validator
 
 from tether.model.base import Name, TetherModel
 
@@ -22,6 +22,28 @@ GPU_TYPE_ATTRIBUTE = "gpu_type"
 round places it, and the key of a throughput profile."""
 
 JobType = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+SCALE_FACTOR_PATTERN = r"^0*[1-9][0-9]*$"
+"""A scale factor as a profile's key: a whole number of 1 or more."""
+Throughputs = Annotated[
+    dict[str, dict[str, dict[str, float]]],
+    # What ThroughputProfile.parse checks, for clients to know before they send it.
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "propertyNames": {"pattern": SCALE_FACTOR_PATTERN},
+                    "additionalProperties": {"type": "number", "minimum": 0},
+                },
+            },
+        }
+    ),
+]
+"""{accelerator type: {job type: {scale factor: steps per second}}}, the format of Gavel's
+isolated_throughputs.json."""
 
 
 class AcceleratorSpec(TetherModel):
@@ -45,7 +67,7 @@ class ThroughputProfileRecord(TetherModel):
 
     name: Name
     entitlement: Name
-    throughputs: dict[str, dict[str, dict[str, float]]] = Field(
+    throughputs: Throughputs = Field(
         description="{accelerator type: {job type: {scale factor: steps per second}}}, the "
         "format of Gavel's isolated_throughputs.json."
     )

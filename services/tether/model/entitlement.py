@@ -57,16 +57,23 @@ class Entitlement(TetherModel):
     """A quota owned by a team, and who may submit jobs against it."""
 
     name: Name
+    """A DNS label, as the pattern says; on `PUT /v1/entitlements/{name}`, the name in the path
+    (422 otherwise)."""
     parent: Name | None = None
-    """The parent entitlement; not the entitlement itself. A parent's quota bounds its whole
-    subtree, and its children may borrow each other's idle quota."""
+    """The parent entitlement: an existing one, not the entitlement itself nor one of its
+    descendants (422 otherwise). A parent's quota bounds its whole subtree, and its children
+    may borrow each other's idle quota."""
     quota: Quota = Field(default_factory=Quota)
-    """Guaranteed: the entitlement gets this much back, by preemption if it was lent."""
+    """Guaranteed: the entitlement gets this much back, by preemption if it was lent. At least
+    its children's quotas together, and with its siblings' at most its parent's (422
+    otherwise)."""
     borrowing_limit: Resources = Field(default_factory=Resources)
     """How far beyond its quota the entitlement (its subtree) may use its siblings' idle quota;
-    only with a parent. Nothing by default: the quota is the ceiling."""
+    nothing without a parent, and with the quota at most the parent's quota (422 otherwise).
+    Nothing by default: the quota is the ceiling."""
     lending_limit: Resources | None = None
-    """The most of its quota its siblings may borrow while it is idle; None: all of it."""
+    """The most of its quota its siblings may borrow while it is idle: at most `quota.resources`
+    in every dimension (422 otherwise); None: all of it."""
     preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy)
     host_profile: Name | None = None
     allowed_dcs: NameList = Field(default_factory=list)

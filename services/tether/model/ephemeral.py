@@ -13,9 +13,9 @@ catch-all grants that matches it; else the machine has none of the label.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from tether.model.base import Name, Quantity, TetherModel, Timestamp
@@ -38,13 +38,25 @@ def _not_built_in(label: str) -> str:
     return label
 
 
-Label = Annotated[Name, AfterValidator(_not_built_in)]
+Label = Annotated[
+    Name,
+    AfterValidator(_not_built_in),
+    Field(json_schema_extra={"not": {"enum": sorted(BUILT_IN_DIMENSIONS)}}),
+]
 """An ephemeral resource's label: what its tasks ask for in `resources.extra`."""
+
+
+def _one_kind_schema(schema: dict[str, Any]) -> None:
+    # What _one_kind checks: with a machine, no constraints.
+    schema["if"] = {"required": ["machine"], "properties": {"machine": {"type": "string"}}}
+    schema["then"] = {"properties": {"constraints": {"maxItems": 0}}}
 
 
 class NodeSpec(TetherModel):
     """Which machines a grant covers: one machine by id, the machines whose attributes meet
     every constraint, or (neither given) every machine the entitlement reaches."""
+
+    model_config = ConfigDict(json_schema_extra=_one_kind_schema)
 
     machine: Name | None = Field(default=None, description="One machine, by id.")
     constraints: list[Constraint] = Field(

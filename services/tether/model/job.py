@@ -76,7 +76,7 @@ class RestartPolicy(TetherModel):
     max_restarts: Quantity = 10
     backoff_initial_s: PositiveSeconds = 1.0
     backoff_max_s: PositiveSeconds = Field(default=60.0, validate_default=True)
-    """At least `backoff_initial_s`."""
+    """At least `backoff_initial_s` (422 otherwise)."""
 
     @field_validator("backoff_max_s")
     @classmethod
@@ -98,7 +98,12 @@ class TaskTemplate(TetherModel):
     version: Version
     command: NonEmptyStr
     args: list[str] = Field(default_factory=list)
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(
+        default_factory=dict,
+        # What _not_reserved checks, which the names' pattern does not say.
+        json_schema_extra={"propertyNames": {"not": {"pattern": f"^{RESERVED_ENV_PREFIX}"}}},
+    )
+    """Environment variables, none named TETHER_...: those are the ones Tether sets."""
     resources: Resources
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
 
@@ -175,15 +180,18 @@ class JobSpec(TetherModel):
     reject with 409 (the default for services)."""
     deadline: Timestamp | None = None
     """Only for batch jobs: when it should be done. Orders the queue by its start deadline,
-    `deadline - expected_duration_s`; not in the past when submitted (the frontend checks)."""
+    `deadline - expected_duration_s`; not in the past when submitted (422 otherwise: the
+    frontend checks against its clock)."""
     expected_duration_s: PositiveSeconds | None = None
     """Only for batch jobs: how long it runs once started."""
     min_count: int | None = Field(default=None, ge=1)
     """Only for batch jobs: an elastic job is admitted with at least this many tasks (at most
-    `count`), grows as quota frees and shrinks first under pressure. None: all or nothing."""
+    `count`: 422 otherwise), grows as quota frees and shrinks first under pressure. None: all
+    or nothing."""
     accelerator: AcceleratorSpec | None = None
-    """Only for batch jobs: a training job that Gavel's policies schedule (its gang of
-    `scale_factor` tasks, the count, one GPU each)."""
+    """Only for batch jobs: a training job that Gavel's policies schedule, its gang of
+    `scale_factor` tasks with one GPU each. So `scale_factor` is `count`, `min_count` is absent
+    and `task.resources.gpus` is 1 (422 otherwise)."""
     suspended: bool = False
     """Only for batch jobs: a suspended job runs no task and holds no quota. Suspending a
     running job stops its tasks with notice, as a preemption does (its controller is told, and

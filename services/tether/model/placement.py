@@ -4,8 +4,8 @@ fault domains, affinity to other jobs, gangs."""
 from __future__ import annotations
 
 import enum
-import math
-from typing import Any, Literal, Self
+import re
+from typing import Any, Final, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -35,10 +35,22 @@ class ConstraintOp(enum.StrEnum):
     LE = "<="
 
 
+NUMBER_PATTERN: Final = (
+    r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$"
+    r"|^[+-]?([0-9]{1,9}(\.[0-9]*)?|\.[0-9]+)[eE](-[0-9]+|\+?([0-9]{1,2}|[12][0-9]{2}))$"
+)
+"""The value `>=` and `<=` compare: a decimal number such as "64" or "2.5", or one with an
+exponent (at most 299) and at most 9 digits before the point, such as "1.5e1". Every such
+number is a finite float (a value has at most 256 characters), so the pattern is the whole
+rule, in the schema as on the server."""
+_NUMBER: Final = re.compile(NUMBER_PATTERN)
+
+
 def _operands_schema(schema: dict[str, Any]) -> None:
-    # What _operands_match_op checks, but that >= and <= compare numbers.
+    # What _operands_match_op checks.
     no_value = {"type": "null"}
     no_values = {"maxItems": 0}
+    numeric = [ConstraintOp.GE, ConstraintOp.LE]
     schema["if"] = {"properties": {"op": {"enum": [ConstraintOp.IN, ConstraintOp.NOT_IN]}}}
     schema["then"] = {
         "required": ["values"],
@@ -50,6 +62,8 @@ def _operands_schema(schema: dict[str, Any]) -> None:
         "else": {
             "required": ["value"],
             "properties": {"value": {"type": "string"}, "values": no_values},
+            "if": {"properties": {"op": {"enum": numeric}}},
+            "then": {"properties": {"value": {"pattern": NUMBER_PATTERN}}},
         },
     }
 
@@ -62,7 +76,10 @@ class AttributePredicate(TetherModel):
     attribute: AttributeKey
     op: ConstraintOp
     value: AttributeValue | None = None
+    """The operand of `==`, `!=`, `>=` and `<=`; for `>=` and `<=` a finite number, such as
+    "64" or "2.5" (422 otherwise)."""
     values: list[AttributeValue] = Field(default_factory=list)
+    """The operands of `in` and `not_in`, at least one."""
 
     @model_validator(mode="after")
     def _operands_match_op(self) -> Self:
@@ -89,17 +106,15 @@ class AttributePredicate(TetherModel):
         elif op in (ConstraintOp.GE, ConstraintOp.LE) and not _is_number(self.value):
             raise PydanticCustomError(
                 "constraint_operands",
-                "operator '{op}' compares numbers, but 'value' '{value}' is not a finite number",
+                "operator '{op}' compares numbers, but 'value' '{value}' is not a number such as "
+                "64, 2.5 or 1.5e1",
                 {"op": op.value, "value": self.value},
             )
         return self
 
 
 def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    return _NUMBER.fullmatch(text) is not None
 
 
 class Constraint(AttributePredicate):

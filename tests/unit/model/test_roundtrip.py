@@ -179,8 +179,9 @@ task_templates = st.builds(
     restart=restart_policies,
 )
 numbers = st.one_of(
-    st.integers().map(str),
-    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-(10**200), 10**200).map(str),
+    # repr writes an exponent past 1e16; NUMBER_PATTERN takes exponents up to 299.
+    st.floats(-1e299, 1e299).map(repr),
 )
 
 

@@ -284,8 +284,10 @@ def test_deadline_on_a_batch_job_is_accepted_when_timezone_aware() -> None:
         ({"attribute": "gpu", "op": "exists", "value": "x"}, "neither 'value' nor 'values'"),
         ({"attribute": "os", "op": "=="}, "operator '==' needs a 'value'"),
         ({"attribute": "os", "op": "!=", "values": ["a"]}, "operator '!=' needs a 'value'"),
-        ({"attribute": "cores", "op": ">=", "value": "many"}, "'many' is not a finite number"),
-        ({"attribute": "cores", "op": "<=", "value": "nan"}, "'nan' is not a finite number"),
+        ({"attribute": "cores", "op": ">=", "value": "many"}, "'many' is not a number such as 64"),
+        ({"attribute": "cores", "op": "<=", "value": "nan"}, "'nan' is not a number such as 64"),
+        # Infinite as a float: the schema's pattern leaves it out too.
+        ({"attribute": "cores", "op": ">=", "value": "1e999"}, "'1e999' is not a number"),
     ],
 )
 def test_constraint_operands_must_match_the_operator(

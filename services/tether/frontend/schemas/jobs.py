@@ -87,8 +87,14 @@ class JobList(View):
 class UpdateRequest(TetherModel):
     """The body of PATCH /v1/jobs/{ent}/{job}: at least one of its fields."""
 
+    # What _something checks: one of the fields is given, and not null.
     model_config = ConfigDict(
-        json_schema_extra={"anyOf": [{"required": [field]} for field in UPDATABLE]}
+        json_schema_extra={
+            "anyOf": [
+                {"required": [field], "properties": {field: {"not": {"type": "null"}}}}
+                for field in UPDATABLE
+            ]
+        }
     )
 
     version: Version | None = Field(
@@ -99,13 +105,14 @@ class UpdateRequest(TetherModel):
     suspended: bool | None = Field(
         default=None,
         description="Suspend a batch job (its tasks stop with notice, as if preempted, and it "
-        "holds no quota) or resume it (it is admitted again at its place in the queue).",
+        "holds no quota) or resume it (it is admitted again at its place in the queue); 422 "
+        "for a service.",
     )
     placement: Placement | None = Field(
         default=None,
-        description="Where its tasks go: changed only while the job is suspended (its running "
-        "tasks would not move), as an application-level scheduler sends a job to another "
-        "machine type before resuming it.",
+        description="Where its tasks go: changed only while the job is suspended (409 "
+        "otherwise: its running tasks would not move), as an application-level scheduler "
+        "sends a job to another machine type before resuming it.",
     )
 
     @model_validator(mode="after")
@@ -122,4 +129,8 @@ class UpdateRequest(TetherModel):
 class ScaleRequest(TetherModel):
     """The body of POST /v1/jobs/{ent}/{job}/scale."""
 
-    count: Annotated[int, RegionTaskLimit()] = Field(ge=1, description="The new task count.")
+    count: Annotated[int, RegionTaskLimit()] = Field(
+        ge=1,
+        description="The new task count. The job's spec with it must still validate (422 "
+        "naming the field otherwise: below its min_count, say).",
+    )

@@ -54,8 +54,9 @@ class MaintenanceRequest(TetherModel):
     rack: DomainPath | None = None
     """Every machine of one rack, as "<dc>/<msb>/<rack>"."""
     start: Timestamp | None = None
-    """When the machines go into maintenance (RFC 3339); default now. Tasks are moved off them
-    by then: from now on their controllers hear of it and may move them earlier."""
+    """When the machines go into maintenance (RFC 3339); default now, and at most a minute ago
+    (422 otherwise: the frontend checks against its clock). Tasks are moved off them by then:
+    from now on their controllers hear of it and may move them earlier."""
     duration_s: int = Field(gt=0, le=MAX_MAINTENANCE_S)
     # The schema lists only the planned kinds; _planned explains the others.
     kind: Annotated[

@@ -24,7 +24,8 @@ class OperationRequest(TetherModel):
 
     kind: RequestedKind
     tasks: Annotated[list[Quantity], Field(min_length=1, max_length=100_000)] | None = None
-    """Task indexes; default every task of the job."""
+    """Task indexes, each below the job's count (422 otherwise); default every task of the
+    job."""
     reason: Annotated[str, StringConstraints(max_length=500)] = ""
 
 

@@ -18,13 +18,14 @@ class SetResourceRequest(TetherModel):
     capacity: Quantity = Field(description="How much of the label each matching machine has.")
     node_spec: NodeSpec = Field(
         default_factory=NodeSpec,
-        description='{"machine": id}, {"constraints": [...]} or {} for every machine the '
-        "entitlement reaches.",
+        description='{"machine": id} (a machine of the region: 422 otherwise), {"constraints": '
+        "[...]} or {} for every machine the entitlement reaches. Each node_spec is a grant of "
+        "the label: at most 1,024 of them (422 past that).",
     )
     owner_job: Name | None = Field(
         default=None,
-        description="A job of the entitlement: the label goes when the job does (kept when "
-        "not given on a later call).",
+        description="A job of the entitlement (422 otherwise): the label goes when the job does "
+        "(kept when not given on a later call).",
     )
     ttl_s: PositiveSeconds | None = Field(
         default=None,

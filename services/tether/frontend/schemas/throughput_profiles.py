@@ -6,7 +6,7 @@ from pydantic import Field
 
 from tether.frontend.schemas import View
 from tether.model import TetherModel
-from tether.model.accelerator import ThroughputProfileRecord
+from tether.model.accelerator import ThroughputProfileRecord, Throughputs
 
 
 class ThroughputProfileList(View):
@@ -17,7 +17,7 @@ class ThroughputProfileList(View):
 class ThroughputProfileBody(TetherModel):
     """The body of PUT /v1/throughput-profiles/{ent}/{name}."""
 
-    throughputs: dict[str, dict[str, dict[str, float]]] = Field(
+    throughputs: Throughputs = Field(
         description="{accelerator type: {job type: {scale factor: steps per second}}}, the "
         "format of Gavel's isolated_throughputs.json."
     )
