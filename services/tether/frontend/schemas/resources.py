@@ -3,11 +3,16 @@ them (the cluster state), and the body of POST /v1/resources."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from pydantic import Field
 
 from tether.frontend.schemas import View
 from tether.model import Name, PositiveSeconds, Quantity, TetherModel
 from tether.model.ephemeral import EphemeralResource, Label, NodeSpec
+
+MAX_TTL_S: Final = 10 * 366 * 24 * 3600
+"""Ten years: a label meant to outlast that has no `ttl_s` (and an expiry must be a date)."""
 
 
 class SetResourceRequest(TetherModel):
@@ -29,6 +34,7 @@ class SetResourceRequest(TetherModel):
     )
     ttl_s: PositiveSeconds | None = Field(
         default=None,
+        le=MAX_TTL_S,
         description="The label goes this long from now (kept when not given on a later call).",
     )
 
