@@ -69,13 +69,19 @@ class RestartMode(enum.StrEnum):
     NEVER = "never"
 
 
+MAX_BACKOFF_S: Final = 24 * 3600
+"""The longest a task waits to be restarted: the scheduler adds it to a time."""
+MAX_EXPECTED_DURATION_S: Final = 10 * 366 * 24 * 3600
+"""Ten years: a start deadline, `deadline - expected_duration_s`, stays a date."""
+
+
 class RestartPolicy(TetherModel):
     """How often and how fast a task's process is restarted."""
 
     mode: RestartMode = RestartMode.ALWAYS
     max_restarts: Quantity = 10
-    backoff_initial_s: PositiveSeconds = 1.0
-    backoff_max_s: PositiveSeconds = Field(default=60.0, validate_default=True)
+    backoff_initial_s: PositiveSeconds = Field(default=1.0, le=MAX_BACKOFF_S)
+    backoff_max_s: PositiveSeconds = Field(default=60.0, le=MAX_BACKOFF_S, validate_default=True)
     """At least `backoff_initial_s` (422 otherwise)."""
 
     @field_validator("backoff_max_s")
@@ -182,7 +188,7 @@ class JobSpec(TetherModel):
     """Only for batch jobs: when it should be done. Orders the queue by its start deadline,
     `deadline - expected_duration_s`; not in the past when submitted (422 otherwise: the
     frontend checks against its clock)."""
-    expected_duration_s: PositiveSeconds | None = None
+    expected_duration_s: PositiveSeconds | None = Field(default=None, le=MAX_EXPECTED_DURATION_S)
     """Only for batch jobs: how long it runs once started."""
     min_count: int | None = Field(default=None, ge=1)
     """Only for batch jobs: an elastic job is admitted with at least this many tasks (at most

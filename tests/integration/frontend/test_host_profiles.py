@@ -78,6 +78,7 @@ async def test_reading_needs_a_token_and_writing_the_admin_role(region: Region) 
     [
         ({"name": "Web_1"}, ["name"]),
         ({"switch_seconds": -1}, ["switch_seconds"]),
+        ({"switch_seconds": 1e9}, ["switch_seconds"]),
         ({"settings": {"hugepages": 2048}}, ["settings", "hugepages"]),
         ({"colour": "blue"}, ["colour"]),
     ],

@@ -69,6 +69,8 @@ from tether.model import (
     from_json,
     to_json,
 )
+from tether.model.hostprofile import MAX_SWITCH_S
+from tether.model.job import MAX_BACKOFF_S, MAX_EXPECTED_DURATION_S
 
 names = st.from_regex(r"\A[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 handles = st.builds(lambda e, j: f"{e}/{j}", names, names)
@@ -81,8 +83,6 @@ env_names = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,20}\Z").filter(
     lambda n: not n.startswith("TETHER_")
 )
 quantities = st.one_of(st.integers(0, 1000), st.integers(0, MAX_QUANTITY))
-seconds = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
-positive_seconds = st.floats(min_value=1e-6, max_value=1e9)
 utc_offsets = st.integers(-14 * 60, 14 * 60).map(lambda minutes: timedelta(minutes=minutes))
 timestamps = st.datetimes(
     min_value=datetime(1970, 1, 1),
@@ -111,7 +111,7 @@ host_profiles = st.builds(
     name=names,
     description=st.text(max_size=40),
     settings=st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=3),
-    switch_seconds=seconds,
+    switch_seconds=st.floats(0, MAX_SWITCH_S),
 )
 machines = st.builds(
     Machine,
@@ -165,8 +165,8 @@ restart_policies = st.builds(
     ),
     st.sampled_from(RestartMode),
     quantities,
-    positive_seconds,
-    positive_seconds,
+    st.floats(1e-6, MAX_BACKOFF_S),
+    st.floats(1e-6, MAX_BACKOFF_S),
 )
 task_templates = st.builds(
     TaskTemplate,
@@ -258,7 +258,7 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
 def batch_fields(draw: st.DrawFn, count: int) -> dict[str, Any]:
     return {
         "deadline": draw(st.none() | timestamps),
-        "expected_duration_s": draw(st.none() | positive_seconds),
+        "expected_duration_s": draw(st.none() | st.floats(1e-6, MAX_EXPECTED_DURATION_S)),
         "min_count": draw(st.none() | st.integers(1, count)),
         "suspended": draw(st.booleans()),
     }
