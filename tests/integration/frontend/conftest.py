@@ -134,8 +134,11 @@ async def machines(region: Region) -> None:
 
 @pytest.fixture
 async def allocator(region: Region, store_url: str, machines: None) -> AsyncIterator[Allocator]:
-    """An allocator replica on its own store connection, started after `machines`."""
-    service = Allocator(open_store(store_url), AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+    """An allocator replica on its own store connection, started after `machines`. Its lease
+    is long: no test here waits one out, and a 3 s lease lapsed on a loaded machine, leaving
+    the frontend without an allocator for a moment (503)."""
+    settings = AllocatorSettings(id="allocator-1", lease_ttl_s=15)
+    service = Allocator(open_store(store_url), settings)
     await service.start()
     try:
         yield service
