@@ -173,8 +173,6 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
             "cpu_s",
         ),
         region=True,
-        stopped_by=signal.SIGTERM,
-        processes_to_stop=6,
     ),
     SmokeRun(
         "bench_esl.py",
