@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Final, TypeVar
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -17,6 +19,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    WithJsonSchema,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
@@ -154,6 +157,28 @@ PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
 Timestamp = AwareDatetime
 """A point in time; naive datetimes are rejected because their meaning depends on the host."""
+
+FIRST_PLANNED_YEAR: Final = 1000
+LAST_PLANNED_YEAR: Final = 8999
+
+
+def _plannable(moment: datetime) -> datetime:
+    if not FIRST_PLANNED_YEAR <= moment.year <= LAST_PLANNED_YEAR:
+        raise PydanticCustomError(
+            "unplannable_time",
+            "must be in the years {first} to {last}",
+            {"first": FIRST_PLANNED_YEAR, "last": LAST_PLANNED_YEAR},
+        )
+    return moment
+
+
+PlannedTime = Annotated[
+    AwareDatetime,
+    AfterValidator(_plannable),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": r"^[1-8][0-9]{3}-"}),
+]
+"""A time a person sets (a deadline, the start of maintenance): in the years 1000 to 8999, so
+that it is a date in UTC too, and so is any duration after it."""
 
 
 def no_duplicates(items: list[H]) -> list[H]:

@@ -27,6 +27,7 @@ from tether.model.base import (
     JobHandle,
     Name,
     NonEmptyStr,
+    PlannedTime,
     PositiveSeconds,
     Quantity,
     TetherModel,
@@ -184,7 +185,7 @@ class JobSpec(TetherModel):
     on_full: OnFull | None = None
     """When the entitlement cannot take the job now: queue (the default for batch jobs) or
     reject with 409 (the default for services)."""
-    deadline: Timestamp | None = None
+    deadline: PlannedTime | None = None
     """Only for batch jobs: when it should be done. Orders the queue by its start deadline,
     `deadline - expected_duration_s`; not in the past when submitted (422 otherwise: the
     frontend checks against its clock)."""

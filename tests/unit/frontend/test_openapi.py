@@ -83,6 +83,10 @@ def test_rules_of_names_and_numbers_are_in_the_schema() -> None:
     operands = SCHEMAS["Constraint"]["else"]["else"]
     assert operands["if"] == {"properties": {"op": {"enum": [">=", "<="]}}}
     assert operands["then"] == {"properties": {"value": {"pattern": NUMBER_PATTERN}}}
+    # A time a person sets stays a date in UTC, a duration later too.
+    planned = {"type": "string", "format": "date-time", "pattern": "^[1-8][0-9]{3}-"}
+    assert SCHEMAS["JobSpec-Input"]["properties"]["deadline"]["anyOf"][0] == planned
+    assert body_schema("post", "/v1/maintenance")["properties"]["start"]["anyOf"][0] == planned
     # A machine, or constraints: not both.
     assert SCHEMAS["NodeSpec"]["then"] == {"properties": {"constraints": {"maxItems": 0}}}
 

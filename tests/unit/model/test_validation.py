@@ -639,3 +639,10 @@ def test_a_realistic_yaml_job_spec_validates() -> None:
     assert spec.placement.spread.max_skew == 2
     assert spec.placement.affinities[1].anti is True
     assert spec.update.max_unavailable_percent == 5
+
+
+@pytest.mark.parametrize("deadline", ["9999-12-31T23:59:59-10:00", "0001-01-01T00:00:00+10:00"])
+def test_a_deadline_is_a_date_in_utc_too(deadline: str) -> None:
+    # Its UTC form (and the queue's start deadline before it) would be no date at all.
+    spec = job_json(kind="batch", deadline=deadline)
+    assert "years 1000 to 8999" in error_at(job_errors(spec), ("deadline",))

@@ -23,6 +23,7 @@ from tether.model import (
     MaintenanceKind,
     Name,
     PlannedMaintenanceKind,
+    PlannedTime,
     TetherModel,
     Timestamp,
 )
@@ -53,7 +54,7 @@ class MaintenanceRequest(TetherModel):
     """Every machine of one main switchboard, as "<dc>/<msb>"."""
     rack: DomainPath | None = None
     """Every machine of one rack, as "<dc>/<msb>/<rack>"."""
-    start: Timestamp | None = None
+    start: PlannedTime | None = None
     """When the machines go into maintenance (RFC 3339); default now, and at most a minute ago
     (422 otherwise: the frontend checks against its clock). Tasks are moved off them by then:
     from now on their controllers hear of it and may move them earlier."""
