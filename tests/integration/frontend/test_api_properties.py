@@ -209,8 +209,8 @@ def frontend_thread(store_url: str) -> Iterator[str]:
 
 # The parameter gives every operation's test its own node id. pytest (9.2) builds an item's id
 # from its original name and its parameters, and schemathesis (4.32) gives each operation's item
-# the test's name: all 48 would share one id, and pytest-xdist, which sends workers ids, would
-# run only the first (GET /healthz), as it did when this pass generated 10 requests under it.
+# the test's name: all 48 would share one id, and pytest-xdist, which hands tests to workers by
+# id, would run the first alone (GET /healthz): the 10 requests this pass once sent under it.
 @pytest.fixture(scope="module", params=["sqlite"])
 def frontend_url() -> Iterator[str]:
     # SQLite only: the pass tests the API's validation and schema, which do not depend on the
