@@ -52,16 +52,18 @@ def _keys(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
+STORE_KEYS = _keys("backend", "put_per_s", "txn_keys_per_s", "watch_events_per_s")
+
 SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun(
         "bench_store.py",
         ("--backend", "sql", "--puts", "200", "--txns", "8", "--watch-events", "200"),
-        _keys("backend", "put_per_s", "txn_keys_per_s", "watch_events_per_s"),
+        STORE_KEYS,
     ),
     SmokeRun(
         "bench_store.py",
         ("--backend", "etcd", "--puts", "200", "--txns", "8", "--watch-events", "200"),
-        _keys("backend", "put_per_s", "txn_keys_per_s", "watch_events_per_s"),
+        STORE_KEYS,
     ),
     SmokeRun(
         "bench_watches.py",
