@@ -25,6 +25,7 @@ task statuses in the store until every task runs:
 - `submit_to_all_running_s`: from the first submission until every task runs;
 - `tasks_running_per_s`: `--tasks` over that time;
 - `store_revisions_per_s`: store transactions committed per second meanwhile;
+- `cpu_ms_per_task`: CPU milliseconds per task meanwhile, summed over every process (from `/proc`);
 - `peak_rss_mib` and `cpu_s` (CPU seconds during the submission and start) per process.
 
 Prints one JSON line on stdout; progress goes to stderr.
@@ -358,6 +359,7 @@ async def run_scale(
         "submit_to_all_running_s": round(elapsed, 1) if completed else None,
         "tasks_running_per_s": round(len(running.tasks) / elapsed),
         "store_revisions_per_s": round(revisions / elapsed),
+        "cpu_ms_per_task": round(1000 * sum(cpu.values()) / max(len(running.tasks), 1), 2),
         "entitlements_per_shard": spread,
         "cpu_s": cpu,
     }

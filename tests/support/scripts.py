@@ -151,6 +151,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
             "submit_to_all_running_s",
             "tasks_running_per_s",
             "store_revisions_per_s",
+            "cpu_ms_per_task",
             "peak_rss_mib",
             "cpu_s",
         ),
