@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 import orjson
-from benchkit import log, stop_on_signals
+from benchkit import log, profiled, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -112,6 +112,13 @@ def parse_args() -> argparse.Namespace:
         default=900,
         help="scale: give up waiting for every task to run after this (the JSON says how far "
         "it got)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="scale: record a py-spy flame graph of every service process while the tasks "
+        "start, as DIR/<process>.svg (root, or ptrace allowed)",
     )
     args = parser.parse_args()
     if args.etcd:
@@ -329,14 +336,16 @@ async def run_scale(
             running = Running()
             first_revision = await store.revision()
             follower = asyncio.create_task(running.follow(store, first_revision + 1))
-            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            started = time.monotonic()
-            log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks ({args.tasks:,} tasks)")
-            resubmitted = await submit(frontends, jobs)
-            submit_s = time.monotonic() - started
-            log(f"submitted in {submit_s:.1f} s; {len(running.tasks):,} tasks run")
-            await running.wait_for(args.tasks, started, started + args.timeout_s)
-            elapsed = time.monotonic() - started
+            python = {name: pid for name, pid in pids.items() if name != "etcd"}
+            with profiled(python, args.profile):
+                cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                started = time.monotonic()
+                log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks")
+                resubmitted = await submit(frontends, jobs)
+                submit_s = time.monotonic() - started
+                log(f"submitted in {submit_s:.1f} s; {len(running.tasks):,} tasks run")
+                await running.wait_for(args.tasks, started, started + args.timeout_s)
+                elapsed = time.monotonic() - started
             revisions = await store.revision() - first_revision
             cpu = {
                 name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()

@@ -3,14 +3,19 @@ where its plots go."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 _STARTED = time.monotonic()
+_PROFILE_RATE_HZ = 49
+"""Samples per second of a profile: off the beat of the services' 10 Hz and 50 Hz timers."""
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench-results"
 """Where plots go unless a script is told otherwise: git ignores it, so a run leaves the
@@ -49,3 +54,39 @@ def _stop(signum: int, _frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log(f"{signal.Signals(signum).name}: stopping; removing what this run started")
     raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def profiled(pids: Mapping[str, int], directory: Path | None) -> Iterator[None]:
+    """Records a flame graph of each Python process in `pids` (name -> pid) while the block
+    runs, as `directory`/<name>.svg, with py-spy; does nothing when `directory` is None.
+
+    py-spy samples from outside (it reads the process's memory: root, or ptrace allowed), so a
+    profile costs the measured process nothing but the CPU py-spy itself takes."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).with_name("py-spy")
+    recorders = [
+        subprocess.Popen(
+            [
+                *(str(py_spy), "record", "--nonblocking", "--rate", str(_PROFILE_RATE_HZ)),
+                *("--format", "flamegraph", "--pid", str(pid)),
+                *("--output", str(directory / f"{name}.svg")),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for name, pid in pids.items()
+    ]
+    log(f"profiling {len(recorders)} processes into {directory}")
+    try:
+        yield
+    finally:
+        for recorder in recorders:
+            recorder.send_signal(signal.SIGINT)
+        for recorder, name in zip(recorders, pids, strict=True):
+            _, errors = recorder.communicate(timeout=60)
+            if recorder.returncode not in (0, -signal.SIGINT):
+                log(f"profiling {name} failed: {errors.decode().strip()[-300:]}")

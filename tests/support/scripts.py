@@ -144,7 +144,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     ),
     SmokeRun(
         "bench_region.py",
-        ("--machines", "20", "--tasks", "40", "--job-tasks", "10"),
+        ("--machines", "20", "--tasks", "40", "--job-tasks", "10", "--profile", "{out}/profiles"),
         _keys(
             "machines_up_s",
             "submit_s",
@@ -387,7 +387,12 @@ def smoke(run: SmokeRun, tmp_path: Path, *, timeout_s: float) -> dict[str, Any]:
     result = result_of(stdout, stderr)
     assert sorted(run.keys - result.keys()) == [], result
     for path in run.outputs(out):
-        assert path.read_bytes().startswith(b"\x89PNG"), path
+        if path.suffix:
+            assert path.read_bytes().startswith(b"\x89PNG"), path
+        else:  # a directory of flame graphs
+            graphs = list(path.glob("*.svg"))
+            assert graphs, f"no flame graph in {path}"
+            assert all(b"<svg" in graph.read_bytes()[:1000] for graph in graphs), graphs
     assert leftovers(directory) == []
     return result
 
