@@ -62,7 +62,7 @@ async def start_decider(
     state = ShardState(
         store,
         shard,
-        lambda handle: deciders[0].touch(handle),
+        lambda handle, _task: deciders[0].touch(handle),
         fencing_s=region.fencing_s,
         reshaped=lambda: deciders[0].reshaped(),
     )

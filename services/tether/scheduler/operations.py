@@ -5,6 +5,7 @@ part of the reconcile)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,7 +40,9 @@ def update_id(version: str, index: int) -> str:
     return f"update-{hashlib.sha256(version.encode()).hexdigest()[:12]}-t{index}"
 
 
-def plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
+def plan_operations(
+    view: JobView, now: datetime, plan: Plan, *, changed: Collection[int] | None = None
+) -> None:
     """Proposes the operations the job's tasks need (updates to the job's version, moves off
     machines with maintenance ahead, stops of tasks a shrink removes from a job with a
     controller), executes the approved ones and those whose deadline has
@@ -47,14 +50,19 @@ def plan_operations(view: JobView, now: datetime, plan: Plan) -> None:
 
     A task this plan already writes is left alone: its next reconcile decides on its new record.
     At most one operation per task executes in a plan, since each makes a new attempt.
+    `changed`: plan only these tasks (see `plan_job`); None plans them all.
     """
     touched = {write.index for write in (*plan.reclaim, *plan.release, *plan.writes)}
     open_by_task: dict[int, list[Stored[TaskOperation]]] = {}
     for stored in sorted(view.operations.values(), key=lambda s: (s.value.created_at, s.value.id)):
         if stored.value.state in OPEN_STATES:
             for index in stored.value.tasks:
-                open_by_task.setdefault(index, []).append(stored)
-    for index, stored_task in sorted(view.tasks.items()):
+                if changed is None or index in changed:
+                    open_by_task.setdefault(index, []).append(stored)
+    for index in sorted(view.tasks) if changed is None else sorted(changed):
+        stored_task = view.tasks.get(index)
+        if stored_task is None:
+            continue  # its open operations are withdrawn below
         open_operations = open_by_task.pop(index, [])
         if index in touched:
             continue

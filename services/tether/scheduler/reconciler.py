@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -39,24 +39,41 @@ FENCE_MARGIN_S: Final = 2.0
 for the clocks of the health checker's and the scheduler's hosts, and the agent's poll."""
 
 
-def plan_job(view: JobView, now: datetime) -> Plan:
-    """Decides what to do about one job, per docs/protocol.md ("The scheduler leader's loop")."""
+def plan_job(view: JobView, now: datetime, changed: Collection[int] | None = None) -> Plan:
+    """Decides what to do about one job, per docs/protocol.md ("The scheduler leader's loop").
+
+    `changed`: when only these tasks' records (task, status) changed since the job was last
+    planned whole, only they are planned: the others' plans would be what they were, and a job
+    whose hundreds of tasks report their starts one by one is not planned whole each time.
+    None plans every task; so must any change to the job, its admission, operations, machines
+    or the clock's deadlines (wake-ups)."""
     job = view.job.value
     plan = Plan()
+    indexes = _indexes(view, changed)
     if not job.deleting:
-        for index in range(view.live_count):
-            if index not in view.tasks:
+        creatable = range(view.live_count) if changed is None else indexes
+        for index in creatable:
+            if index < view.live_count and index not in view.tasks:
                 plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
-    for index, stored in sorted(view.tasks.items()):
-        _plan_task(view, stored, current_status(stored.value, view.statuses.get(index)), now, plan)
-    # A status kept for a preempted task (`keep_status`) whose index the job no longer has:
-    # a later scale-up must not resume a new task from an old run's steps.
-    for index in sorted(set(view.statuses) - set(view.tasks)):
-        if index >= job.spec.count:
+    for index in indexes:
+        stored = view.tasks.get(index)
+        if stored is not None:
+            status = current_status(stored.value, view.statuses.get(index))
+            _plan_task(view, stored, status, now, plan)
+        elif index in view.statuses and index >= job.spec.count:
+            # A status kept for a preempted task (`keep_status`) whose index the job no longer
+            # has: a later scale-up must not resume a new task from an old run's steps.
             plan.writes.append(TaskWrite(index, 0, None))
-    plan_operations(view, now, plan)
+    plan_operations(view, now, plan, changed=None if changed is None else indexes)
     plan.delete_job = job.deleting and not view.tasks
     return plan
+
+
+def _indexes(view: JobView, changed: Collection[int] | None) -> list[int]:
+    """The task indexes to plan, in order: those `changed`, or all the job has records of."""
+    if changed is not None:
+        return sorted(changed)
+    return sorted(view.tasks.keys() | view.statuses.keys())
 
 
 def _plan_task(

@@ -144,7 +144,9 @@ class Term:
         self._reconciled = reconciled
         self._leadership = leadership
         self._leading = leading
-        self._dirty: set[str] = set()
+        # Job handle -> the tasks to reconcile (their records or statuses changed), or None:
+        # the whole job.
+        self._dirty: dict[str, set[int] | None] = {}
         self._wake = asyncio.Event()
         self._store = store
         self._shard = shard
@@ -194,8 +196,12 @@ class Term:
             await self._allocator.stop()
             await self._controllers.close()
 
-    def _mark(self, handle: str) -> None:
-        self._dirty.add(handle)
+    def _mark(self, handle: str, task: int | None = None) -> None:
+        """Has the job reconciled: only task `task`, or the whole job (None)."""
+        if task is None:
+            self._dirty[handle] = None
+        elif (tasks := self._dirty.setdefault(handle, set())) is not None:
+            tasks.add(task)
         self._wake.set()
         self.decider.touch(handle)
 
@@ -266,14 +272,16 @@ class Term:
                         break
                     if handle in running:
                         continue
-                    self._dirty.discard(handle)
+                    tasks = self._dirty.pop(handle)
                     running.add(handle)
-                    group.create_task(self._reconcile_guarded(handle, running))
+                    group.create_task(self._reconcile_guarded(handle, tasks, running))
 
-    async def _reconcile_guarded(self, handle: str, running: set[str]) -> None:
+    async def _reconcile_guarded(
+        self, handle: str, tasks: set[int] | None, running: set[str]
+    ) -> None:
         try:
             with metrics.SCHEDULER_RECONCILE_SECONDS.time():
-                await self._reconcile(handle)
+                await self._reconcile(handle, tasks)
             self._reconciles += 1
             self._last_reconcile_at = datetime.now(UTC)
         except NotLeader as error:
@@ -293,14 +301,15 @@ class Term:
             running.discard(handle)
             self._wake.set()
 
-    async def _reconcile(self, handle: str) -> None:
+    async def _reconcile(self, handle: str, tasks: set[int] | None) -> None:
+        """Plans the job (only `tasks`, unless None) and carries out the plan."""
         view = self._state.view(handle)
         if view is None:
             self._place_after.pop(handle, None)
             self._reconciled.pop(handle, None)
             return
         now = datetime.now(UTC)
-        plan = plan_job(view, now)
+        plan = plan_job(view, now, tasks)
         place_after = self._place_after.get(handle, 0.0)
         may_place = time.monotonic() >= place_after
         outcome = await self._executor.execute(view, plan, may_place=may_place)

@@ -40,6 +40,10 @@ V = TypeVar("V")
 Changed = Callable[[str, Stored[T] | None, Stored[T] | None], None]
 """Called with a key and its old and new record (None: absent or invalid)."""
 
+Mark = Callable[[str, int | None], None]
+"""Called with a job's handle and the index of its task whose record or status changed, or
+None when the change may concern the whole job (its record, admission, operations, machines)."""
+
 
 class Records(Generic[T]):
     """Every key under a prefix, each value parsed once when it changes."""
@@ -126,14 +130,15 @@ def _parser(model: type[M]) -> Callable[[bytes], M]:
 class ShardState:
     """Mirrors of `shards/map/`, `entitlements/`, `jobs/`, `admissions/`, `tasks/`,
     `task-status/`, `machines/`, `operations/`, `taskcontrollers/`, `maintenance/` and
-    `quota-ledgers/`; calls `mark(job handle)` for every job a change may concern, and
+    `quota-ledgers/`; calls `mark(job handle, task index or None)` for every job a change may
+    concern, and
     `reshaped()` when the entitlements or the shard map change."""
 
     def __init__(
         self,
         store: Store,
         shard: str,
-        mark: Callable[[str], None],
+        mark: Mark,
         *,
         fencing_s: float,
         reshaped: Callable[[], None] = lambda: None,
@@ -315,16 +320,16 @@ class ShardState:
     def _admission_changed(
         self, key: str, old: Stored[Admission] | None, new: Stored[Admission] | None
     ) -> None:
-        self._mark(key.removeprefix(keys.ADMISSIONS))
+        self._mark(key.removeprefix(keys.ADMISSIONS), None)
 
     def _mark_jobs_of(self, entitlement: str) -> None:
         prefix = keys.jobs_of(entitlement)
         for job_key, stored in list(self.jobs.items.items()):
             if job_key.startswith(prefix):
-                self._mark(stored.value.handle)
+                self._mark(stored.value.handle, None)
 
     def _job_changed(self, key: str, old: Stored[Job] | None, new: Stored[Job] | None) -> None:
-        self._mark(key.removeprefix(keys.JOBS))
+        self._mark(key.removeprefix(keys.JOBS), None)
 
     def _task_changed(self, key: str, old: Stored[Task] | None, new: Stored[Task] | None) -> None:
         entitlement, name, index = keys.task_of_key(key)
@@ -334,7 +339,7 @@ class ShardState:
         _file(self._tasks, handle, index, new)
         if new is not None and new.value.machine is not None:
             self._on_machine[new.value.machine][handle] += 1
-        self._mark(handle)
+        self._mark(handle, index)
 
     def _leave(self, machine: str, handle: str) -> None:
         jobs = self._on_machine[machine]
@@ -351,7 +356,7 @@ class ShardState:
         handle = f"{entitlement}/{name}"
         _file(self._statuses, handle, index, None if new is None else new.value)
         if old is None or new is None or not _only_progress(old.value, new.value):
-            self._mark(handle)
+            self._mark(handle, index)
 
     def _operation_changed(
         self, key: str, old: Stored[TaskOperation] | None, new: Stored[TaskOperation] | None
@@ -359,7 +364,7 @@ class ShardState:
         entitlement, name, operation_id = key.rsplit("/", 3)[-3:]
         handle = f"{entitlement}/{name}"
         _file(self._operations, handle, operation_id, new)
-        self._mark(handle)
+        self._mark(handle, None)
 
     def _controller_changed(
         self,
@@ -376,7 +381,7 @@ class ShardState:
                 continue
             registration = stored.value
             if registration.job is not None:
-                self._mark(registration.job)
+                self._mark(registration.job, None)
             else:
                 self._mark_jobs_of(registration.entitlement)
 
@@ -397,7 +402,7 @@ class ShardState:
                 else:
                     self.maintenance.pop(machine_id, None)
                 for handle in list(self._on_machine.get(machine_id, {})):
-                    self._mark(handle)
+                    self._mark(handle, None)
 
     def _machine_changed(
         self, key: str, old: Stored[Machine] | None, new: Stored[Machine] | None
@@ -412,4 +417,4 @@ class ShardState:
         is_down = new is None or new.value.state is MachineState.DOWN
         if was_down != is_down:
             for handle in list(self._on_machine.get(machine_id, {})):
-                self._mark(handle)
+                self._mark(handle, None)
