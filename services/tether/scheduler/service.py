@@ -5,13 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
 from tether import metrics
 from tether.aio import cancel_and_wait, every
-from tether.model import OperationState, RegionConfig, ShardStatus, from_json, to_json
+from tether.model import (
+    OperationState,
+    RegionConfig,
+    ShardStatus,
+    from_json,
+    parse_job_handle,
+    to_json,
+)
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
 from tether.scheduler.election import Election, Leadership, first_of
@@ -324,7 +333,7 @@ class Term:
             self._later(handle, (plan.wake_at - now).total_seconds())
         if view.operations and not plan.delete_job:
             self._start_control(handle)
-        await self._catch_up(outcome)
+        await self._catch_up(handle, outcome)
         self._reconciled[handle] = view.revision
 
     def _start_control(self, handle: str) -> None:
@@ -398,17 +407,23 @@ class Term:
         if len(approved) < len(waiting):
             self._later(handle, self._settings.control_interval_s)
 
-    async def _catch_up(self, outcome: Outcome) -> None:
+    async def _catch_up(self, handle: str, outcome: Outcome) -> None:
         state = self._state
-        waits = [
-            records.mirror.wait_for(revision)
-            for records, revision in (
-                (state.tasks, outcome.tasks_revision),
-                (state.jobs, outcome.job_revision),
-                (state.operations, outcome.operations_revision),
+        entitlement, _ = parse_job_handle(handle)
+        waits: list[Coroutine[Any, Any, None]] = []
+        if revision := outcome.tasks_revision:
+            # A transaction that deleted only a status (of a task gone already) shows in the
+            # statuses alone, and a quiet entitlement's tasks would not move past it.
+            waits.append(
+                first_of(
+                    state.tasks.wait_for(entitlement, revision),
+                    state.statuses.wait_for(entitlement, revision),
+                )
             )
-            if revision
-        ]
+        if outcome.job_revision:
+            waits.append(state.jobs.mirror.wait_for(outcome.job_revision))
+        if outcome.operations_revision:
+            waits.append(state.operations.mirror.wait_for(outcome.operations_revision))
         if not waits:
             return
         try:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
+from tether.aio import cancel_and_wait
 from tether.model import (
     DEFAULT_GRACE_S,
     AdvanceNotice,
@@ -21,60 +21,23 @@ from tether.model import (
     Task,
     TaskOperation,
     TaskStatus,
-    TetherModel,
-    from_json,
     parse_job_handle,
 )
 from tether.model.admission import Admission
 from tether.scheduler.plan import JobView, Stored
-from tether.store import Get, KeyValue, Store, keys
-from tether.store.mirror import PrefixMirror
+from tether.scheduler.records import PartitionedRecords, Records, parser, records_of
+from tether.store import Get, Store, StoreError, keys
 
 _log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-M = TypeVar("M", bound=TetherModel)
 K = TypeVar("K")
 V = TypeVar("V")
-
-Changed = Callable[[str, Stored[T] | None, Stored[T] | None], None]
-"""Called with a key and its old and new record (None: absent or invalid)."""
 
 Mark = Callable[[str, int | None], None]
 """Called with a job's handle and the index of its task whose record or status changed, or
 None when the change may concern the whole job (its record, admission, operations, machines)."""
 
-
-class Records(Generic[T]):
-    """Every key under a prefix, each value parsed once when it changes."""
-
-    def __init__(
-        self, store: Store, prefix: str, parse: Callable[[bytes], T], changed: Changed[T]
-    ) -> None:
-        self._parse = parse
-        self._changed = changed
-        self.mirror = PrefixMirror(store, prefix, self._keys_changed)
-        self.items: dict[str, Stored[T]] = {}
-
-    async def start(self) -> None:
-        await self.mirror.start()
-        for key in list(self.mirror.items):
-            self._apply(key)
-
-    async def stop(self) -> None:
-        await self.mirror.stop()
-
-    async def _keys_changed(self, changed: set[str]) -> None:
-        for key in changed:
-            self._apply(key)
-
-    def _apply(self, key: str) -> None:
-        kv = self.mirror.items.get(key)
-        new = None if kv is None else _stored(kv, self._parse)
-        old = self.items.pop(key, None)
-        if new is not None:
-            self.items[key] = new
-        self._changed(key, old, new)
+_RETRY_S = 1.0
 
 
 def _file(grouped: defaultdict[str, dict[K, V]], group: str, key: K, value: V | None) -> None:
@@ -88,19 +51,18 @@ def _file(grouped: defaultdict[str, dict[K, V]], group: str, key: K, value: V | 
         grouped[group][key] = value
 
 
-def _stored(kv: KeyValue, parse: Callable[[bytes], T]) -> Stored[T] | None:
-    """The record, or None when it does not parse."""
-    try:
-        return Stored(parse(kv.value), kv.mod_revision)
-    except (ValidationError, ValueError) as error:
-        # Someone wrote a record that is not ours to fix: act as if it were absent.
-        _log.warning("ignoring invalid record %s: %s", kv.key, error)
-        return None
-
-
-def _records(kvs: list[KeyValue], parse: Callable[[bytes], M]) -> list[Stored[M]]:
-    """The records that parse; the others are skipped, as the mirrors skip them."""
-    return [stored for kv in kvs if (stored := _stored(kv, parse)) is not None]
+def tree_root(name: str, entitlements: Mapping[str, Entitlement]) -> str | None:
+    """The root of the entitlement's tree; None for one in a cycle of parents (a record written
+    before the frontend checked for them)."""
+    seen = {name}
+    current = entitlements[name]
+    while current.parent is not None and current.parent in entitlements:
+        if current.parent in seen:
+            _log.warning("entitlement %s is in a cycle of parents; not deciding for it", name)
+            return None
+        seen.add(current.parent)
+        current = entitlements[current.parent]
+    return current.name
 
 
 def _scope(registration: ControllerRegistration) -> str:
@@ -123,16 +85,13 @@ def _shard_id(value: bytes) -> str:
     return value.decode().strip()
 
 
-def _parser(model: type[M]) -> Callable[[bytes], M]:
-    return lambda value: from_json(model, value, stored=True)
-
-
 class ShardState:
-    """Mirrors of `shards/map/`, `entitlements/`, `jobs/`, `admissions/`, `tasks/`,
-    `task-status/`, `machines/`, `operations/`, `taskcontrollers/`, `maintenance/` and
-    `quota-ledgers/`; calls `mark(job handle, task index or None)` for every job a change may
-    concern, and
-    `reshaped()` when the entitlements or the shard map change."""
+    """Mirrors of `shards/map/`, `entitlements/`, `jobs/`, `admissions/`, `machines/`,
+    `operations/`, `taskcontrollers/`, `maintenance/` and `quota-ledgers/`, and of the `tasks/`
+    and `task-status/` of the entitlements it follows: those of this shard, and of the trees
+    rooted here (their admissions are decided here). Calls `mark(job handle, task index or
+    None)` for every job a change may concern, and `reshaped()` when the entitlements or the
+    shard map change."""
 
     def __init__(
         self,
@@ -150,27 +109,29 @@ class ShardState:
         self._fencing_s = fencing_s
         self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
         self.entitlements = Records(
-            store, keys.ENTITLEMENTS, _parser(Entitlement), self._entitlement_changed
+            store, keys.ENTITLEMENTS, parser(Entitlement), self._entitlement_changed
         )
-        self.jobs = Records(store, keys.JOBS, _parser(Job), self._job_changed)
+        self.jobs = Records(store, keys.JOBS, parser(Job), self._job_changed)
         self.admissions = Records(
-            store, keys.ADMISSIONS, _parser(Admission), self._admission_changed
+            store, keys.ADMISSIONS, parser(Admission), self._admission_changed
         )
         self.ledgers = Records(store, keys.QUOTA_LEDGERS, bytes.decode, _ignore)
-        self.tasks = Records(store, keys.TASKS, _parser(Task), self._task_changed)
-        self.statuses = Records(store, keys.TASK_STATUS, _parser(TaskStatus), self._status_changed)
+        self.tasks = PartitionedRecords(store, keys.TASKS, parser(Task), self._task_changed)
+        self.statuses = PartitionedRecords(
+            store, keys.TASK_STATUS, parser(TaskStatus), self._status_changed
+        )
+        self._interest_changed = asyncio.Event()
+        self._following: asyncio.Task[None] | None = None
         self.machines_records = Records(
-            store, keys.MACHINES, _parser(Machine), self._machine_changed
+            store, keys.MACHINES, parser(Machine), self._machine_changed
         )
         self.operations = Records(
-            store, keys.OPERATIONS, _parser(TaskOperation), self._operation_changed
+            store, keys.OPERATIONS, parser(TaskOperation), self._operation_changed
         )
         self.controllers = Records(
-            store, keys.CONTROLLERS, _parser(ControllerRegistration), self._controller_changed
+            store, keys.CONTROLLERS, parser(ControllerRegistration), self._controller_changed
         )
-        self.notices = Records(
-            store, keys.MAINTENANCE, _parser(AdvanceNotice), self._notice_changed
-        )
+        self.notices = Records(store, keys.MAINTENANCE, parser(AdvanceNotice), self._notice_changed)
         self.machines: dict[str, Machine] = {}
         # machine id -> its advance notices, soonest first.
         self.maintenance: dict[str, list[AdvanceNotice]] = {}
@@ -194,8 +155,6 @@ class ShardState:
             self.jobs,
             self.admissions,
             self.ledgers,
-            self.tasks,
-            self.statuses,
             self.machines_records,
             self.operations,
             self.controllers,
@@ -206,10 +165,54 @@ class ShardState:
         """Loads every mirror; returns once all of them hold a snapshot."""
         for records in self._all():
             await records.start()
+        await self._follow_interest()
+        self._following = asyncio.create_task(self._keep_following(), name="shard interest")
 
     async def stop(self) -> None:
+        await cancel_and_wait(self._following)
         for records in self._all():
             await records.stop()
+        await self.tasks.stop()
+        await self.statuses.stop()
+
+    def trees(self) -> dict[str, str]:
+        """Entitlement -> its tree's root, for the trees rooted on this shard."""
+        every = {stored.value.name: stored.value for stored in self.entitlements.items.values()}
+        return {
+            name: root
+            for name in every
+            if (root := tree_root(name, every)) is not None and self.owned_at(root) is not None
+        }
+
+    def _interest(self) -> set[str]:
+        """The entitlements whose tasks and statuses this leader follows: its own, and those of
+        the trees it decides admissions for (an admin may move one member elsewhere)."""
+        owned = {
+            keys.last_segment(key)
+            for key, stored in self.shard_map.items.items()
+            if stored.value == self.shard
+        }
+        return owned | self.trees().keys()
+
+    async def _follow_interest(self) -> None:
+        interest = self._interest()
+        for records in (self.tasks, self.statuses):
+            added = await records.follow(interest)
+            # Planned whole: a mark of the job may have found its tasks not loaded yet.
+            for entitlement in added:
+                self._mark_jobs_of(entitlement)
+
+    async def _keep_following(self) -> None:
+        """Follows the tasks and statuses of what the shard map and the trees make ours."""
+        while True:
+            await self._interest_changed.wait()
+            self._interest_changed.clear()
+            try:
+                await self._follow_interest()
+            except StoreError as error:
+                _log.warning("following this shard's entitlements failed, retrying: %s", error)
+                self._interest_changed.set()
+                await asyncio.sleep(_RETRY_S)
 
     def owns(self, handle: str) -> bool:
         """Whether the job's entitlement maps to this shard."""
@@ -232,7 +235,8 @@ class ShardState:
         """A snapshot of one job's records, or None if the job is gone or not this shard's."""
         entitlement, name = parse_job_handle(handle)
         job = self.jobs.items.get(keys.job(entitlement, name))
-        if job is None or not self.owns(handle):
+        if job is None or not self.owns(handle) or not self.tasks.follows(entitlement):
+            # Not ours, or its tasks are still loading: it is marked again once they are.
             return None
         record = self.entitlement(entitlement)
         return JobView(
@@ -241,7 +245,7 @@ class ShardState:
             statuses=dict(self._statuses.get(handle, {})),
             machines=self.machines,
             machines_revision=self.machines_records.mirror.revision,
-            revision=self.tasks.mirror.revision,
+            revision=self.tasks.revision(entitlement),
             operations=dict(self._operations.get(handle, {})),
             controlled=self.controller_for(handle) is not None,
             maintenance=self.maintenance,
@@ -283,13 +287,13 @@ class ShardState:
         tasks, statuses, operations = (result.kvs(position) for position in range(3))
         return replace(
             view,
-            tasks={stored.value.index: stored for stored in _records(tasks, _parser(Task))},
+            tasks={stored.value.index: stored for stored in records_of(tasks, parser(Task))},
             statuses={
                 stored.value.index: stored.value
-                for stored in _records(statuses, _parser(TaskStatus))
+                for stored in records_of(statuses, parser(TaskStatus))
             },
             operations={
-                stored.value.id: stored for stored in _records(operations, _parser(TaskOperation))
+                stored.value.id: stored for stored in records_of(operations, parser(TaskOperation))
             },
             revision=result.revision,
         )
@@ -310,11 +314,13 @@ class ShardState:
         self, key: str, old: Stored[str] | None, new: Stored[str] | None
     ) -> None:
         self._mark_jobs_of(keys.last_segment(key))
+        self._interest_changed.set()
         self._reshaped()
 
     def _entitlement_changed(
         self, key: str, old: Stored[Entitlement] | None, new: Stored[Entitlement] | None
     ) -> None:
+        self._interest_changed.set()
         self._reshaped()
 
     def _admission_changed(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from tether import metrics
 from tether.aio import every
-from tether.model import Entitlement, Job, Task, TaskStatus, parse_job_handle, to_json
+from tether.model import Job, Task, TaskStatus, parse_job_handle, to_json
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
@@ -143,11 +143,7 @@ class Decider:
         every = {
             stored.value.name: stored.value for stored in self._state.entitlements.items.values()
         }
-        self._roots = {
-            name: root
-            for name in every
-            if (root := _root(name, every)) is not None and self._state.owned_at(root) is not None
-        }
+        self._roots = self._state.trees()
         self.queues.set_entitlements(every[name] for name in self._roots)
         handles = {stored.value.handle for stored in self._state.jobs.items.values()}
         for handle in handles | set(self.queues.jobs):
@@ -284,20 +280,6 @@ def _count(decision: Decision) -> None:
         metrics.ADMISSIONS.labels("grow").inc()
     elif event.kind is AdmissionEventKind.PREEMPTED and event.cause is not None:
         metrics.PREEMPTIONS.labels(event.cause.value).inc(event.tasks)
-
-
-def _root(name: str, entitlements: Mapping[str, Entitlement]) -> str | None:
-    """The root of the entitlement's tree; None for one in a cycle of parents (a record written
-    before the frontend checked for them)."""
-    seen = {name}
-    current = entitlements[name]
-    while current.parent is not None and current.parent in entitlements:
-        if current.parent in seen:
-            _log.warning("entitlement %s is in a cycle of parents; not deciding for it", name)
-            return None
-        seen.add(current.parent)
-        current = entitlements[current.parent]
-    return current.name
 
 
 def holding_of(
