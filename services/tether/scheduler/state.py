@@ -196,11 +196,16 @@ class ShardState:
 
     async def _follow_interest(self) -> None:
         interest = self._interest()
-        for records in (self.tasks, self.statuses):
-            added = await records.follow(interest)
-            # Planned whole: a mark of the job may have found its tasks not loaded yet.
-            for entitlement in added:
-                self._mark_jobs_of(entitlement)
+        added = await self.tasks.follow(interest) | await self.statuses.follow(interest)
+        # Planned whole: a mark of the job may have found its records not loaded yet.
+        for entitlement in added:
+            self._mark_jobs_of(entitlement)
+
+    def _loaded(self, entitlement: str) -> bool:
+        """Whether the entitlement's tasks and statuses are both followed: a plan from tasks
+        without their statuses would take healthy tasks for silent ones (and, say, stop one
+        without asking its controller)."""
+        return self.tasks.follows(entitlement) and self.statuses.follows(entitlement)
 
     async def _keep_following(self) -> None:
         """Follows the tasks and statuses of what the shard map and the trees make ours."""
@@ -235,8 +240,8 @@ class ShardState:
         """A snapshot of one job's records, or None if the job is gone or not this shard's."""
         entitlement, name = parse_job_handle(handle)
         job = self.jobs.items.get(keys.job(entitlement, name))
-        if job is None or not self.owns(handle) or not self.tasks.follows(entitlement):
-            # Not ours, or its tasks are still loading: it is marked again once they are.
+        if job is None or not self.owns(handle) or not self._loaded(entitlement):
+            # Not ours, or its records are still loading: it is marked again once they are.
             return None
         record = self.entitlement(entitlement)
         return JobView(

@@ -63,6 +63,12 @@ async def test_a_leader_follows_the_tasks_of_its_shard_and_of_its_trees_only(
         assert set(state.tasks_of(handles["blue"])) == {0}
         assert state.tasks_of(handles["lone"]) == {}
         assert state.view(handles["lone"]) is None
+        # Tasks without their statuses are no view to plan from.
+        assert state.view(handles["red"]) is not None
+        await state.statuses.follow({"org", "blue"})
+        assert state.view(handles["red"]) is None
+        await state.statuses.follow({"org", "red", "blue"})
+        assert state.view(handles["red"]) is not None
 
         # "lone" moves here: its tasks load, and then its job is planned whole.
         marks.clear()
