@@ -68,9 +68,9 @@ class Scheduler(Service):
         self.membership_checks = 0
         """How often the replica found its shard missing from the region config."""
         self.reconciled: dict[str, int] = {}
-        """Job handle -> the tasks mirror's revision that the job's last completed reconcile
-        planned from, in any term: a test that something was not done waits for a reconcile
-        that saw the records it would have acted on."""
+        """Job handle -> the revision of its entitlement's tasks mirror that the job's last
+        completed reconcile planned from, in any term: a test that something was not done waits
+        for a reconcile that saw the records it would have acted on."""
         self._main: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
