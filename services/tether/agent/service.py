@@ -19,10 +19,11 @@ from tether.agent.logserver import log_server
 from tether.agent.profile import HostProfiles
 from tether.agent.registration import Registration, retried
 from tether.agent.settings import AgentSettings
-from tether.agent.status import Attempt, StatusWriter
+from tether.agent.status import Attempt, StatusReport, StatusWriter
 from tether.agent.workdir import ShimExit, TaskRef, WorkDir
 from tether.aio import cancel_and_wait, every
 from tether.model import (
+    TERMINAL_STATES,
     AgentHeartbeat,
     Assignment,
     DesiredState,
@@ -225,9 +226,27 @@ class Agent(Service):
     async def _reconcile(self) -> None:
         # A copy: the mirror's callback updates the assignments while this awaits the store.
         desired = dict(self._desired)
-        for task, attempts in list(self._attempts.items()):
-            for attempt in list(attempts.values()):
-                await self._observe(attempt, desired.get(task))
+        await self._report_attempts(desired)
+        await self._start_new(desired)
+
+    async def _report_attempts(self, desired: dict[TaskRef, Assignment]) -> None:
+        """Observes every attempt, reports what changed in one write, and lets go of the
+        attempts whose end it reported (after the write: an end is never lost to a failed
+        one)."""
+        reports = [
+            report
+            for task, attempts in list(self._attempts.items())
+            for attempt in list(attempts.values())
+            if (report := self._observe(attempt, desired.get(task))) is not None
+        ]
+        await self._status.write_all(reports)
+        for report in reports:
+            if report.state in TERMINAL_STATES:
+                self._retire(report.attempt, report.state)
+
+    async def _start_new(self, desired: dict[TaskRef, Assignment]) -> None:
+        """Claims the new assignments' status keys in one write, and starts those it claimed;
+        reports the ones that must not (or may not yet) start."""
         new = [(t, a) for t, a in desired.items() if (t, a.attempt) not in self._known]
         to_start = {task for task, a in new if a.desired is DesiredState.RUNNING}
         waiting = await self._profiles.blocking() if to_start else None
@@ -237,17 +256,37 @@ class Agent(Service):
             for task, reported in self._waiting.items()
             if waiting is not None and task in to_start
         }
+        reports: list[StatusReport] = []
         for task, assignment in new:
+            attempt = self._attempt(task, assignment)
             if task not in to_start:
-                await self._report_never_started(task, assignment)
+                never = {"finished_at": datetime.now(UTC), "message": "stopped before it started"}
+                reports.append(StatusReport(attempt, TaskState.KILLED, True, never))
             elif waiting is not None:
-                await self._report_waiting(task, assignment, waiting)
-            elif not assignment.at_most_once:
-                await self._launch(task, assignment)
-            elif task not in self._attempts and self._fence.follows(self._registration.keeper):
+                # A task that may not start before the host profile switch is `placed`,
+                # saying why (once per attempt and reason).
+                if self._waiting.get(task) != (assignment.attempt, waiting):
+                    reports.append(
+                        StatusReport(attempt, TaskState.PLACED, True, {"message": waiting})
+                    )
+            elif not assignment.at_most_once or (
                 # Only once the task's older attempt here has ended, and only under a fence
                 # that a live lease extends.
-                await self._launch(task, assignment)
+                task not in self._attempts and self._fence.follows(self._registration.keeper)
+            ):
+                reports.append(StatusReport(attempt, TaskState.STARTING, True))
+        written = await self._status.write_all(reports)
+        for report, claimed in zip(reports, written, strict=True):
+            attempt = report.attempt
+            if report.state is TaskState.KILLED:
+                # An attempt stopped before it ever ran here: the scheduler can let go.
+                self._known.add((attempt.task, attempt.number))
+            elif report.state is TaskState.PLACED:
+                self._waiting[attempt.task] = (attempt.number, report.message)
+            elif claimed:
+                self._launch(attempt, desired[attempt.task])
+            # else the status already describes a newer attempt, or the task is gone: the
+            # assignment is stale.
 
     def _adopt(self) -> None:
         """Takes over the attempts a previous agent left (in the work dir)."""
@@ -267,8 +306,9 @@ class Agent(Service):
             self._attempts.setdefault(files.task, {})[files.attempt] = Attempt(files, now)
             _log.info("adopting attempt %d of task %s", files.attempt, files.task.task_id)
 
-    async def _observe(self, attempt: Attempt, assignment: Assignment | None) -> None:
-        """Notices the attempt's start and end, and stops it when it is no longer wanted."""
+    def _observe(self, attempt: Attempt, assignment: Assignment | None) -> StatusReport | None:
+        """Notices the attempt's start and end, and stops it when it is no longer wanted;
+        returns the status to report."""
         files = attempt.files
         end = self._executor.end(files)
         if attempt.state is None or attempt.state.pid is None:
@@ -276,8 +316,7 @@ class Agent(Service):
             # final. This is the observation's only read of the state.
             attempt.state = self._executor.state(files) or attempt.state
         if end is not None:
-            await self._finished(attempt, end)
-            return
+            return self._ended(attempt, end)
         shim_running = self._executor.supervised(files, attempt.state, attempt.seen_at)
         wanted = (
             assignment is not None
@@ -287,13 +326,14 @@ class Agent(Service):
         if not wanted:
             self._stop(attempt)
         if not shim_running:
-            await self._shim_died(attempt)
-        elif attempt.state is not None and attempt.state.pid is not None:
-            if attempt.progress is None and wanted and assignment is not None:
-                attempt.progress = assignment.progress  # adopted: resumed from there
-            if time.monotonic() - attempt.progress_read_at >= self._settings.progress_interval_s:
-                self._read_progress(attempt)
-            await self._status.write(attempt, TaskState.RUNNING, allow_create=True)
+            return self._ended(attempt, self._shim_died(attempt))
+        if attempt.state is None or attempt.state.pid is None:
+            return None
+        if attempt.progress is None and wanted and assignment is not None:
+            attempt.progress = assignment.progress  # adopted: resumed from there
+        if time.monotonic() - attempt.progress_read_at >= self._settings.progress_interval_s:
+            self._read_progress(attempt)
+        return StatusReport(attempt, TaskState.RUNNING, True)
 
     def _stop(self, attempt: Attempt) -> None:
         """Asks the shim to stop the task; kills both when the shim does not manage to."""
@@ -305,7 +345,8 @@ class Agent(Service):
         elif now - attempt.stop_sent_at > self._settings.kill_grace_s + KILL_BACKSTOP_S:
             self._executor.stop(attempt.files, attempt.state, force=True)
 
-    async def _shim_died(self, attempt: Attempt) -> None:
+    def _shim_died(self, attempt: Attempt) -> ShimExit:
+        """The end of an attempt whose shim is gone."""
         # The shim records the end before it exits: look again, it may have just done so.
         end = self._executor.end(attempt.files)
         if end is None:
@@ -317,7 +358,7 @@ class Agent(Service):
                 message="the task's supervisor (shim) ended without recording the exit status",
             )
             self._executor.record_end(attempt.files, end)
-        await self._finished(attempt, end)
+        return end
 
     def _read_progress(self, attempt: Attempt) -> None:
         """The steps the task reports now, if it reports any."""
@@ -326,7 +367,8 @@ class Agent(Service):
             attempt.progress = reported
         attempt.progress_read_at = time.monotonic()
 
-    async def _finished(self, attempt: Attempt, end: ShimExit) -> None:
+    def _ended(self, attempt: Attempt, end: ShimExit) -> StatusReport:
+        """The report of an attempt's end."""
         self._read_progress(attempt)
         if end.stopped or attempt.stop_sent_at is not None:
             state = TaskState.KILLED
@@ -334,14 +376,15 @@ class Agent(Service):
             state = TaskState.EXITED
         else:
             state = TaskState.FAILED
-        await self._status.write(
-            attempt,
-            state,
-            allow_create=False,
-            exit_code=end.exit_code,
-            finished_at=end.finished_at,
-            message=end.message,
-        )
+        fields = {
+            "exit_code": end.exit_code,
+            "finished_at": end.finished_at,
+            "message": end.message,
+        }
+        return StatusReport(attempt, state, False, fields)
+
+    def _retire(self, attempt: Attempt, state: TaskState) -> None:
+        """Lets go of an attempt whose end (`state`) was reported."""
         metrics.AGENT_TASKS_EXITED.labels(state.value).inc()
         self._fence.discard(attempt.files)
         task_attempts = self._attempts[attempt.task]
@@ -353,12 +396,9 @@ class Agent(Service):
 
     # --- starting ----------------------------------------------------------------------------
 
-    async def _launch(self, task: TaskRef, assignment: Assignment) -> None:
-        attempt = self._attempt(task, assignment)
-        if not await self._status.write(attempt, TaskState.STARTING, allow_create=True):
-            # The status already describes a newer attempt, or the task is gone: this
-            # assignment is stale.
-            return
+    def _launch(self, attempt: Attempt, assignment: Assignment) -> None:
+        """Starts an attempt whose status key it claimed."""
+        task = attempt.task
         self._known.add((task, assignment.attempt))
         self._attempts.setdefault(task, {})[assignment.attempt] = attempt
         _log.info("starting attempt %d of task %s", assignment.attempt, task.task_id)
@@ -382,26 +422,6 @@ class Agent(Service):
         """A new attempt of the assignment's, with the progress it resumes from."""
         files = self.work_dir.attempt(task, assignment.attempt)
         return Attempt(files, time.monotonic(), progress=assignment.progress)
-
-    async def _report_waiting(self, task: TaskRef, assignment: Assignment, message: str) -> None:
-        """A task that may not start before the host profile switch is `placed`, saying why."""
-        if self._waiting.get(task) == (assignment.attempt, message):
-            return
-        attempt = self._attempt(task, assignment)
-        await self._status.write(attempt, TaskState.PLACED, allow_create=True, message=message)
-        self._waiting[task] = (assignment.attempt, message)
-
-    async def _report_never_started(self, task: TaskRef, assignment: Assignment) -> None:
-        """An attempt stopped before it ever ran here is `killed`, so the scheduler can let go."""
-        attempt = self._attempt(task, assignment)
-        await self._status.write(
-            attempt,
-            TaskState.KILLED,
-            allow_create=True,
-            finished_at=datetime.now(UTC),
-            message="stopped before it started",
-        )
-        self._known.add((task, assignment.attempt))
 
     # --- status ------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from tests.integration.agent.helpers import (
     ENT,
     JOB,
     assign,
+    assignment_put,
+    task_put,
     unassign,
     wait_status,
 )
@@ -152,6 +154,29 @@ async def test_a_simulated_exit_is_reported_and_a_new_attempt_runs(
     await assign(store, machine, 1, attempt=1, desired=DesiredState.STOPPED)
     never = await wait_status(store, 1, 1, TaskState.KILLED)
     assert never.pid is None
+
+
+async def test_a_simulated_agent_reports_a_pass_of_starts_in_one_transaction(
+    store: Store, simulated: tuple[Agent, SimulatedExecutor], machine: Machine
+) -> None:
+    tasks = range(8)
+    await store.txn(
+        [],
+        [
+            put
+            for index in tasks
+            for put in (task_put(machine, index, 1), assignment_put(machine, index, 1))
+        ],
+    )
+    for index in tasks:
+        await wait_status(store, index, 1, TaskState.RUNNING)
+
+    statuses = (await store.range(keys.TASK_STATUS)).kvs
+    assert len(statuses) == len(tasks)
+    # One transaction claimed them all (`starting`), and one reported them running.
+    assert len({kv.create_revision for kv in statuses}) == 1
+    assert len({kv.mod_revision for kv in statuses}) == 1
+    assert {kv.version for kv in statuses} == {2}
 
 
 def test_simulated_machines_spread_over_fault_domains_with_fixed_width_ids() -> None:
