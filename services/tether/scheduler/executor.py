@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -15,7 +15,7 @@ from tether.model.admission import AdmissionState
 from tether.model.ephemeral import EphemeralResource
 from tether.scheduler.allocator_client import Allocator, AllocatorError
 from tether.scheduler.election import Fence
-from tether.scheduler.plan import JobView, OperationWrite, Plan, TaskWrite
+from tether.scheduler.plan import JobView, OperationWrite, Plan, Stored, TaskWrite
 from tether.scheduler.reconciler import placement_writes, request_id, unplaced_writes
 from tether.store import (
     Compare,
@@ -98,12 +98,12 @@ class Executor:
             )
         if plan.operations:
             outcome.operations_revision = await self.commit_operations(job.handle, plan.operations)
-        if plan.place:
+        if plan.place or plan.create:
             if may_place:
-                revision, outcome.unplaced = await self._place(view, plan.place)
-                outcome.tasks_revision = max(outcome.tasks_revision, revision)
+                revision, outcome.unplaced = await self._place(view, plan.place, plan.create)
             else:
-                outcome.unplaced = True
+                revision, outcome.unplaced = await self.commit(job.handle, plan.create), True
+            outcome.tasks_revision = max(outcome.tasks_revision, revision)
         if plan.delete_job:
             outcome.job_revision = await self._delete_job(view)
         return outcome
@@ -124,8 +124,17 @@ class Executor:
             await self._allocator.release(job_handle, reclaimed)
         return revision
 
-    async def _place(self, view: JobView, indexes: list[int]) -> tuple[int, bool]:
+    async def _place(
+        self, view: JobView, pending: list[int], create: Sequence[TaskWrite]
+    ) -> tuple[int, bool]:
+        """Places the pending tasks and the new ones; writes where they go (the new ones
+        pending if they go nowhere yet)."""
         job = view.job.value
+        if create:
+            # The new records as if stored, at revision 0: their writes create the keys.
+            new = {write.index: Stored(write.task, 0) for write in create if write.task}
+            view = replace(view, tasks={**view.tasks, **new})
+        indexes = sorted([*pending, *(write.index for write in create)])
         try:
             result = await self._allocator.place(
                 job.handle, indexes, job.generation, request_id(view, indexes, uuid.uuid4().hex)
@@ -134,10 +143,12 @@ class Executor:
             # A stale generation or an unknown job is resolved by the job's next change; an
             # unreachable allocator by a retry. Either way the tasks stay pending.
             _log.warning("%s: placing %d tasks failed: %s", job.handle, len(indexes), error)
-            return 0, True
+            return await self.commit(job.handle, create), True
         now = datetime.now(UTC)
         writes = placement_writes(view, result.placements, now)
         writes += unplaced_writes(view, result.unplaced, now)
+        answered = {write.index for write in writes}
+        writes += [write for write in create if write.index not in answered]
         if result.unplaced:
             _log.info(
                 "%s: %d of %d tasks not placed, e.g. %s",

@@ -116,6 +116,10 @@ class Plan:
     writes: list[TaskWrite] = field(default_factory=list)
     place: list[int] = field(default_factory=list)
     """Indexes of tasks without a machine to ask `Allocator.Place` for."""
+    create: list[TaskWrite] = field(default_factory=list)
+    """New tasks, placed with `place` and written once: on the machine `Allocator.Place`
+    chose, or pending with its reason (a write and a watch event fewer per task than writing
+    them pending and placing them on the next reconcile)."""
     operations: list[OperationWrite] = field(default_factory=list)
     """Operations proposed or withdrawn (executed ones go with their task's write)."""
     delete_job: bool = False

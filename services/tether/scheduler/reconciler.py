@@ -54,7 +54,11 @@ def plan_job(view: JobView, now: datetime, changed: Collection[int] | None = Non
         creatable = range(view.live_count) if changed is None else indexes
         for index in creatable:
             if index < view.live_count and index not in view.tasks:
-                plan.writes.append(TaskWrite(index, 0, _new_task(job, index, view.revision, now)))
+                new = TaskWrite(index, 0, _new_task(job, index, view.revision, now))
+                if job.spec.at_most_once and not _previous_attempt_ended(view, index, now, plan):
+                    plan.writes.append(new)  # pending until its previous attempt's end shows
+                else:
+                    plan.create.append(new)
     for index in indexes:
         stored = view.tasks.get(index)
         if stored is not None:

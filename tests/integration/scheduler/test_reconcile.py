@@ -97,6 +97,9 @@ async def _placed(store: Store, count: int) -> dict[int, Task]:
         return tasks if ok else None
 
     tasks = await eventually(all_placed, what="every task placed")
+    # Created on their machines: one write each, with no pending record before it.
+    listing = await store.range(keys.tasks_of("ads", "web"))
+    assert {kv.version for kv in listing.kvs} == {1}
     for task in tasks.values():
         # The first attempt: one past the store revision the task was created at.
         assert task.attempt > 1

@@ -144,6 +144,23 @@ def test_a_moved_task_is_placed_only_once_its_old_process_is_reported_dead() -> 
     assert plan_job(ordinary, NOW).place == [0]
 
 
+def test_a_new_task_whose_old_process_may_run_is_created_pending_not_placed() -> None:
+    # A preempted task's status outlives it; the job's index comes back while that process
+    # may still run on its up machine.
+    def plan_with(job: Stored[Job], status_state: TaskState) -> tuple[list[int], list[int]]:
+        view = make_view(
+            job,
+            statuses=(make_status(0, "m1", 2, status_state),),
+            machines={"m1": make_machine("m1")},
+        )
+        plan = plan_job(view, NOW)
+        return [write.index for write in plan.writes], [write.index for write in plan.create]
+
+    assert plan_with(at_most_once(make_job(1)), TaskState.RUNNING) == ([0], [])
+    assert plan_with(at_most_once(make_job(1)), TaskState.KILLED) == ([], [0])
+    assert plan_with(make_job(1), TaskState.RUNNING) == ([], [0])
+
+
 def test_assignments_of_an_at_most_once_job_say_so() -> None:
     job = at_most_once(make_job(1))
     view = make_view(job, make_task(0, attempt=1))

@@ -122,6 +122,7 @@ def _writes(plan: Plan) -> dict[str, list[Any]]:
         "release": sorted(plan.release, key=repr),
         "writes": sorted(plan.writes, key=repr),
         "place": sorted(plan.place),
+        "create": sorted(plan.create, key=repr),
         "operations": sorted(plan.operations, key=repr),
     }
 
@@ -150,6 +151,7 @@ def test_the_plans_of_a_partition_of_the_tasks_add_up_to_the_plan_of_the_whole_j
         joined.release += plan.release
         joined.writes += plan.writes
         joined.place += plan.place
+        joined.create += plan.create
         joined.operations += plan.operations
         if plan.wake_at is not None:
             joined.wake(plan.wake_at)
@@ -169,7 +171,7 @@ def test_a_task_left_out_of_the_changed_ones_is_not_planned() -> None:
 def test_a_missing_task_that_changed_is_created_again() -> None:
     view = make_view(make_job(2), make_task(0))
 
-    created = plan_job(view, NOW, {1}).writes
+    created = plan_job(view, NOW, {1}).create
 
     assert [(write.index, write.revision) for write in created] == [(1, 0)]
     assert created[0].task is not None

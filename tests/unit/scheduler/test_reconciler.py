@@ -151,16 +151,17 @@ def only_write(plan: Plan) -> TaskWrite:
 
 
 def is_idle(plan: Plan) -> bool:
-    return not (plan.writes or plan.release or plan.place or plan.delete_job)
+    return not (plan.writes or plan.release or plan.place or plan.create or plan.delete_job)
 
 
-def test_missing_tasks_are_created_pending_with_the_jobs_generation() -> None:
+def test_missing_tasks_are_created_pending_with_the_jobs_generation_and_placed_at_once() -> None:
     view = make_view(make_job(3, generation=4), make_task(1))
 
     plan = plan_job(view, NOW)
 
-    assert [write.index for write in plan.writes] == [0, 2]
-    for write in plan.writes:
+    assert plan.writes == []
+    assert [write.index for write in plan.create] == [0, 2]
+    for write in plan.create:
         assert write.revision == 0  # created only if still missing
         assert write.task is not None
         assert write.task.state is TaskState.PENDING
@@ -186,8 +187,8 @@ def test_a_task_created_again_never_reuses_an_attempt_of_its_previous_incarnatio
 
 
 def created_task(plan: Plan) -> Task:
-    assert len(plan.writes) == 1
-    task = plan.writes[0].task
+    assert len(plan.create) == 1
+    task = plan.create[0].task
     assert task is not None
     return task
 
@@ -358,7 +359,7 @@ def test_only_admitted_tasks_are_created() -> None:
     queued = replace(make_view(make_job(3)), admission=admitted(0))
     assert is_idle(plan_job(queued, NOW))
     plan = plan_job(replace(queued, admission=admitted(2)), NOW)
-    assert [write.index for write in plan.writes] == [0, 1]
+    assert [write.index for write in plan.create] == [0, 1]
 
 
 def test_preempted_tasks_get_notice_then_stop_and_go() -> None:
