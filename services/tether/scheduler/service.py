@@ -160,7 +160,12 @@ class Term:
         self._store = store
         self._shard = shard
         self._state = ShardState(
-            store, shard, self._mark, fencing_s=region.fencing_s, reshaped=self._reshaped
+            store,
+            shard,
+            self._mark,
+            fencing_s=region.fencing_s,
+            reshaped=self._reshaped,
+            holding_changed=self._holding_changed,
         )
         self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
         self.decider = Decider(
@@ -212,10 +217,12 @@ class Term:
         elif (tasks := self._dirty.setdefault(handle, set())) is not None:
             tasks.add(task)
         self._wake.set()
-        self.decider.touch(handle)
 
     def _reshaped(self) -> None:
         self.decider.reshaped()
+
+    def _holding_changed(self, handle: str) -> None:
+        self.decider.touch(handle)
 
     async def _decide(self) -> None:
         """Runs the trees' decider; a failed pass is logged and the next one starts afresh."""

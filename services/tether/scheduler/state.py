@@ -24,6 +24,7 @@ from tether.model import (
     parse_job_handle,
 )
 from tether.model.admission import Admission
+from tether.scheduler.admission.holding import holding_inputs
 from tether.scheduler.plan import JobView, Stored
 from tether.scheduler.records import PartitionedRecords, Records, parser, records_of
 from tether.store import Get, Store, StoreError, keys
@@ -90,8 +91,9 @@ class ShardState:
     `operations/`, `taskcontrollers/`, `maintenance/` and `quota-ledgers/`, and of the `tasks/`
     and `task-status/` of the entitlements it follows: those of this shard, and of the trees
     rooted here (their admissions are decided here). Calls `mark(job handle, task index or
-    None)` for every job a change may concern, and `reshaped()` when the entitlements or the
-    shard map change."""
+    None)` for every job a change may concern, `holding_changed(job handle)` when what the
+    job's queue entry reads changed (its record, admission, or a task's `holding_inputs`), and
+    `reshaped()` when the entitlements or the shard map change."""
 
     def __init__(
         self,
@@ -101,11 +103,13 @@ class ShardState:
         *,
         fencing_s: float,
         reshaped: Callable[[], None] = lambda: None,
+        holding_changed: Callable[[str], None] = lambda handle: None,
     ) -> None:
         self._store = store
         self.shard = shard
         self._mark = mark
         self._reshaped = reshaped
+        self._holding_changed = holding_changed
         self._fencing_s = fencing_s
         self.shard_map = Records(store, keys.SHARD_MAP, _shard_id, self._shard_map_changed)
         self.entitlements = Records(
@@ -271,9 +275,6 @@ class ShardState:
     def tasks_of(self, handle: str) -> dict[int, Stored[Task]]:
         return self._tasks.get(handle, {})
 
-    def statuses_of(self, handle: str) -> dict[int, TaskStatus]:
-        return self._statuses.get(handle, {})
-
     async def consistent_view(self, handle: str) -> JobView | None:
         """The job's view with its tasks, statuses and operations read from the store at one
         revision. The mirrors follow separate watches, so a view built from them may hold an
@@ -331,7 +332,9 @@ class ShardState:
     def _admission_changed(
         self, key: str, old: Stored[Admission] | None, new: Stored[Admission] | None
     ) -> None:
-        self._mark(key.removeprefix(keys.ADMISSIONS), None)
+        handle = key.removeprefix(keys.ADMISSIONS)
+        self._mark(handle, None)
+        self._holding_changed(handle)
 
     def _mark_jobs_of(self, entitlement: str) -> None:
         prefix = keys.jobs_of(entitlement)
@@ -340,7 +343,9 @@ class ShardState:
                 self._mark(stored.value.handle, None)
 
     def _job_changed(self, key: str, old: Stored[Job] | None, new: Stored[Job] | None) -> None:
-        self._mark(key.removeprefix(keys.JOBS), None)
+        handle = key.removeprefix(keys.JOBS)
+        self._mark(handle, None)
+        self._holding_changed(handle)
 
     def _task_changed(self, key: str, old: Stored[Task] | None, new: Stored[Task] | None) -> None:
         entitlement, name, index = keys.task_of_key(key)
@@ -351,6 +356,8 @@ class ShardState:
         if new is not None and new.value.machine is not None:
             self._on_machine[new.value.machine][handle] += 1
         self._mark(handle, index)
+        if holding_inputs(old) != holding_inputs(new):
+            self._holding_changed(handle)
 
     def _leave(self, machine: str, handle: str) -> None:
         jobs = self._on_machine[machine]

@@ -4,12 +4,14 @@ dropped, and its jobs are planned whole once their tasks are loaded."""
 
 from __future__ import annotations
 
+import operator
 from datetime import UTC, datetime
+from functools import partial
 
 from tests.integration.admission.test_racing_deciders import org_of_two_teams
 from tests.integration.scheduler.helpers import make_job, put, submit
 from tests.support.waiting import eventually
-from tether.model import Entitlement, Task, TaskState, to_json
+from tether.model import Entitlement, Task, TaskState, TaskStatus, to_json
 from tether.scheduler.state import ShardState
 from tether.store import Store, keys
 
@@ -93,5 +95,53 @@ async def test_a_leader_follows_the_tasks_of_its_shard_and_of_its_trees_only(
         await eventually(lambda: (handles["red"], 1, True) in marks, what="our own task followed")
         assert [mark for mark in marks if mark[0] == handles["lone"]] == []
         assert state.tasks_of(handles["lone"]) == {}
+    finally:
+        await state.stop()
+
+
+async def test_only_changes_that_move_a_jobs_holding_reach_the_decider(store: Store) -> None:
+    await put(store, keys.entitlement("red"), Entitlement(name="red"))
+    await place(store, "red", MINE)
+    handle = await add_job_with_a_task(store, "red")
+    marks: list[tuple[str, int | None]] = []
+    holding: list[str] = []
+    state = ShardState(
+        store,
+        MINE,
+        lambda handle, index: marks.append((handle, index)),
+        fencing_s=10,
+        holding_changed=holding.append,
+    )
+    await state.start()
+    try:
+        placed = task(handle, 0).model_copy(update={"machine": "m1", "state": TaskState.PLACED})
+        status = TaskStatus(
+            job=handle,
+            index=0,
+            machine="m1",
+            attempt=0,
+            state=TaskState.RUNNING,
+            updated_at=datetime.now(UTC),
+        )
+        steps: list[tuple[str, bytes, bool]] = [
+            (keys.task("red", "web", 0), to_json(placed), True),  # on a machine now
+            (keys.task_status("red", "web", 0), to_json(status), False),
+            (
+                keys.task("red", "web", 0),
+                to_json(placed.model_copy(update={"message": "x"})),
+                False,
+            ),
+            (keys.task("red", "web", 1), to_json(task(handle, 1)), True),  # a new task
+        ]
+        for key, value, moves_holding in steps:
+            holding.clear()
+            marks.clear()
+            await store.put(key, value)
+            # The reconcile's mark proves the change was seen.
+            await eventually(
+                partial(operator.contains, marks, (handle, keys.task_of_key(key)[2])),
+                what=f"the change of {key} seen",
+            )
+            assert holding == ([handle] if moves_holding else []), key
     finally:
         await state.stop()

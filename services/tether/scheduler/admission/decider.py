@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 
 from tether import metrics
 from tether.aio import every
-from tether.model import Job, Task, TaskStatus, parse_job_handle, to_json
+from tether.model import parse_job_handle, to_json
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.scheduler.admission.holding import holding_of
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
 from tether.scheduler.admission.queues import AdmissionQueues, Decision
@@ -21,8 +22,6 @@ from tether.scheduler.admission.status import set_gauges, tree_statuses
 from tether.scheduler.allocator_client import AllocatorError, PreemptionCheck
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
-from tether.scheduler.plan import Stored
-from tether.scheduler.reconciler import finished_for_good
 from tether.scheduler.state import ShardState
 from tether.store import (
     Compare,
@@ -79,7 +78,8 @@ class Decider:
         """Completed passes: a test that something was not admitted waits for one more."""
 
     def touch(self, handle: str) -> None:
-        """Something of the job changed (its record, admission, tasks or statuses)."""
+        """Something of the job its queue entry depends on changed: its record, admission, or
+        what its holding counts (`holding_inputs`)."""
         self._touched.add(handle)
         self._wake.set()
 
@@ -162,9 +162,7 @@ class Decider:
             record, revision = Admission.admitted_whole(spec, job.value.created_at), 0
         else:
             record, revision = stored.value, stored.revision
-        holding = holding_of(
-            job.value, record, self._state.tasks_of(handle), self._state.statuses_of(handle)
-        )
+        holding = holding_of(job.value, record, self._state.tasks_of(handle))
         self.queues.put(
             QueuedJob(entitlement, record, revision, holding, job.value.deleting, spec.suspended)
         )
@@ -280,26 +278,3 @@ def _count(decision: Decision) -> None:
         metrics.ADMISSIONS.labels("grow").inc()
     elif event.kind is AdmissionEventKind.PREEMPTED and event.cause is not None:
         metrics.PREEMPTIONS.labels(event.cause.value).inc(event.tasks)
-
-
-def holding_of(
-    job: Job,
-    admission: Admission,
-    tasks: Mapping[int, Stored[Task]],
-    statuses: Mapping[int, TaskStatus],
-) -> int:
-    """The tasks of the job that hold resources or may claim them: those on a machine, and
-    the admitted ones that are not finished for good (created yet or not)."""
-    admitted = 0 if job.deleting else min(admission.admitted, job.spec.count)
-    held = 0
-    below = 0
-    for index, stored in tasks.items():
-        task = stored.value
-        if index < admitted:
-            below += 1
-        on_machine = task.machine is not None
-        if on_machine or (
-            index < admitted and not finished_for_good(job, task, statuses.get(index))
-        ):
-            held += 1
-    return held + admitted - below
