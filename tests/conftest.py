@@ -17,15 +17,23 @@ from tether.store.etcd_server import EtcdServer
 STORE_BACKENDS = ("sql", "etcd")
 
 
+SCRIPT_SMOKE_RUNS = "tests/e2e/test_scripts.py"
+"""The region scripts' smoke runs: they check what a script prints and leaves behind, never how
+fast it went, so they may run beside the end-to-end tests."""
+
+
 class _EndToEndTogether(LoadFileScheduling):  # type: ignore[misc]  # xdist has no types
     """xdist's `--dist loadfile`, with every end-to-end module counted as one file: they run one
-    after another on one worker, so that two regions never start at once on two cores (a
-    region's start is CPU-bound, and the tests' timings assume it has the machine), while the
-    other worker takes the unit and integration modules, each whole."""
+    after another on one worker, so that two of their regions never start at once on two cores
+    (a region's start is CPU-bound), while the other worker takes the unit and integration
+    modules, each whole, and the scripts' smoke runs: the end-to-end tests are the longest
+    share of the suite, and the other worker would otherwise wait for them."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return "tests/e2e" if path.startswith("tests/e2e/") else path
+        if path.startswith("tests/e2e/") and path != SCRIPT_SMOKE_RUNS:
+            return "tests/e2e"
+        return path
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler for --dist loadfile

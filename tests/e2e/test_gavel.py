@@ -55,11 +55,11 @@ def test_jobs_take_turns_on_their_types_and_resume_from_their_steps(
     rounds = start_gavel(running, "ml", "max_min_fairness_perf", profile, ROUND_S, log)
     try:
         with running.client() as client:
-            # Three jobs, two GPUs: 600 steps take 15 s on the V100 for the fast one (2.5
-            # minutes on the K80); the alike ones run as fast anywhere.
-            fast = submit(client, accelerator_job("fast", "ml", "fast-on-v100", 600))
+            # Three jobs, two GPUs: 300 steps take 7.5 s on the V100 for the fast one (75 s on
+            # the K80); the alike ones run as fast anywhere.
+            fast = submit(client, accelerator_job("fast", "ml", "fast-on-v100", 300))
             alike = [
-                submit(client, accelerator_job(f"alike{n}", "ml", "alike", 400)) for n in (1, 2)
+                submit(client, accelerator_job(f"alike{n}", "ml", "alike", 200)) for n in (1, 2)
             ]
             seen: dict[str, list[float]] = {handle: [] for handle in (fast, *alike)}
 
