@@ -303,7 +303,9 @@ class Agent(Service):
             # never will. The latest attempt's end may still need reporting.
             if files.attempt != latest[files.task] and leftover.settled:
                 continue
-            self._attempts.setdefault(files.task, {})[files.attempt] = Attempt(files, now)
+            self._attempts.setdefault(files.task, {})[files.attempt] = Attempt(
+                files, now, adopted=True
+            )
             _log.info("adopting attempt %d of task %s", files.attempt, files.task.task_id)
 
     def _observe(self, attempt: Attempt, assignment: Assignment | None) -> StatusReport | None:
@@ -326,6 +328,12 @@ class Agent(Service):
         if not wanted:
             self._stop(attempt)
         if not shim_running:
+            if attempt.adopted and attempt.state is None and self._executor.end(files) is None:
+                # The previous agent died between claiming the attempt and its shim's first
+                # step (the shim records its state before it starts anything): nothing ran,
+                # and it starts again in this pass rather than being reported failed.
+                self._forget_attempt(attempt)
+                return None
             return self._ended(attempt, self._shim_died(attempt))
         if attempt.state is None or attempt.state.pid is None:
             return None
@@ -387,12 +395,23 @@ class Agent(Service):
         """Lets go of an attempt whose end (`state`) was reported."""
         metrics.AGENT_TASKS_EXITED.labels(state.value).inc()
         self._fence.discard(attempt.files)
+        busy = self._drop(attempt)
+        self._executor.release(attempt.files, self._settings.keep_attempts, busy)
+        self._forget_status(attempt.task)
+
+    def _forget_attempt(self, attempt: Attempt) -> None:
+        """Forgets an attempt that never ran, so that it is started as if it were new."""
+        self._fence.discard(attempt.files)
+        self._drop(attempt)
+        self._known.discard((attempt.task, attempt.number))
+
+    def _drop(self, attempt: Attempt) -> set[int]:
+        """Removes the attempt from those it watches; returns the task's others."""
         task_attempts = self._attempts[attempt.task]
         del task_attempts[attempt.number]
         if not task_attempts:
             del self._attempts[attempt.task]
-        self._executor.release(attempt.files, self._settings.keep_attempts, set(task_attempts))
-        self._forget_status(attempt.task)
+        return set(task_attempts)
 
     # --- starting ----------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ class Attempt:
     progress_read_at: float = 0.0
     """Monotonic time the executor was last asked for them."""
     progress_reported: float | None = None
+    adopted: bool = False
+    """Left by a previous agent, rather than launched by this one."""
 
     @property
     def task(self) -> TaskRef:
