@@ -178,6 +178,21 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         region=True,
     ),
     SmokeRun(
+        "bench_idle.py",
+        ("--seconds", "2", "--writes", "5", "--settle-s", "0"),
+        _keys(
+            "benchmark",
+            "store",
+            "seconds",
+            "idle_cores",
+            "cpu_s",
+            "writes",
+            "watch_latency_p50_ms",
+            "watch_latency_p99_ms",
+        ),
+        region=True,
+    ),
+    SmokeRun(
         "bench_esl.py",
         ("--machines", "4", "--trials", "1", "--gang-size", "2", "--set-calls", "4"),
         _keys("set_resource_p50_ms", "set_resource_p99_ms", "set_resource_lowering_p50_ms"),

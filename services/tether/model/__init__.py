@@ -25,6 +25,7 @@ from tether.model.base import (
     from_json,
     no_duplicates,
     problems_text,
+    same_but_updated_at,
     to_json,
 )
 from tether.model.entitlement import (
@@ -210,6 +211,7 @@ __all__ = [
     "parse_job_handle",
     "problems_text",
     "read_region_state",
+    "same_but_updated_at",
     "shard_for",
     "to_json",
     "token_digest",

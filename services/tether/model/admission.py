@@ -203,7 +203,8 @@ class EntitlementUse(TetherModel):
 
 class QueueStatus(TetherModel):
     """What `queue-status/<root>` holds: every entitlement of the tree, written by its decider
-    every few seconds and after admitting, on the decider's leader lease."""
+    when it changed (looked at every few seconds and after admitting), on the decider's leader
+    lease."""
 
     root: Name
     decider: NonEmptyStr

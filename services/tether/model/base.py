@@ -226,3 +226,10 @@ def problems_text(error: ValidationError, *, whole: str = "value", most: int | N
     shown = problems if most is None else problems[:most]
     more = f" (and {len(problems) - len(shown)} more)" if len(problems) > len(shown) else ""
     return "; ".join(shown) + more
+
+
+def same_but_updated_at(old: TetherModel, new: TetherModel) -> bool:
+    """Whether two records differ at most in their `updated_at`: a status written again only
+    to say it was looked at anew would wake every watcher for nothing."""
+    cleared = {"updated_at": None}
+    return old.model_copy(update=cleared) == new.model_copy(update=cleared)

@@ -69,8 +69,9 @@ class ShardReplica(TetherModel):
 
 
 class ShardStatus(TetherModel):
-    """What the shard's leader last reported of its work; written every few seconds on the
-    leader's lease, so a dead leader's status vanishes with it."""
+    """What the shard's leader last reported of its work; looked at every few seconds and
+    written when it changed (`updated_at`: when), on the leader's lease, so a dead leader's
+    status vanishes with it."""
 
     shard: Name
     identity: NonEmptyStr

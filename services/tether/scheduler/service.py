@@ -19,6 +19,7 @@ from tether.model import (
     ShardStatus,
     from_json,
     parse_job_handle,
+    same_but_updated_at,
     to_json,
 )
 from tether.scheduler.admission.decider import Decider
@@ -180,6 +181,8 @@ class Term:
         self._executor = Executor(store, leadership.fence, self._allocator, self._state.owned_at)
         self._reconciles = 0
         self._last_reconcile_at: datetime | None = None
+        self._reported: ShardStatus | None = None
+        """The status last written in this term."""
         # Job handle -> monotonic time before which its unplaced tasks are not offered again.
         self._place_after: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -259,8 +262,9 @@ class Term:
             self._mark(handle)
 
     async def _report(self) -> None:
-        """Writes the term's ShardStatus (every `status_interval_s`), on the leader's lease and
-        fenced by the leader key, for operators (GET /admin/shards)."""
+        """Writes the term's ShardStatus (looked at every `status_interval_s`, written when it
+        changed), on the leader's lease and fenced by the leader key, for operators (GET
+        /admin/shards). An idle shard writes nothing: each write wakes every watcher."""
         status = ShardStatus(
             shard=self._shard,
             identity=self._leadership.identity,
@@ -270,11 +274,15 @@ class Term:
             last_reconcile_at=self._last_reconcile_at,
             updated_at=datetime.now(UTC),
         )
+        if self._reported is not None and same_but_updated_at(self._reported, status):
+            return
         put = Put(keys.shard_status(self._shard), to_json(status), self._leadership.lease)
         try:
             await self._store.txn([self._leadership.fence.compare()], [put])
         except StoreError as error:
             _log.info("shard %s: reporting status failed: %s", self._shard, error)
+        else:
+            self._reported = status
 
     async def _work(self) -> None:
         """Reconciles dirty jobs, a few at a time and each job by one worker at a time."""

@@ -62,6 +62,7 @@ from tether.store.sql_tables import (
     metadata,
     sqlite_path,
 )
+from tether.store.sql_wake import FileWaker
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class SqlStore(Store):
         self._active_watches = 0
         self._run_sync(self._create_schema)
         self._probe = None if path is None else SqliteProbe(path)
+        self._waker = None if path is None else FileWaker.open(path)
 
     # --- plumbing ----------------------------------------------------------------------------
 
@@ -160,18 +162,35 @@ class SqlStore(Store):
         loop = asyncio.get_running_loop()
         next_housekeeping = 0.0
         while not self._closed:
+            committed = False
             try:
                 if loop.time() >= next_housekeeping:
                     next_housekeeping = loop.time() + _REAPER_INTERVAL_S
                     await self._keep_house()
                 if self._active_watches:
-                    await self._notice_writes()
+                    committed = await self._notice_writes()
             except sa.exc.OperationalError as exc:
                 log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
             except RuntimeError:
                 return  # the executor was shut down by close()
-            idle = _REAPER_INTERVAL_S if not self._active_watches else 0
-            await asyncio.sleep(idle or self._settings.sql_poll_interval_s)
+            await self._pause(next_housekeeping - loop.time(), committed)
+
+    async def _pause(self, housekeeping_due_s: float, committed: bool) -> None:
+        """Until the next look. While watches are open: until another process may have written
+        (the file's waker fires; without one, every `sql_poll_interval_s`), and, after a look
+        that found a commit, not sooner than `sql_poll_interval_s`, so that a burst of writes
+        is read in batches. (A look that found none was woken early, by the first pages of a
+        commit not yet done: the next one follows as soon as the file is written again.)
+        Housekeeping is due every `_REAPER_INTERVAL_S` whatever happens."""
+        if not self._active_watches:
+            await asyncio.sleep(max(housekeeping_due_s, 0))
+            return
+        interval_s = self._settings.sql_poll_interval_s
+        if self._waker is None or committed:
+            await asyncio.sleep(interval_s)
+            housekeeping_due_s -= interval_s
+        if self._waker is not None:
+            await self._waker.wait(max(housekeeping_due_s, 0))
 
     async def _keep_house(self) -> None:
         """Expires the leases past their time and compacts when history has grown (nearly
@@ -184,11 +203,13 @@ class SqlStore(Store):
                 self._executor, self._do_housekeeping_sync, work
             )
 
-    async def _notice_writes(self) -> None:
-        """Wakes the watches if the store's revision has moved (another process wrote)."""
+    async def _notice_writes(self) -> bool:
+        """Wakes the watches if the store's revision has moved (another process wrote);
+        returns whether anything was committed since the last look."""
         revision = await self._look(SqliteProbe.revision_if_changed, self._current_revision_sync)
         if revision is not None:
             await self._observe_revision(revision)
+        return revision is not None
 
     async def _look(self, on_probe: Callable[[SqliteProbe], T], slow: Callable[[], T]) -> T:
         """`on_probe(probe)` on the event loop where there is a probe and the file is not
@@ -373,6 +394,8 @@ class SqlStore(Store):
         await cancel_and_wait(self._background)
         if self._probe is not None:
             self._probe.close()
+        if self._waker is not None:
+            self._waker.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._engine.dispose)
         self._executor.shutdown(wait=True)
 

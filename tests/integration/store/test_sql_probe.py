@@ -1,17 +1,23 @@
 """The SQLite probe (store/sql_probe.py) against a real store file: it reports every commit and
-nothing else, lists expired leases, and says busy, never waits, when the file is locked."""
+nothing else, lists expired leases, and says busy, never waits, when the file is locked; and
+the waker (store/sql_wake.py) fires on another process's commit, not on reads."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration.store.test_conformance import REPO
 from tether.store.sql import SqlStore
 from tether.store.sql_probe import ProbeBusy, SqliteProbe
+from tether.store.sql_wake import FileWaker
 
 
 @pytest.fixture
@@ -93,3 +99,30 @@ def test_a_file_without_the_stores_tables_is_an_error_not_busy(tmp_path: Path) -
             probe.revision_if_changed()
     finally:
         probe.close()
+
+
+async def test_the_waker_fires_on_another_processs_commit_and_only_then(
+    sql_store: SqlStore, tmp_path: Path
+) -> None:
+    waker = FileWaker(tmp_path / "region.db")
+    try:
+        assert not await waker.wait(0)  # nothing written since it began to watch
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.support.cas_worker",
+            f"sqlite:///{tmp_path / 'region.db'}",
+            "/counter",
+            "1",
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        _out, err = await writer.communicate()
+        assert writer.returncode == 0, err.decode()
+        assert await waker.wait(30)
+        # Reading the file is no write.
+        assert await sql_store.get("/counter") is not None
+        assert not await waker.wait(0)
+    finally:
+        waker.close()

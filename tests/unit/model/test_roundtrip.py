@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from tether.model import (
     Topology,
     UpdatePolicy,
     from_json,
+    same_but_updated_at,
     to_json,
 )
 from tether.model.hostprofile import MAX_SWITCH_S
@@ -513,3 +514,13 @@ def test_json_roundtrip(model_type: type[TetherModel], data: st.DataObject) -> N
     # Byte-stable: the store compares values, so re-encoding must not change them.
     assert to_json(decoded) == encoded
     assert from_json(model_type, encoded.decode()) == model
+
+
+def test_a_status_that_differs_only_in_its_update_time_is_the_same() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    first = ShardStatus(
+        shard="shard-0", identity="a", jobs=1, backlog=0, reconciles=3, updated_at=at
+    )
+    later = first.model_copy(update={"updated_at": at + timedelta(seconds=5)})
+    assert same_but_updated_at(first, later)
+    assert not same_but_updated_at(first, later.model_copy(update={"reconciles": 4}))

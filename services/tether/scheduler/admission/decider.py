@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 from tether import metrics
 from tether.aio import every
-from tether.model import parse_job_handle, to_json
-from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
+from tether.model import parse_job_handle, same_but_updated_at, to_json
+from tether.model.admission import Admission, AdmissionEventKind, AdmissionState, QueueStatus
 from tether.scheduler.admission.holding import holding_of
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
@@ -74,6 +74,8 @@ class Decider:
         # Root -> the ledger revision our last write left, before the mirror shows it.
         self._written: dict[str, int] = {}
         self._published_due = 0.0
+        self._published: dict[str, QueueStatus] = {}
+        """Root -> the status last written in this term."""
         self.passes = 0
         """Completed passes: a test that something was not admitted waits for one more."""
 
@@ -251,11 +253,18 @@ class Decider:
         return False
 
     async def _publish(self, now: datetime) -> None:
-        """Writes each tree's QueueStatus (on the leader's lease, fenced), and the gauges."""
+        """Writes each tree's QueueStatus that changed (on the leader's lease, fenced), and the
+        gauges. An idle tree writes nothing: each write wakes every watcher."""
         statuses = tree_statuses(self.queues, self._roots, self._identity, now)
         set_gauges(statuses)
+        changed = [
+            status
+            for status in statuses
+            if (last := self._published.get(status.root)) is None
+            or not same_but_updated_at(last, status)
+        ]
         puts: list[Op] = [
-            Put(keys.queue_status(status.root), to_json(status), self._lease) for status in statuses
+            Put(keys.queue_status(status.root), to_json(status), self._lease) for status in changed
         ]
         if not puts:
             return
@@ -263,6 +272,8 @@ class Decider:
             await self._store.txn([self._fence.compare()], puts)
         except StoreError as error:
             _log.info("publishing the queues' status failed: %s", error)
+        else:
+            self._published |= {status.root: status for status in changed}
 
 
 def _count(decision: Decision) -> None:
