@@ -13,6 +13,7 @@ services: an operator does), and then checks the invariants that every test shar
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -43,10 +44,18 @@ from tests.support.harness import (
     submit,
     wait_for,
 )
-from tether.model import Machine, MachineState, Resources, ShardLeader, from_json, to_json
+from tether.model import (
+    Machine,
+    MachineState,
+    Resources,
+    ShardLeader,
+    Task,
+    from_json,
+    to_json,
+)
 from tether.region.supervisor import process_alive
 from tether.scheduler.allocator_client import replica_order
-from tether.store import keys
+from tether.store import KeyValue, keys, open_store
 from tether.store.etcd_server import EtcdServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -256,6 +265,34 @@ def test_scheduler_leader(faults: Faults, entitlement: str) -> None:
     handle = submit(faults.client, sleeper_job(f"after-{shard}", 1, entitlement=entitlement))
     wait_for(lambda: all_running(faults.client, handle, 1), timeout_s=30, what=handle)
     assert faults.client.delete(f"/v1/jobs/{handle}").status_code == 202
+    faults.restart(name)
+    faults.settle()
+
+
+def test_scheduler_leader_killed_while_it_places_a_job(faults: Faults) -> None:
+    """Killed as the job it places arrives (between the allocator's answer and the write of the
+    tasks, or around it): the standby writes the tasks where the allocator put them, each once,
+    and no task starts twice or again."""
+    region, client = faults.region, faults.client
+    shard = shard_of(region, "default")
+    leader = region.shard_leader(shard)
+    assert leader is not None
+    name = next(n for n, pid in region.service_pids().items() if pid == leader.pid)
+    count = 8
+    handle = submit(client, sleeper_job("placed-by-two", count))
+    faults.kill(name)
+    wait_for(lambda: all_running(client, handle, count), timeout_s=30, what=handle)
+
+    async def task_records() -> list[KeyValue]:
+        async with open_store(region.store_url()) as store:
+            return (await store.range(keys.tasks_of("default", "placed-by-two"))).kvs
+
+    records = asyncio.run(task_records())
+    assert len(records) == count
+    # Written once each: placed as they were created, never placed again.
+    assert {kv.version for kv in records} == {1}
+    assert {from_json(Task, kv.value, stored=True).restarts for kv in records} == {0}
+    assert client.delete(f"/v1/jobs/{handle}").status_code == 202
     faults.restart(name)
     faults.settle()
 
