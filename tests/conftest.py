@@ -17,23 +17,16 @@ from tether.store.etcd_server import EtcdServer
 STORE_BACKENDS = ("sql", "etcd")
 
 
-SCRIPT_SMOKE_RUNS = "tests/e2e/test_scripts.py"
-"""The region scripts' smoke runs: they check what a script prints and leaves behind, never how
-fast it went, so they may run beside the end-to-end tests."""
-
-
 class _EndToEndTogether(LoadFileScheduling):  # type: ignore[misc]  # xdist has no types
     """xdist's `--dist loadfile`, with every end-to-end module counted as one file: they run one
-    after another on one worker, so that two of their regions never start at once on two cores
-    (a region's start is CPU-bound), while the other worker takes the unit and integration
-    modules, each whole, and the scripts' smoke runs: the end-to-end tests are the longest
-    share of the suite, and the other worker would otherwise wait for them."""
+    after another on one worker, so that two regions never start at once on two cores (a
+    region's start is CPU-bound: run beside the others, the region scripts' smoke runs took half
+    as long again and the suite longer, not shorter), while the other worker takes the unit and
+    integration modules, each whole."""
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        if path.startswith("tests/e2e/") and path != SCRIPT_SMOKE_RUNS:
-            return "tests/e2e"
-        return path
+        return "tests/e2e" if path.startswith("tests/e2e/") else path
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler for --dist loadfile

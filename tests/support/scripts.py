@@ -179,7 +179,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     ),
     SmokeRun(
         "bench_idle.py",
-        ("--seconds", "2", "--writes", "5", "--settle-s", "0"),
+        ("--seconds", "1", "--writes", "3", "--settle-s", "0"),
         _keys(
             "benchmark",
             "store",

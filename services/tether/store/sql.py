@@ -219,6 +219,16 @@ class SqlStore(Store):
                 return on_probe(self._probe)
         return await asyncio.get_running_loop().run_in_executor(self._executor, slow)
 
+    def _untouched_until(self, prefix: str, start: int) -> int | None:
+        """`SqliteProbe.untouched_until` where there is a probe and the file is not locked;
+        None (read the events) otherwise."""
+        if self._probe is None:
+            return None
+        try:
+            return self._probe.untouched_until(prefix, start)
+        except ProbeBusy:
+            return None
+
     async def _observe_revision(self, revision: int) -> None:
         if revision > self._seen_revision:
             async with self._revision_changed:
@@ -432,6 +442,12 @@ class _SqlWatch(Watch):
             self.next_revision = max(self.next_revision, read_at + 1)
             await store._observe_revision(read_at)
             await store._wait_for_revision_after(read_at, lambda: self._closed)
+            # Writes under other prefixes need no read: skip past them on the probe.
+            while not self._closed and (
+                (skipped := store._untouched_until(self.prefix, self.next_revision)) is not None
+            ):
+                self.next_revision = skipped + 1
+                await store._wait_for_revision_after(skipped, lambda: self._closed)
         if store._closed:
             raise StoreError("the store was closed while watching")
 

@@ -6,9 +6,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tether.store.base import prefix_end
+
 # The SQL backend's tables (store/sql.py); a wrong name fails every look, loudly.
 _REVISION = "SELECT revision, compacted FROM tether_meta WHERE id = 1"
 _EXPIRED = "SELECT id FROM tether_leases WHERE expires_at <= ? LIMIT ?"
+_UNTOUCHED = (
+    # `+key`: scan the few newest revisions by the primary key, not every key under the prefix.
+    "SELECT revision, compacted, EXISTS (SELECT 1 FROM tether_events"
+    " WHERE revision >= ?1 AND +key >= ?2 AND (?3 IS NULL OR +key < ?3))"
+    " FROM tether_meta WHERE id = 1"
+)
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
@@ -54,6 +62,18 @@ class SqliteProbe:
         expired = [int(lease) for (lease,) in self._read(_EXPIRED, (now, batch))]
         ((revision, compacted),) = self._read(_REVISION)
         return Housekeeping(expired, int(revision), int(compacted))
+
+    def untouched_until(self, prefix: str, start: int) -> int | None:
+        """The store's revision if no event under `prefix` is at `start` or later, so that a
+        watch from `start` has nothing to read up to it; None if one is, or if history from
+        `start` on was compacted (the watch must read, and fail)."""
+        end = prefix_end(prefix)
+        ((revision, compacted, touched),) = self._read(
+            _UNTOUCHED, (start, prefix.encode(), None if end == b"\0" else end)
+        )
+        if touched or start < compacted:
+            return None
+        return int(revision)
 
     def close(self) -> None:
         self._connection.close()

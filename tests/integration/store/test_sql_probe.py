@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.store.test_conformance import REPO
+from tests.integration.store.test_conformance import REPO, collect
 from tether.store.sql import SqlStore
 from tether.store.sql_probe import ProbeBusy, SqliteProbe
 from tether.store.sql_wake import FileWaker
@@ -126,3 +126,32 @@ async def test_the_waker_fires_on_another_processs_commit_and_only_then(
         assert not await waker.wait(0)
     finally:
         waker.close()
+
+
+async def test_the_probe_says_when_nothing_under_a_prefix_changed(
+    sql_store: SqlStore, probe: SqliteProbe
+) -> None:
+    start = await sql_store.revision() + 1
+    await sql_store.put("/b/1", b"x")
+    await sql_store.put("/a0", b"beside the prefix, not under it")
+    last = await sql_store.put("/b/2", b"y")
+    assert probe.untouched_until("/a/", start) == last
+    mine = await sql_store.put("/a/1", b"z")
+    assert probe.untouched_until("/a/", start) is None
+    assert probe.untouched_until("/a/", mine) is None
+    assert probe.untouched_until("/a/", mine + 1) == mine
+
+
+async def test_a_watch_skips_other_prefixes_writes_and_misses_none_of_its_own(
+    sql_store: SqlStore,
+) -> None:
+    start = await sql_store.revision() + 1
+    async with sql_store.watch("/a/", start_revision=start) as watch:
+        expected = []
+        for round_ in range(5):
+            for other in range(4):
+                await sql_store.put(f"/b/{round_}-{other}", b"")
+            expected.append(f"/a/{round_}")
+            await sql_store.put(expected[-1], b"")
+        events = await collect(watch, len(expected))
+    assert [event.kv.key for event in events] == expected
