@@ -147,8 +147,6 @@ class StatusWriter:
         status it wrote last, or for a new task a missing key. A wrong belief costs nothing
         extra, as the failed write reads the key in the same round trip; a decision not to
         write is only ever taken on a fresh read."""
-        if report.done:
-            return True
         key = report.key
         stored = self._known.get(key)
         fresh = stored is None and not report.allow_create
