@@ -133,17 +133,21 @@ def test_a_service_that_keeps_failing_is_given_up(region: LocalRegion) -> None:
     assert region.state().restarts["frontend"] == 5
 
 
-def children_of(pid: int) -> set[int]:
-    """The processes whose parent is `pid`."""
-    found = set()
+def descendants_of(pid: int) -> set[int]:
+    """The processes `pid` started, and theirs (the services are the fork server's children)."""
+    parents = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
 
 
@@ -159,13 +163,14 @@ def test_a_signal_while_the_services_start_stops_the_region(
         assert region.process is not None
         up = region.process.pid
         started = wait_for(
-            lambda: pids if len(pids := children_of(up)) >= 3 else None,
+            # The fork server and the first services it forked.
+            lambda: pids if len(pids := descendants_of(up)) >= 4 else None,
             timeout_s=60,
             what="tether up to start its first services",
         )
         region.process.send_signal(signum)
         assert region.process.wait(timeout=60) == 0, region.output()
-        services = started | children_of(up)
+        services = started | descendants_of(up)
         wait_for(
             lambda: not any(process_alive(pid) for pid in services),
             timeout_s=30,

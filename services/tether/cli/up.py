@@ -225,6 +225,7 @@ def up(
     signal.signal(signal.SIGTERM, stop.record)
     signal.signal(signal.SIGINT, stop.record)
     try:
+        supervisor.prepare()
         result = asyncio.run(_bootstrap(options))
         stop.check()
         options = dataclasses.replace(options, shards=tuple(result.config.shards))

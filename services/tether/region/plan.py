@@ -97,10 +97,14 @@ class ProcessSpec:
     metrics_port: int = 0
     """Where it serves its Prometheus metrics; 0: nowhere (a frontend serves GET /metrics)."""
 
-    def argv(self) -> list[str]:
+    def service_args(self) -> list[str]:
+        """Its arguments to `python -m tether.cli.services`."""
         metrics = ["--metrics-port", str(self.metrics_port)] if self.metrics_port else []
-        # Only the service's own command is imported (tether.cli.services): half the CPU.
-        return [sys.executable, "-m", "tether.cli.services", *self.args, *metrics]
+        return [*self.args, *metrics]
+
+    def argv(self) -> list[str]:
+        """Its command line (only the service's own command is imported: half the CPU)."""
+        return [sys.executable, "-m", "tether.cli.services", *self.service_args()]
 
 
 def shard_ids(count: int) -> tuple[str, ...]:

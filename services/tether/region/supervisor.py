@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import signal
 import socket
 import subprocess
 import time
@@ -14,13 +12,13 @@ from pathlib import Path
 
 from tether.agent.procfs import start_ticks
 from tether.agent.workdir import tail
+from tether.region.launcher import ForkedProcess, Launcher, LaunchError
 from tether.region.plan import ProcessSpec, RegionOptions
 from tether.region.restarts import RestartPolicy, after_exit
 from tether.sdk import TetherClient, TetherError
 
 _log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 15.0
 
 # Stop order, in phases whose roles stop together: nothing may judge machines while their
@@ -37,17 +35,10 @@ class RegionError(Exception):
     """The region cannot start or stop; the message says why and what to do."""
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the supervisor dies without stopping its
-    # children (SIGKILL), the kernel sends them SIGTERM, so no service outlives the region.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 @dataclass
 class RunningProcess:
     spec: ProcessSpec
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     log_path: Path
     started_at: float
     """Monotonic time of the (last) start."""
@@ -66,9 +57,13 @@ class Supervisor:
         self, options: RegionOptions, env: dict[str, str], policy: RestartPolicy | None = None
     ) -> None:
         self.options = options
-        self._env = env
         self._policy = policy
+        self._launcher = Launcher(env, options.log_dir / "forkserver.log", options.state_dir)
         self.processes: list[RunningProcess] = []
+
+    def prepare(self) -> None:
+        """Has the services' code imported meanwhile, before `start`."""
+        self._launcher.start_server()
 
     def start(self, specs: list[ProcessSpec]) -> None:
         self.options.log_dir.mkdir(parents=True, exist_ok=True)
@@ -78,19 +73,13 @@ class Supervisor:
                 RunningProcess(spec, self._spawn(spec, log_path), log_path, time.monotonic())
             )
 
-    def _spawn(self, spec: ProcessSpec, log_path: Path) -> subprocess.Popen[bytes]:
-        with log_path.open("ab") as log:
-            return subprocess.Popen(
-                spec.argv(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                # Own session: Ctrl-C reaches only the supervisor, which stops the services in
-                # order instead of all at once.
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
+    def _spawn(self, spec: ProcessSpec, log_path: Path) -> ForkedProcess:
+        try:
+            return self._launcher.spawn(
+                spec.name, spec.service_args(), " ".join(spec.argv()), log_path
             )
+        except LaunchError as error:
+            raise RegionError(str(error)) from error
 
     def tend(self) -> list[str]:
         """Notices the services that died and starts those that are due again; returns what
@@ -98,7 +87,7 @@ class Supervisor:
         now = time.monotonic()
         happened = []
         for ended in self.exited():
-            code = ended.process.returncode
+            code = ended.process.wait()  # at once: it ended
             if self._policy is None:
                 happened.append(f"{ended.spec.name} exited with code {code} (not restarted)")
                 continue
@@ -145,6 +134,7 @@ class Supervisor:
                     _log.warning("%s did not stop in %ss; killing it", running.spec.name, timeout_s)
                     running.process.kill()
                     running.process.wait()
+        self._launcher.stop(timeout_s)
 
 
 def wait_until_ready(

@@ -163,7 +163,8 @@ async def wait_gone(pid: int) -> None:
 
 
 async def fetch_log(address: str, index: int, **params: str | int) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=address, timeout=5) as client:
+    # Generous: on two busy cores the agent, in this process, can answer seconds late.
+    async with httpx.AsyncClient(base_url=address, timeout=30) as client:
         return await client.get(f"/v1/tasks/{ENT}/{JOB}/{index}/logs", params=params)
 
 
@@ -175,7 +176,7 @@ async def wait_log(address: str, index: int, needle: str) -> str:
     response = await eventually(
         lambda: fetch_log(address, index),
         shows_needle,
-        timeout_s=10,
+        timeout_s=30,
         what=f"the log of task {index} to show {needle!r}",
     )
     return response.text
