@@ -443,7 +443,7 @@ class _SqlWatch(Watch):
             await store._observe_revision(read_at)
             await store._wait_for_revision_after(read_at, lambda: self._closed)
             # Writes under other prefixes need no read: skip past them on the probe.
-            while not self._closed and (
+            while not (self._closed or store._closed) and (
                 (skipped := store._untouched_until(self.prefix, self.next_revision)) is not None
             ):
                 self.next_revision = skipped + 1

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.store.test_conformance import REPO, collect
+from tether.store.base import StoreError
 from tether.store.sql import SqlStore
 from tether.store.sql_probe import ProbeBusy, SqliteProbe
 from tether.store.sql_wake import FileWaker
@@ -155,3 +156,22 @@ async def test_a_watch_skips_other_prefixes_writes_and_misses_none_of_its_own(
             await sql_store.put(expected[-1], b"")
         events = await collect(watch, len(expected))
     assert [event.kv.key for event in events] == expected
+
+
+@pytest.mark.timeout(30)  # the spin described below never yields to asyncio's timeouts
+async def test_a_watch_ends_when_its_store_closes_after_skipping_other_writes(
+    tmp_path: Path,
+) -> None:
+    # A watch that had just skipped another prefix's write once spun on the probe, holding the
+    # event loop, for as long as its task lived when the store closed under it.
+    store = SqlStore(f"sqlite:///{tmp_path / 'region.db'}")
+    start = await store.revision() + 1
+    watch = store.watch("/a/", start_revision=start)
+    pending = asyncio.ensure_future(anext(watch))
+    await store.put("/b/other", b"")
+    await asyncio.sleep(0.2)  # the watch wakes, skips the write, and waits again
+    assert not pending.done()
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        async with asyncio.timeout(5):
+            await pending
