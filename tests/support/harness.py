@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -34,6 +35,9 @@ FAST_TIMINGS = {
 FAST_FENCING_S = 3.0
 """The tests' fencing period of at-most-once tasks (`tether up --fencing-s`): just above the
 agents' lease TTL."""
+
+
+_PORT_ATTEMPTS = 3
 
 
 def wait_for(
@@ -123,13 +127,26 @@ class LocalRegion:
         return env
 
     def start(self, timeout_s: float = 120.0) -> None:
-        """Runs `tether up` and returns once it says the region is ready."""
-        earlier_output = self.launch(timeout_s)
-        wait_for(
-            lambda: self._ready(earlier_output),
-            timeout_s=timeout_s + 10,
-            what="tether up to report ready",
-        )
+        """Runs `tether up` and returns once it says the region is ready.
+
+        The ports are chosen free, but a service binds its own only once it runs: should
+        something else take one meanwhile (the suite's other worker binds random ports too),
+        `tether up` fails at once, and it is run again, on other ports."""
+        for attempt in range(_PORT_ATTEMPTS):
+            earlier_output = self.launch(timeout_s)
+            try:
+                wait_for(
+                    functools.partial(self._ready, earlier_output),
+                    timeout_s=timeout_s + 10,
+                    what="tether up to report ready",
+                )
+                return
+            except AssertionError:
+                taken = "Address already in use" in self.output()[earlier_output:]
+                if not taken or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+            self.registry_port = free_port()
+            self.port = free_frontend_ports(self.frontends, besides=self.registry_port)
 
     def launch(self, timeout_s: float = 120.0) -> int:
         """Runs `tether up` (which gives up after `timeout_s` unless the region is ready) and

@@ -429,12 +429,15 @@ class Term:
         if revision := outcome.tasks_revision:
             # A transaction that deleted only a status (of a task gone already) shows in the
             # statuses alone, and a quiet entitlement's tasks would not move past it.
-            waits.append(
-                first_of(
+            async def tasks_or_statuses() -> None:
+                # Its waits are made here, not by the caller: a gather cancelled before this
+                # starts would leave them never awaited.
+                await first_of(
                     state.tasks.wait_for(entitlement, revision),
                     state.statuses.wait_for(entitlement, revision),
                 )
-            )
+
+            waits.append(tasks_or_statuses())
         if outcome.job_revision:
             waits.append(state.jobs.mirror.wait_for(outcome.job_revision))
         if outcome.operations_revision:
