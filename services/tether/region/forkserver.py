@@ -6,9 +6,9 @@ The fork server is single-threaded (a fork copies only the thread that forks, so
 thread held would stay locked in the child for good); should an import ever start a thread,
 each child executes its command afresh instead, as `tether up` did before.
 
-It speaks JSON lines: requests on stdin (`ForkRequest`), and on stdout each child's pid once it
-is forked, then its exit code once it ended (`ForkEvent`, a negative signal number as
-`subprocess` reports it). It ends when stdin closes; its children die with it (SIGTERM).
+It speaks JSON lines: requests on stdin (`ForkRequest`), answered in order on stdout with each
+child's pid once it is forked, then its exit code once it ended (`ForkEvent`, a negative signal
+number as `subprocess` reports it). It ends when stdin closes; its children die with it (SIGTERM).
 
 Run as `python -m tether.region.forkserver --dir STATE_DIR` (the directory only names the
 process for `ps`, and for tools that find a region's processes by their command line).
@@ -36,7 +36,6 @@ class ForkRequest(BaseModel):
     """Start a service: `args` after `python -m tether.cli.services`, appending its output to
     `log`, with exactly the environment `env`; `title` is what `ps` shows for it."""
 
-    name: str
     args: list[str]
     env: dict[str, str]
     log: str
@@ -46,7 +45,6 @@ class ForkRequest(BaseModel):
 class ForkEvent(BaseModel):
     """A service was forked (`code` None) or ended (with `code`)."""
 
-    name: str = ""
     pid: int
     code: int | None = None
 
@@ -60,13 +58,13 @@ def die_with_parent() -> None:
 def _preload() -> None:
     # One BLAS thread: a thread pool started at import would make the process unsafe to fork.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from tether.cli.services import SERVICE_COMMANDS
+    from tether.cli.services import SERVICE_COMMANDS, command
 
     # Each service imports its store's backend on use: both, so that none has to.
     for module in ("tether.store.etcd", "tether.store.sql"):
         importlib.import_module(module)
-    for target in SERVICE_COMMANDS.values():
-        importlib.import_module(target.split(":")[0])
+    for name in SERVICE_COMMANDS:
+        command(name)
 
 
 def _threads() -> int:
@@ -137,14 +135,14 @@ def serve() -> None:
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
-    names: dict[int, str] = {}
+    children: set[int] = set()
     server = os.getpid()
     pending = b""
     while True:
         readable, _, _ = select.select([0, wake_read], [], [])
         if wake_read in readable:
             os.read(wake_read, 4096)
-            _reap(names)
+            _reap(children)
         if 0 not in readable:
             continue
         chunk = os.read(0, 65536)
@@ -157,16 +155,17 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _run_service(request, server, fork_safe, (wake_read, wake_write))
-            names[pid] = request.name
-            _emit(ForkEvent(name=request.name, pid=pid))
+            children.add(pid)
+            _emit(ForkEvent(pid=pid))
 
 
-def _reap(names: dict[int, str]) -> None:
-    while names:
+def _reap(children: set[int]) -> None:
+    while children:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             return
-        _emit(ForkEvent(name=names.pop(pid, ""), pid=pid, code=_exit_code(status)))
+        children.discard(pid)
+        _emit(ForkEvent(pid=pid, code=_exit_code(status)))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ class LaunchError(Exception):
 class ForkedProcess:
     """A service the fork server started: its pid, and its exit code once the server saw it end."""
 
-    def __init__(self, launcher: Launcher, name: str, pid: int) -> None:
+    def __init__(self, launcher: Launcher, pid: int) -> None:
         self._launcher = launcher
-        self.name = name
+        self.name = ""
+        """The service's name, once `spawn` hands it out."""
         self.pid = pid
         self.returncode: int | None = None
 
@@ -98,7 +99,7 @@ class Launcher:
         self.start_server()
         assert self._server is not None
         assert self._server.stdin is not None
-        request = ForkRequest(name=name, args=args, env=self._env, log=str(log_path), title=title)
+        request = ForkRequest(args=args, env=self._env, log=str(log_path), title=title)
         try:
             self._server.stdin.write(request.model_dump_json().encode() + b"\n")
             self._server.stdin.flush()
@@ -110,7 +111,9 @@ class Launcher:
             if self._server is None or time.monotonic() > deadline:
                 raise LaunchError(self._failure(f"could not start {name}"))
             self.receive(deadline - time.monotonic())
-        return self._forked.pop(0)
+        forked = self._forked.pop(0)
+        forked.name = name
+        return forked
 
     def receive(self, timeout_s: float) -> None:
         """Takes in what the fork server reported, waiting up to `timeout_s` for something."""
@@ -144,7 +147,8 @@ class Launcher:
 
     def _apply(self, event: ForkEvent) -> None:
         if event.code is None:
-            forked = ForkedProcess(self, event.name, event.pid)
+            # Its exit may come in the same read, before `spawn` takes it: tracked from here.
+            forked = ForkedProcess(self, event.pid)
             self._running[event.pid] = forked
             self._forked.append(forked)
             return
