@@ -160,12 +160,30 @@ def run(service: Service, log_level: str = "INFO") -> NoReturn:
     os._exit(0)
 
 
-class _SignalFreeServer(uvicorn.Server):
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers, and without waking ten times a second."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.exiting = asyncio.Event()
+        """Set with `should_exit`: the main loop ends at once."""
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # SIGINT/SIGTERM belong to `serve_until_signalled`, which stops the whole service;
         # uvicorn taking them over would end the server but leave the process running.
         yield
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop looks at `should_exit` every 0.1 s, which was most of what an idle
+        # service did. Once a second still refreshes the Date header (every tick refreshes
+        # it when the counter is a multiple of 10); `exiting` ends the wait early.
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.exiting.wait()
 
 
 class HttpServer:
@@ -197,7 +215,7 @@ class HttpServer:
             access_log=access_log,
             timeout_graceful_shutdown=graceful_shutdown_s,
         )
-        self._server: _SignalFreeServer | None = None
+        self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -219,7 +237,7 @@ class HttpServer:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        self._server = _SignalFreeServer(self._config)
+        self._server = _QuietServer(self._config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self._name)
         while not self._server.started:
             if self._task.done():
@@ -232,5 +250,6 @@ class HttpServer:
     async def stop(self) -> None:
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
+            self._server.exiting.set()
             await self._task
         self._server = self._task = None

@@ -1,8 +1,11 @@
-"""The HTTP server every service runs: each connection it accepts has Nagle's algorithm off."""
+"""The HTTP server every service runs: each connection it accepts has Nagle's algorithm off,
+and it stops at once though its main loop ticks only once a second."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 
 import httpx
 from starlette.applications import Starlette
@@ -32,3 +35,22 @@ async def test_accepted_connections_send_without_waiting_for_acks() -> None:
                 assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         await server.stop()
+
+
+async def test_stop_ends_the_server_without_waiting_for_its_next_tick() -> None:
+    server = HttpServer(app(), "127.0.0.1", 0, name="tick-test", lifespan="off")
+    await server.start()
+    assert server._server is not None
+    ticked = asyncio.Event()
+    on_tick = server._server.on_tick
+
+    async def noting(counter: int) -> bool:
+        ticked.set()
+        return await on_tick(counter)
+
+    server._server.on_tick = noting  # type: ignore[method-assign]
+    # Just after a tick, the next is a second away: a stop that waited for it would take that.
+    await asyncio.wait_for(ticked.wait(), timeout=10)
+    started = time.monotonic()
+    await server.stop()
+    assert time.monotonic() - started < 0.5

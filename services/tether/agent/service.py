@@ -42,6 +42,9 @@ _log = logging.getLogger(__name__)
 
 KILL_BACKSTOP_S: Final = 5.0
 """Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
+IDLE_PASS_S: Final = 60.0
+"""How often a pass runs while the agent has no attempt to look at and no assignment to act
+on. Such a pass does nothing: an assignment or a host profile that changes wakes it at once."""
 
 
 class Agent(Service):
@@ -136,7 +139,7 @@ class Agent(Service):
                 self._registration.stay(self._registered_again), name=f"{self.name} heartbeat"
             ),
             asyncio.create_task(
-                every(self._poll_interval_s, self._reconcile_now, wake=self._wake),
+                every(self._pause_s, self._reconcile_now, wake=self._wake),
                 name=f"{self.name} reconcile",
             ),
         ]
@@ -213,6 +216,11 @@ class Agent(Service):
                 self._forget_status(task)
 
     # --- reconciling -------------------------------------------------------------------------
+
+    def _pause_s(self) -> float:
+        """Until the next pass: the poll interval while there are attempts to look at (or
+        assignments to act on), else IDLE_PASS_S."""
+        return self._poll_interval_s if self._attempts or self._desired else IDLE_PASS_S
 
     async def _reconcile_now(self) -> None:
         """One pass, run every poll interval or as soon as something wakes it."""

@@ -69,7 +69,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _WATCH_BATCH = 1_000
-_REAPER_INTERVAL_S = 0.25
+_HOUSEKEEPING_MAX_S = 1.0
+"""The longest a process goes without looking for expired leases and history to compact. It
+looks when the next lease it knows of expires, if sooner: every process of a region looks, and
+looking four times a second cost an idle region a tenth of a core. A lease another process
+granted since the last look may expire up to this much late."""
 _EXPIRE_BATCH = 500
 # Lease ids are random 63-bit integers, like etcd's, so ids from many processes never collide.
 _LEASE_ID_BITS = 62
@@ -96,6 +100,8 @@ class SqlStore(Store):
         self._revision_changed = asyncio.Condition()
         self._seen_revision = 0
         self._active_watches = 0
+        self._housekeeping_due = 0.0
+        """When maintenance looks for expired leases next (the event loop's clock)."""
         self._run_sync(self._create_schema)
         self._probe = None if path is None else SqliteProbe(path)
         self._waker = None if path is None else FileWaker.open(path)
@@ -160,20 +166,20 @@ class SqlStore(Store):
         """Expires leases, compacts old history, and, while a watch is open, notices other
         processes' writes."""
         loop = asyncio.get_running_loop()
-        next_housekeeping = 0.0
         while not self._closed:
             committed = False
             try:
-                if loop.time() >= next_housekeeping:
-                    next_housekeeping = loop.time() + _REAPER_INTERVAL_S
-                    await self._keep_house()
+                if loop.time() >= self._housekeeping_due:
+                    # Should it fail, it is tried again this much later.
+                    self._housekeeping_due = loop.time() + _HOUSEKEEPING_MAX_S
+                    self._housekeeping_due = loop.time() + await self._keep_house()
                 if self._active_watches:
                     committed = await self._notice_writes()
             except sa.exc.OperationalError as exc:
                 log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
             except RuntimeError:
                 return  # the executor was shut down by close()
-            await self._pause(next_housekeeping - loop.time(), committed)
+            await self._pause(self._housekeeping_due - loop.time(), committed)
 
     async def _pause(self, housekeeping_due_s: float, committed: bool) -> None:
         """Until the next look. While watches are open: until another process may have written
@@ -181,7 +187,7 @@ class SqlStore(Store):
         that found a commit, not sooner than `sql_poll_interval_s`, so that a burst of writes
         is read in batches. (A look that found none was woken early, by the first pages of a
         commit not yet done: the next one follows as soon as the file is written again.)
-        Housekeeping is due every `_REAPER_INTERVAL_S` whatever happens."""
+        Housekeeping is due when `_keep_house` said, whatever happens."""
         if not self._active_watches:
             await asyncio.sleep(max(housekeeping_due_s, 0))
             return
@@ -192,9 +198,9 @@ class SqlStore(Store):
         if self._waker is not None:
             await self._waker.wait(max(housekeeping_due_s, 0))
 
-    async def _keep_house(self) -> None:
+    async def _keep_house(self) -> float:
         """Expires the leases past their time and compacts when history has grown (nearly
-        always there is nothing to do)."""
+        always there is nothing to do); returns the seconds until it is due again."""
         work = await self._look(
             lambda probe: probe.housekeeping(time.time(), _EXPIRE_BATCH), self._housekeeping_sync
         )
@@ -202,6 +208,12 @@ class SqlStore(Store):
             await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._do_housekeeping_sync, work
             )
+        if len(work.expired) == _EXPIRE_BATCH:
+            return 0.0  # more may have expired than one batch holds
+        if work.next_expiry is None:
+            return _HOUSEKEEPING_MAX_S
+        # A little after it: a look that comes too early finds nothing and must come again.
+        return min(max(work.next_expiry - time.time(), 0.0) + 0.01, _HOUSEKEEPING_MAX_S)
 
     async def _notice_writes(self) -> bool:
         """Wakes the watches if the store's revision has moved (another process wrote);
@@ -327,7 +339,11 @@ class SqlStore(Store):
                 grant_lease(conn, lease, ttl_s)
             return lease
 
-        return await self._run(grant)
+        granted = await self._run(grant)
+        # Its expiry may come before maintenance would look again.
+        expires = asyncio.get_running_loop().time() + ttl_s + 0.01
+        self._housekeeping_due = min(self._housekeeping_due, expires)
+        return granted
 
     async def lease_keepalive(self, lease: int) -> int:
         def keepalive() -> int:

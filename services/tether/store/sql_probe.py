@@ -11,6 +11,7 @@ from tether.store.base import prefix_end
 # The SQL backend's tables (store/sql.py); a wrong name fails every look, loudly.
 _REVISION = "SELECT revision, compacted FROM tether_meta WHERE id = 1"
 _EXPIRED = "SELECT id FROM tether_leases WHERE expires_at <= ? LIMIT ?"
+_NEXT_EXPIRY = "SELECT min(expires_at) FROM tether_leases WHERE expires_at > ?"
 _UNTOUCHED = (
     # `+key`: scan the few newest revisions by the primary key, not every key under the prefix.
     "SELECT revision, compacted, EXISTS (SELECT 1 FROM tether_events"
@@ -22,11 +23,13 @@ _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 class Housekeeping(NamedTuple):
     """What the store's maintenance must do: the leases that have expired (at most a batch),
-    and the revision and compaction point it decides compaction by."""
+    and the revision and compaction point it decides compaction by; and when the next lease
+    that has not expired will (a time.time(); None without one)."""
 
     expired: list[int]
     revision: int
     compacted: int
+    next_expiry: float | None
 
 
 class ProbeBusy(Exception):
@@ -61,7 +64,8 @@ class SqliteProbe:
     def housekeeping(self, now: float, batch: int) -> Housekeeping:
         expired = [int(lease) for (lease,) in self._read(_EXPIRED, (now, batch))]
         ((revision, compacted),) = self._read(_REVISION)
-        return Housekeeping(expired, int(revision), int(compacted))
+        ((next_expiry,),) = self._read(_NEXT_EXPIRY, (now,))
+        return Housekeeping(expired, int(revision), int(compacted), next_expiry)
 
     def untouched_until(self, prefix: str, start: int) -> int | None:
         """The store's revision if no event under `prefix` is at `start` or later, so that a

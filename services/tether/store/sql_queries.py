@@ -190,14 +190,15 @@ def delete_leases(conn: Connection, revision: int, leases: list[int]) -> int:
 
 
 def housekeeping(conn: Connection, now: float, batch: int) -> Housekeeping:
-    """The leases expired by `now` (at most `batch`), and the revision and compaction point."""
+    """The leases expired by `now` (at most `batch`), the revision and compaction point, and
+    the next expiry."""
+    expires_at = leases_table.c.expires_at
     expired = [
         row.id
-        for row in conn.execute(
-            sa.select(leases_table.c.id).where(leases_table.c.expires_at <= now).limit(batch)
-        )
+        for row in conn.execute(sa.select(leases_table.c.id).where(expires_at <= now).limit(batch))
     ]
-    return Housekeeping(expired, *revision_and_compacted(conn))
+    next_expiry = conn.execute(sa.select(sa.func.min(expires_at)).where(expires_at > now))
+    return Housekeeping(expired, *revision_and_compacted(conn), next_expiry.scalar())
 
 
 def compact_history(conn: Connection, revision: int) -> None:

@@ -63,9 +63,39 @@ async def test_housekeeping_lists_the_leases_past_their_time(
     now = probe.housekeeping(time.time(), 500)
     assert now.expired == []
     assert (now.revision, now.compacted) == (revision, 0)
+    # The next expiry is the short lease's, then the long one's once the short one is past.
+    assert now.next_expiry is not None
+    assert 29 < now.next_expiry - time.time() <= 30
+    later = probe.housekeeping(time.time() + 31, 500)
+    assert later.next_expiry is not None
+    assert 500 < later.next_expiry - time.time() <= 600
+    assert probe.housekeeping(time.time() + 601, 500).next_expiry is None
+    # The slow path, a pooled transaction, says the same.
+    assert sql_store._housekeeping_sync().next_expiry == now.next_expiry
     assert probe.housekeeping(time.time() + 31, 500).expired == [short]
     assert sorted(probe.housekeeping(time.time() + 601, 500).expired) == sorted([short, long])
     assert len(probe.housekeeping(time.time() + 601, 1).expired) == 1
+
+
+async def test_a_lease_left_by_a_closed_store_expires_on_time_in_another(tmp_path: Path) -> None:
+    # Maintenance looks when the next lease it knows of expires (or a second after its last
+    # look), not four times a second: a lease granted by another process, which then died
+    # (its store closed without revoking), still expires by the other's maintenance.
+    url = f"sqlite:///{tmp_path / 'region.db'}"
+    survivor, holder = SqlStore(url), SqlStore(url)
+    try:
+        await survivor.put("/p/started", b"")  # its maintenance runs from its first request
+        lease = await holder.lease_grant(2)
+        granted = time.monotonic()
+        await holder.put("/p/held", b"1", lease=lease)
+        await holder.close()
+        while await survivor.get("/p/held") is not None:
+            assert time.monotonic() - granted < 2 + 1.5, "still there long after its TTL"
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - granted >= 1.9, "expired before its TTL"
+    finally:
+        await survivor.close()
+        await holder.close()
 
 
 async def test_a_locked_file_makes_the_probe_busy_at_once(tmp_path: Path) -> None:
