@@ -9,11 +9,15 @@ Experiments (--experiment, default all):
               physical throughputs: average JCT of max_min_fairness.trace under max-min
               fairness, makespan of minimize_makespan.trace under min_total_duration, each
               blind and aware, against the figures of Gavel's own simulator (`error`).
-  continuous  Poisson arrivals on 36 V100 + 36 P100 + 36 K80 drawn as the paper draws them;
-              the average JCT of jobs --window (the paper's 4000-5000; --quick 200-400)
-              against the load, for max-min fairness and FIFO, blind and aware. A policy's
-              sweep stops at the first load it does not sustain (more than --max-active jobs
-              active at once). Plotted to --plot-jct.
+  continuous  Poisson arrivals on 36 V100 + 36 P100 + 36 K80 drawn as the paper draws them
+              (--workload philly: multi-GPU jobs at the Philly scale factors; single-gpu: every
+              job on one GPU, the generator of the paper's Figure 8); the average JCT of jobs
+              --window (the paper's 4000-5000; --quick 200-400) against the load, for
+              max-min fairness and FIFO, blind and aware (--policies), averaged over --seeds.
+              A policy's sweep stops at the first load it does not sustain (more than
+              --max-active jobs active at once, at any seed). Plotted to --plot-jct. On the
+              single-gpu workload at the paper's window, max_min_fairness_perf is set beside
+              Gavel's own simulator (`gavel_reference_h`).
   solve       Seconds per solve of every policy against the active jobs (32 to 4,096, or
               --solve-jobs), with HiGHS, and the same linear programs in cvxpy with ECOS (up
               to --cvxpy-max jobs).
@@ -26,7 +30,8 @@ Experiments (--experiment, default all):
 
 Prints one JSON line per point, then a summary line ("benchmark": "gavel") with
 jct_ratio_agnostic_over_aware (max-min fairness at the highest load the blind policy
-sustains), makespan_ratio_agnostic_over_aware, trace_errors (per policy), solve_s per policy
+sustains), aware_over_gavel (single-gpu: our aware policy's average JCT over Gavel's, per
+load), makespan_ratio_agnostic_over_aware, trace_errors (per policy), solve_s per policy
 and job count, and replay_jct_error: each from the experiments that ran.
 
 Usage: .venv/bin/python scripts/sim_gavel.py [--experiment traces] [--quick]
@@ -48,7 +53,7 @@ from gavel.plot import plot_jct, plot_solve_times
 from gavel.replay import replay as run_replay
 from gavel.replay import shortened, simulated_jct_s
 from gavel.solve_times import problem_of, time_policy
-from gavel.workload import poisson_jobs, read_trace
+from gavel.workload import WORKLOADS, poisson_jobs, read_trace
 from gavel.world import simulate
 
 from tether.model.accelerator import ThroughputProfile
@@ -64,6 +69,10 @@ REFERENCE = {
     ("minimize_makespan.trace", "min_total_duration"): 20.71,
     ("minimize_makespan.trace", "min_total_duration_perf"): 17.40,
 }
+GAVEL_SINGLE_GPU = {3.0: 16.3, 5.0: 20.45}
+"""Average JCT (hours) of max_min_fairness_perf on the single-gpu workload, jobs 4000-5000, by
+jobs per hour: Gavel's own simulator on this machine (36 V100 + 36 P100 + 36 K80, 360 s
+rounds, seed 0)."""
 CONTINUOUS_POLICIES = ("max_min_fairness", "max_min_fairness_perf", "fifo", "fifo_perf")
 SOLVE_JOBS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -90,6 +99,23 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--max-active", type=int, default=800, help="saturation (800 jobs)")
     parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="philly",
+        help="how continuous jobs draw their scale factor (philly)",
+    )
+    parser.add_argument(
+        "--policies",
+        type=lambda text: text.split(","),
+        default=list(CONTINUOUS_POLICIES),
+        help=f"policies of the continuous sweep ({','.join(CONTINUOUS_POLICIES)})",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=lambda text: [int(value) for value in text.split(",")],
+        help="seeds the continuous sweep averages over, e.g. 0,1,2 (default: --seed)",
+    )
+    parser.add_argument(
         "--solve-jobs",
         type=lambda text: [int(value) for value in text.split(",")],
         help="active jobs to time the solve at (default 32 to 4,096 by doubling; --quick: to "
@@ -115,7 +141,15 @@ def parse_args() -> argparse.Namespace:
         default=default_plot("sim_gavel_solve.png"),
         help="where the solve experiment's plot goes (default: bench-results/)",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    check_args(parser, args)
+    return args
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    unknown = [policy for policy in args.policies if policy not in POLICIES]
+    if unknown:
+        parser.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(POLICIES)}")
 
 
 def emit(line: dict[str, Any]) -> None:
@@ -158,49 +192,87 @@ def continuous(args: argparse.Namespace) -> dict[str, Any]:
     profile = ThroughputProfile.load(args.data / "isolated_throughputs.json")
     first, last = args.window or ((200, 400) if args.quick else (4000, 5000))
     loads = args.loads or ([1.0, 2.0, 3.0, 4.0] if args.quick else [x / 2 for x in range(1, 9)])
+    seeds = args.seeds or [args.seed]
     measured = {f"j{number:05d}" for number in range(first, last)}
     points: list[dict[str, Any]] = []
-    sustained: dict[str, dict[float, float]] = {policy: {} for policy in CONTINUOUS_POLICIES}
-    for policy in CONTINUOUS_POLICIES:
+    sustained: dict[str, dict[float, float]] = {policy: {} for policy in args.policies}
+    for policy in args.policies:
         for load in sorted(loads):
             # Arrivals go on past the window so that its jobs see the load until they finish.
-            jobs = poisson_jobs(profile, jobs_per_hour=load, count=last * 2, seed=args.seed)
-            started = time.monotonic()
-            outcome = simulate(
-                jobs,
-                profile,
-                POLICIES[policy],
-                SIMULATED,
-                round_s=args.round_s,
-                until_finished=measured,
-                max_active=args.max_active,
-            )
-            jct_h = None if outcome.saturated else outcome.average_jct_s(sorted(measured)) / 3600
-            point = {
-                "experiment": "continuous",
-                "policy": policy,
-                "jobs_per_hour": load,
-                "window": f"{first}-{last}",
-                "average_jct_h": None if jct_h is None else round(jct_h, 3),
-                "saturated": outcome.saturated,
-                "rounds": outcome.rounds,
-                "sim_s": round(time.monotonic() - started, 1),
-            }
+            point = continuous_point(args, profile, policy, load, seeds, measured, 2 * last)
+            point["window"] = f"{first}-{last}"
+            if args.workload == "single-gpu" and (first, last) == (4000, 5000):
+                point["gavel_reference_h"] = (
+                    GAVEL_SINGLE_GPU.get(load) if policy == "max_min_fairness_perf" else None
+                )
             emit(point)
             points.append(point)
-            if jct_h is None:
+            if point["average_jct_h"] is None:
                 break
-            sustained[policy][load] = jct_h
-    plot_jct(args.plot_jct, points, f"36 V100 + 36 P100 + 36 K80, jobs {first}-{last}")
-    blind, aware = sustained["max_min_fairness"], sustained["max_min_fairness_perf"]
+            sustained[policy][load] = point["average_jct_h"]
+    title = f"{args.workload}: 36 V100 + 36 P100 + 36 K80, jobs {first}-{last}, seeds {seeds}"
+    plot_jct(args.plot_jct, points, title)
+    found: dict[str, Any] = {"plot_jct": str(args.plot_jct)}
+    aware = sustained.get("max_min_fairness_perf", {})
+    found["aware_over_gavel"] = {
+        load: round(aware[load] / point["gavel_reference_h"], 3)
+        for point in points
+        if point.get("gavel_reference_h") is not None and (load := point["jobs_per_hour"]) in aware
+    }
+    blind = sustained.get("max_min_fairness", {})
     common = sorted(set(blind) & set(aware))
     if not common:
-        return {"jct_ratio_agnostic_over_aware": None}
+        return {**found, "jct_ratio_agnostic_over_aware": None}
     highest = common[-1]
     return {
+        **found,
         "jct_ratio_agnostic_over_aware": round(blind[highest] / aware[highest], 3),
         "at_jobs_per_hour": highest,
-        "plot_jct": str(args.plot_jct),
+    }
+
+
+def continuous_point(
+    args: argparse.Namespace,
+    profile: ThroughputProfile,
+    policy: str,
+    load: float,
+    seeds: list[int],
+    measured: set[str],
+    count: int,
+) -> dict[str, Any]:
+    """One policy at one load, `count` jobs a seed: the average JCT of the `measured` jobs over
+    the seeds, None if any seed saturates."""
+    per_seed: list[float] = []
+    rounds, started = 0, time.monotonic()
+    for seed in seeds:
+        jobs = poisson_jobs(
+            profile, jobs_per_hour=load, count=count, seed=seed, workload=args.workload
+        )
+        outcome = simulate(
+            jobs,
+            profile,
+            POLICIES[policy],
+            SIMULATED,
+            round_s=args.round_s,
+            until_finished=measured,
+            max_active=args.max_active,
+        )
+        rounds += outcome.rounds
+        if outcome.saturated:
+            break
+        per_seed.append(outcome.average_jct_s(sorted(measured)) / 3600)
+    saturated = len(per_seed) < len(seeds)
+    return {
+        "experiment": "continuous",
+        "workload": args.workload,
+        "policy": policy,
+        "jobs_per_hour": load,
+        "seeds": seeds,
+        "average_jct_h": None if saturated else round(sum(per_seed) / len(per_seed), 3),
+        "jct_h_per_seed": [round(jct, 3) for jct in per_seed],
+        "saturated": saturated,
+        "rounds": rounds,
+        "sim_s": round(time.monotonic() - started, 1),
     }
 
 

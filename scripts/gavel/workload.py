@@ -16,6 +16,9 @@ from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
 
 REFERENCE_TYPE = "v100"
 """The accelerator a generated job's duration is drawn on."""
+WORKLOADS = ("philly", "single-gpu")
+"""How a generated job's scale factor is drawn: from the Philly distribution, or always 1 (the
+generator of the paper's Figure 8)."""
 TRACE_COLUMNS = 10
 
 
@@ -66,18 +69,25 @@ def read_trace(path: Path) -> list[TraceJob]:
 
 
 def poisson_jobs(
-    profile: ThroughputProfile, *, jobs_per_hour: float, count: int, seed: int
+    profile: ThroughputProfile,
+    *,
+    jobs_per_hour: float,
+    count: int,
+    seed: int,
+    workload: str = "philly",
 ) -> list[TraceJob]:
     """`count` jobs arriving at `jobs_per_hour`: a job type uniformly at random, a scale factor
-    from the Philly distribution (1 where the type has no throughput at it), and a run time of
-    60 * 10^u seconds on the reference type."""
+    from the Philly distribution (1 where the type has no throughput at it) or, for the
+    `single-gpu` workload, 1, and a run time of 60 * 10^u seconds on the reference type."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}")
     rng = np.random.default_rng(seed)
     types = profile.job_types
     jobs, at = [], 0.0
     for number in range(count):
         at += rng.exponential(3600 / jobs_per_hour)
         job_type = types[int(rng.integers(len(types)))]
-        scale = int(rng.choice(SCALES, p=SCALE_WEIGHTS))
+        scale = int(rng.choice(SCALES, p=SCALE_WEIGHTS)) if workload == "philly" else 1
         if (job_type, scale) not in profile.table:
             scale = 1
         low, high = SHORT_U if rng.random() < SHORT_SHARE else LONG_U

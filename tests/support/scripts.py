@@ -115,9 +115,9 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         "sim_gavel.py",
         (
             *("--experiment", "continuous", "--quick", "--loads", "1", "--window", "10-20"),
-            *("--plot-jct", "{out}/jct.png"),
+            *("--workload", "single-gpu", "--seeds", "0,1", "--plot-jct", "{out}/jct.png"),
         ),
-        _keys("jct_ratio_agnostic_over_aware"),
+        _keys("jct_ratio_agnostic_over_aware", "aware_over_gavel"),
     ),
     SmokeRun(
         "sim_gavel.py",
