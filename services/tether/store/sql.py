@@ -43,8 +43,10 @@ from tether.store.sql_probe import Housekeeping, ProbeBusy, SqliteProbe
 from tether.store.sql_queries import (
     compact_history,
     count_under,
-    delete_leases,
+    delete_lease_keys,
+    end_leases,
     fetch_events,
+    forget_leases,
     grant_lease,
     housekeeping,
     lease_expires_at,
@@ -60,6 +62,7 @@ from tether.store.sql_tables import (
     make_engine,
     meta_table,
     metadata,
+    move_old_leases,
     sqlite_path,
 )
 from tether.store.sql_wake import FileWaker
@@ -111,6 +114,8 @@ class SqlStore(Store):
     def _create_schema(self) -> None:
         with self._engine.connect().execution_options(tether_write=True) as conn:
             metadata.create_all(conn)
+            if self._is_sqlite:
+                move_old_leases(conn)
             if conn.execute(sa.select(meta_table.c.id)).first() is None:
                 # etcd starts an empty store at revision 1; so do we.
                 conn.execute(meta_table.insert().values(id=1, revision=1, compacted=0))
@@ -361,13 +366,26 @@ class SqlStore(Store):
         return await self._run(time_to_live)
 
     async def lease_revoke(self, lease: int) -> None:
-        revision = await self._run(lambda: self._expire_sync([lease]))
-        await self._observe_revision(revision)
+        def revoke() -> int:
+            with self._write() as (conn, _revision, _compacted):
+                end_leases(conn, [lease])
+            return self._expire_sync([lease])
+
+        await self._observe_revision(await self._run(revoke))
 
     def _expire_sync(self, leases: list[int]) -> int:
-        """Deletes the leases and their keys in one revision; returns the store revision."""
+        """Deletes the keys of the leases, which have expired (or ended), in one revision, then
+        the leases; returns the store revision.
+
+        Two transactions, each on one file: SQLite commits a transaction over two files in WAL
+        mode one file at a time, and a crash between them must not leave keys on a lease that
+        is gone, which nothing would delete. An expired lease is never renewed nor given keys,
+        so the first does it all; should the second not happen, the next look does it."""
         with self._write() as (conn, revision, _compacted):
-            return delete_leases(conn, revision, leases)
+            revision = delete_lease_keys(conn, revision, leases)
+        with self._write() as (conn, _revision, _compacted):
+            forget_leases(conn, leases, time.time())
+        return revision
 
     def _housekeeping_sync(self) -> Housekeeping:
         with self._read() as conn:

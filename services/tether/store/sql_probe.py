@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from tether.store.base import prefix_end
+from tether.store.sql_tables import LEASES_SCHEMA, attach_leases
 
 # The SQL backend's tables (store/sql.py); a wrong name fails every look, loudly.
 _REVISION = "SELECT revision, compacted FROM tether_meta WHERE id = 1"
-_EXPIRED = "SELECT id FROM tether_leases WHERE expires_at <= ? LIMIT ?"
-_NEXT_EXPIRY = "SELECT min(expires_at) FROM tether_leases WHERE expires_at > ?"
+_EXPIRED = f"SELECT id FROM {LEASES_SCHEMA}.tether_leases WHERE expires_at <= ? LIMIT ?"
+_NEXT_EXPIRY = f"SELECT min(expires_at) FROM {LEASES_SCHEMA}.tether_leases WHERE expires_at > ?"
 _UNTOUCHED = (
     # `+key`: scan the few newest revisions by the primary key, not every key under the prefix.
     "SELECT revision, compacted, EXISTS (SELECT 1 FROM tether_events"
@@ -19,6 +21,8 @@ _UNTOUCHED = (
     " FROM tether_meta WHERE id = 1"
 )
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+T = TypeVar("T")
 
 
 class Housekeeping(NamedTuple):
@@ -40,7 +44,7 @@ class SqliteProbe:
     """Reads on a connection of its own that never waits for a lock.
 
     Every process polls its store: for other processes' writes fifty times a second while it
-    watches, and for expired leases four times a second. A pooled SQLAlchemy read transaction in
+    watches, and for expired leases when one is due. A pooled SQLAlchemy read transaction in
     a worker thread costs a millisecond and more of CPU (an idle region of 15 processes spent 1.3
     cores on them); a look here costs microseconds, and SQLite's data_version says whether there
     is anything to read at all.
@@ -51,6 +55,8 @@ class SqliteProbe:
             path, timeout=0, isolation_level=None, check_same_thread=False
         )
         self._data_version: int | None = None
+        self._path = path
+        self._leases_attached = False
 
     def revision_if_changed(self) -> int | None:
         """The store's revision, or None if no connection has committed since the last call."""
@@ -62,6 +68,11 @@ class SqliteProbe:
         return int(revision)
 
     def housekeeping(self, now: float, batch: int) -> Housekeeping:
+        if not self._leases_attached:
+            # Attaching waits for no lock, but fails while one is held: then it is busy. The
+            # store made the file, in WAL mode (setting the mode again would wait for a lock).
+            self._busy_unless(lambda: attach_leases(self._connection, self._path, configure=False))
+            self._leases_attached = True
         expired = [int(lease) for (lease,) in self._read(_EXPIRED, (now, batch))]
         ((revision, compacted),) = self._read(_REVISION)
         ((next_expiry,),) = self._read(_NEXT_EXPIRY, (now,))
@@ -83,8 +94,13 @@ class SqliteProbe:
         self._connection.close()
 
     def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self._busy_unless(lambda: self._connection.execute(sql, parameters).fetchall())
+
+    @staticmethod
+    def _busy_unless(action: Callable[[], T]) -> T:
+        """`action()`, ProbeBusy if SQLite said the file was locked."""
         try:
-            return self._connection.execute(sql, parameters).fetchall()
+            return action()
         except sqlite3.OperationalError as error:
             if error.sqlite_errorcode in _BUSY:
                 raise ProbeBusy(str(error)) from error

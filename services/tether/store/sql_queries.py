@@ -179,14 +179,24 @@ def renew_lease(conn: Connection, lease: int) -> int:
     return int(row.ttl)
 
 
-def delete_leases(conn: Connection, revision: int, leases: list[int]) -> int:
-    """Deletes the leases and their keys in one revision after `revision`; returns the store's
+def end_leases(conn: Connection, leases: list[int]) -> None:
+    """Makes the leases expired: from now on they are neither renewed nor given keys."""
+    conn.execute(leases_table.update().where(leases_table.c.id.in_(leases)).values(expires_at=0))
+
+
+def delete_lease_keys(conn: Connection, revision: int, leases: list[int]) -> int:
+    """Deletes the keys of the leases in one revision after `revision`; returns the store's
     revision after."""
     writer = RevisionWriter(conn, revision + 1)
     held = sa.select(kv_table.c.key).where(kv_table.c.lease.in_(leases)).order_by(kv_table.c.key)
     writer.delete([row.key for row in conn.execute(held)])
-    conn.execute(leases_table.delete().where(leases_table.c.id.in_(leases)))
     return writer.finish() if writer.changed else revision
+
+
+def forget_leases(conn: Connection, leases: list[int], now: float) -> None:
+    """Deletes those of the leases that have expired by `now`."""
+    expired = leases_table.c.id.in_(leases) & (leases_table.c.expires_at <= now)
+    conn.execute(leases_table.delete().where(expired))
 
 
 def housekeeping(conn: Connection, now: float, batch: int) -> Housekeeping:

@@ -45,12 +45,19 @@ events_table = sa.Table(
     sa.Column("lease", sa.BigInteger, nullable=False),
     sa.Index("tether_events_key_revision", "key", "revision", unique=True),
 )
+LEASES_SCHEMA = "leases"
+"""Where the leases table lives. On SQLite, a database file of its own (`leases_path`),
+attached to every connection: a renewal commits to that file alone, and the processes that
+watch the main file for commits (store/sql_wake.py) are not woken by every renewal of every
+lease in the region, which was most of what an idle region did. Elsewhere, the default
+schema."""
 leases_table = sa.Table(
     "tether_leases",
     metadata,
     sa.Column("id", sa.BigInteger, primary_key=True),
     sa.Column("ttl", sa.Integer, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False, index=True),
+    schema=LEASES_SCHEMA,
 )
 
 
@@ -96,10 +103,40 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def leases_path(path: Path) -> Path:
+    """The leases' SQLite file of the store in `path`: in a directory of its own, which the
+    watch on the main file's directory does not see into."""
+    return path.parent / f"{path.name}-leases" / "leases.db"
+
+
+def attach_leases(dbapi_connection: Any, path: Path, *, configure: bool = True) -> None:
+    """Attaches the leases' file to a SQLite connection (creating it), and unless told not to
+    (a connection that only reads), puts it in WAL mode."""
+    leases = leases_path(path)
+    leases.parent.mkdir(parents=True, exist_ok=True)
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"ATTACH DATABASE ? AS {LEASES_SCHEMA}", (str(leases),))
+    if configure:
+        cursor.execute(f"PRAGMA {LEASES_SCHEMA}.journal_mode=WAL")
+        cursor.execute(f"PRAGMA {LEASES_SCHEMA}.synchronous=NORMAL")
+    cursor.close()
+
+
+def move_old_leases(conn: Connection) -> None:
+    """Moves the leases of a SQLite store written before they had a file of their own."""
+    if sa.inspect(conn).has_table(leases_table.name, schema="main"):
+        conn.exec_driver_sql(
+            f"INSERT OR IGNORE INTO {LEASES_SCHEMA}.{leases_table.name} "
+            f"SELECT id, ttl, expires_at FROM main.{leases_table.name}"
+        )
+        conn.exec_driver_sql(f"DROP TABLE main.{leases_table.name}")
+
+
 def make_engine(url: str, path: Path | None) -> Engine:
     """The engine for `url`, whose SQLite file is `path` (None: not SQLite)."""
     if path is None:
-        return sa.create_engine(url, pool_size=8, pool_pre_ping=True)
+        engine = sa.create_engine(url, pool_size=8, pool_pre_ping=True)
+        return engine.execution_options(schema_translate_map={LEASES_SCHEMA: None})
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(
         url, connect_args={"check_same_thread": False, "timeout": 60}, pool_size=8
@@ -115,6 +152,7 @@ def make_engine(url: str, path: Path | None) -> Engine:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=60000")
         cursor.close()
+        attach_leases(dbapi_connection, path)
 
     @sa.event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from inotify_simple import INotify, flags
 
 from tests.integration.store.test_conformance import REPO, collect
 from tether.store.base import StoreError
@@ -47,9 +48,15 @@ async def test_the_probe_reports_the_revision_only_after_a_commit(
     revision = await sql_store.put("/p/a", b"1")
     assert probe.revision_if_changed() == revision
     assert probe.revision_if_changed() is None
-    # A lease is a commit that leaves the revision where it was: reported, unchanged.
-    await sql_store.lease_grant(5)
-    assert probe.revision_if_changed() == revision
+    # Leases live in a file of their own: granting and renewing one commits nothing here.
+    lease = await sql_store.lease_grant(5)
+    await sql_store.lease_keepalive(lease)
+    assert probe.revision_if_changed() is None
+    # Its expiry deletes its keys, here.
+    held = await sql_store.put("/p/held", b"1", lease=lease)
+    assert probe.revision_if_changed() == held
+    await sql_store.lease_revoke(lease)
+    assert probe.revision_if_changed() == held + 1
     assert probe.revision_if_changed() is None
 
 
@@ -157,6 +164,50 @@ async def test_the_waker_fires_on_another_processs_commit_and_only_then(
         assert not await waker.wait(0)
     finally:
         waker.close()
+
+
+async def test_granting_renewing_and_revoking_leases_writes_no_file_the_waker_sees(
+    sql_store: SqlStore, tmp_path: Path
+) -> None:
+    # The waker watches the store's directory; every process wakes on what it reports, and
+    # leases are renewed every few seconds by every service of a region.
+    watcher = INotify()
+    watcher.add_watch(tmp_path, flags.MODIFY | flags.CREATE | flags.MOVED_TO)
+    try:
+        lease = await sql_store.lease_grant(5)
+        for _ in range(3):
+            await sql_store.lease_keepalive(lease)
+        await sql_store.lease_revoke(lease)
+        # Events come in order: once the sentinel's is read, every write before it was.
+        (tmp_path / "sentinel").write_bytes(b"")
+        names: list[str] = []
+        while "sentinel" not in names:
+            names += [event.name for event in watcher.read(timeout=10_000)]
+        assert names == ["sentinel"]
+    finally:
+        watcher.close()
+
+
+async def test_the_leases_of_a_store_from_before_their_own_file_move_there(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "region.db"
+    await SqlStore(f"sqlite:///{path}").close()
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE tether_leases (id BIGINT PRIMARY KEY, ttl INT, expires_at FLOAT)")
+    old.execute("INSERT INTO tether_leases VALUES (77, 30, ?)", (time.time() + 30,))
+    old.commit()
+    old.close()
+    store = SqlStore(f"sqlite:///{path}")
+    try:
+        ttl = await store.lease_time_to_live(77)
+        assert ttl is not None
+        assert 25 <= ttl <= 30
+        assert await store.lease_keepalive(77) == 30
+    finally:
+        await store.close()
+    tables = sqlite3.connect(path).execute("SELECT name FROM sqlite_master").fetchall()
+    assert ("tether_leases",) not in tables
 
 
 async def test_the_probe_says_when_nothing_under_a_prefix_changed(
