@@ -105,6 +105,8 @@ class SqlStore(Store):
         self._active_watches = 0
         self._housekeeping_due = 0.0
         """When maintenance looks for expired leases next (the event loop's clock)."""
+        self._watch_opened = asyncio.Event()
+        """Wakes maintenance that waits for housekeeping alone: a watch opened."""
         self._run_sync(self._create_schema)
         self._probe = None if path is None else SqliteProbe(path)
         self._waker = None if path is None else FileWaker.open(path)
@@ -194,7 +196,11 @@ class SqlStore(Store):
         commit not yet done: the next one follows as soon as the file is written again.)
         Housekeeping is due when `_keep_house` said, whatever happens."""
         if not self._active_watches:
-            await asyncio.sleep(max(housekeeping_due_s, 0))
+            # A watch that opens meanwhile must hear other processes' writes from then on.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(housekeeping_due_s, 0)):
+                    await self._watch_opened.wait()
+            self._watch_opened.clear()
             return
         interval_s = self._settings.sql_poll_interval_s
         if self._waker is None or committed:
@@ -455,6 +461,7 @@ class _SqlWatch(Watch):
         if self.next_revision <= 0:
             self.next_revision = await store.revision() + 1
         store._active_watches += 1
+        store._watch_opened.set()
         try:
             async for events in self._poll():
                 yield events

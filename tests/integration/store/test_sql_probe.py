@@ -105,6 +105,33 @@ async def test_a_lease_left_by_a_closed_store_expires_on_time_in_another(tmp_pat
         await holder.close()
 
 
+async def test_a_watch_opened_while_maintenance_waits_hears_the_next_write_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a watch, maintenance waits only for housekeeping (here: long); a watch opened
+    # meanwhile must not wait that long for another process's write.
+    monkeypatch.setattr("tether.store.sql._HOUSEKEEPING_MAX_S", 30.0)
+    url = f"sqlite:///{tmp_path / 'region.db'}"
+    watching, writing = SqlStore(url), SqlStore(url)
+    try:
+        start = await watching.revision() + 1  # its maintenance starts
+        await asyncio.sleep(0.1)  # and waits, with no watch open
+        async with watching.watch("/w/", start_revision=start) as watch:
+            # The store's own write wakes its watch directly, maintenance or not.
+            await watching.put("/w/0", b"0")
+            async with asyncio.timeout(10):
+                first = await anext(watch)
+            # Another store's write reaches the watch only through maintenance.
+            await writing.put("/w/1", b"1")
+            async with asyncio.timeout(10):
+                events = await anext(watch)
+        assert [event.kv.key for event in first] == ["/w/0"]
+        assert [event.kv.key for event in events] == ["/w/1"]
+    finally:
+        await watching.close()
+        await writing.close()
+
+
 async def test_a_locked_file_makes_the_probe_busy_at_once(tmp_path: Path) -> None:
     path = tmp_path / "region.db"
     store = SqlStore(f"sqlite:///{path}")
