@@ -16,6 +16,7 @@ from tether.agent.assignments import assignment_at, task_at, task_environment
 from tether.agent.executor import Executor, ProcessExecutor
 from tether.agent.fence import AttemptFence
 from tether.agent.logserver import log_server
+from tether.agent.observer import NEVER_RAN, Observer
 from tether.agent.profile import HostProfiles
 from tether.agent.registration import Registration, retried
 from tether.agent.settings import AgentSettings
@@ -40,8 +41,6 @@ from tether.store.mirror import PrefixMirror
 
 _log = logging.getLogger(__name__)
 
-KILL_BACKSTOP_S: Final = 5.0
-"""Extra time, after the shim's own SIGKILL, before the agent kills an unresponsive shim."""
 IDLE_PASS_S: Final = 60.0
 """How often a pass runs while the agent has no attempt to look at and no assignment to act
 on. Such a pass does nothing: an assignment or a host profile that changes wakes it at once."""
@@ -74,6 +73,7 @@ class Agent(Service):
         self.work_dir = WorkDir(settings.work_dir or Path(".tether/agents") / machine.id)
         self._executor = executor or ProcessExecutor(self.work_dir, settings, machine.id)
         self._poll_interval_s = self._executor.poll_interval_s or settings.poll_interval_s
+        self._observer = Observer(self._executor, settings)
         logs = self._executor.logs
         self._http = (
             None if logs is None else log_server(logs, settings.http_host, settings.http_port)
@@ -241,12 +241,14 @@ class Agent(Service):
         """Observes every attempt, reports what changed in one write, and lets go of the
         attempts whose end it reported (after the write: an end is never lost to a failed
         one)."""
-        reports = [
-            report
-            for task, attempts in list(self._attempts.items())
-            for attempt in list(attempts.values())
-            if (report := self._observe(attempt, desired.get(task))) is not None
-        ]
+        reports = []
+        for task, attempts in list(self._attempts.items()):
+            for attempt in list(attempts.values()):
+                seen = self._observer.observe(attempt, desired.get(task))
+                if seen is NEVER_RAN:
+                    self._forget_attempt(attempt)
+                elif isinstance(seen, StatusReport):
+                    reports.append(seen)
         await self._status.write_all(reports)
         for report in reports:
             if report.state in TERMINAL_STATES:
@@ -315,89 +317,6 @@ class Agent(Service):
                 files, now, adopted=True
             )
             _log.info("adopting attempt %d of task %s", files.attempt, files.task.task_id)
-
-    def _observe(self, attempt: Attempt, assignment: Assignment | None) -> StatusReport | None:
-        """Notices the attempt's start and end, and stops it when it is no longer wanted;
-        returns the status to report."""
-        files = attempt.files
-        end = self._executor.end(files)
-        if attempt.state is None or attempt.state.pid is None:
-            # Read after the end, which the shim writes last: a finished attempt's state is
-            # final. This is the observation's only read of the state.
-            attempt.state = self._executor.state(files) or attempt.state
-        if end is not None:
-            return self._ended(attempt, end)
-        shim_running = self._executor.supervised(files, attempt.state, attempt.seen_at)
-        wanted = (
-            assignment is not None
-            and assignment.attempt == attempt.number
-            and assignment.desired is DesiredState.RUNNING
-        )
-        if not wanted:
-            self._stop(attempt)
-        if not shim_running:
-            if attempt.adopted and attempt.state is None and self._executor.end(files) is None:
-                # The previous agent died between claiming the attempt and its shim's first
-                # step (the shim records its state before it starts anything): nothing ran,
-                # and it starts again in this pass rather than being reported failed.
-                self._forget_attempt(attempt)
-                return None
-            return self._ended(attempt, self._shim_died(attempt))
-        if attempt.state is None or attempt.state.pid is None:
-            return None
-        if attempt.progress is None and wanted and assignment is not None:
-            attempt.progress = assignment.progress  # adopted: resumed from there
-        if time.monotonic() - attempt.progress_read_at >= self._settings.progress_interval_s:
-            self._read_progress(attempt)
-        return StatusReport(attempt, TaskState.RUNNING, True)
-
-    def _stop(self, attempt: Attempt) -> None:
-        """Asks the shim to stop the task; kills both when the shim does not manage to."""
-        now = time.monotonic()
-        if attempt.stop_sent_at is None:
-            attempt.stop_sent_at = now
-            _log.info("stopping attempt %d of task %s", attempt.number, attempt.task.task_id)
-            self._executor.stop(attempt.files, attempt.state, force=False)
-        elif now - attempt.stop_sent_at > self._settings.kill_grace_s + KILL_BACKSTOP_S:
-            self._executor.stop(attempt.files, attempt.state, force=True)
-
-    def _shim_died(self, attempt: Attempt) -> ShimExit:
-        """The end of an attempt whose shim is gone."""
-        # The shim records the end before it exits: look again, it may have just done so.
-        end = self._executor.end(attempt.files)
-        if end is None:
-            self._executor.orphaned(attempt.state)
-            end = ShimExit(
-                exit_code=None,
-                stopped=attempt.stop_sent_at is not None,
-                finished_at=datetime.now(UTC),
-                message="the task's supervisor (shim) ended without recording the exit status",
-            )
-            self._executor.record_end(attempt.files, end)
-        return end
-
-    def _read_progress(self, attempt: Attempt) -> None:
-        """The steps the task reports now, if it reports any."""
-        reported = self._executor.progress(attempt.files)
-        if reported is not None:
-            attempt.progress = reported
-        attempt.progress_read_at = time.monotonic()
-
-    def _ended(self, attempt: Attempt, end: ShimExit) -> StatusReport:
-        """The report of an attempt's end."""
-        self._read_progress(attempt)
-        if end.stopped or attempt.stop_sent_at is not None:
-            state = TaskState.KILLED
-        elif end.exit_code == 0:
-            state = TaskState.EXITED
-        else:
-            state = TaskState.FAILED
-        fields = {
-            "exit_code": end.exit_code,
-            "finished_at": end.finished_at,
-            "message": end.message,
-        }
-        return StatusReport(attempt, state, False, fields)
 
     def _retire(self, attempt: Attempt, state: TaskState) -> None:
         """Lets go of an attempt whose end (`state`) was reported."""

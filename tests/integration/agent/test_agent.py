@@ -219,6 +219,22 @@ async def test_tasks_survive_a_restart_and_are_adopted(
     await wait_gone(pids[0])
 
 
+async def test_an_attempt_whose_shim_never_started_is_started_again_not_failed(
+    store: Store, start_agent: StartAgent, machine: Machine, work_dir: Path
+) -> None:
+    # A previous agent made the attempt's directory and died before the shim's first step (the
+    # shim records its state before it starts anything): nothing ran. Once the shim's start
+    # grace has passed, the attempt is forgotten and started afresh, not reported failed.
+    WorkDir(work_dir).attempt(TaskRef(ENT, JOB, 0), 1).dir.mkdir(parents=True)
+    await assign(store, machine, 0, attempt=1)
+    agent = await start_agent()
+    running = await wait_status(store, 0, 1, TaskState.RUNNING)
+    assert running.pid is not None
+    assert start_ticks(running.pid) is not None
+    text = await wait_log(agent.address, 0, "TETHER_TASK_ATTEMPT=1")
+    assert text.count("TETHER_TASK_ID") == 1  # started once
+
+
 async def test_exits_and_bad_assignments(
     store: Store, start_agent: StartAgent, machine: Machine, work_dir: Path
 ) -> None:
