@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """ESCHER's overheads table on a real region: gang scheduling three ways, and set_resource.
 
-Starts `tether up` (no agents) with `--machines` simulated machines (`tether agent-sim`, the
-real agent's code with an executor that starts no process), each with room for two of the
-gang's tasks, so a gang of `--gang-size` spans machines. Then, through the REST API:
+Starts `tether up` (no agents; on `--store` sqlite, the default, or etcd) with `--machines`
+simulated machines (`tether agent-sim`, the real agent's code with an executor that starts no
+process), each with room for two of the gang's tasks, so a gang of `--gang-size` spans
+machines. Then, through the REST API:
 
 - `set_resource_p50_ms`, `set_resource_p99_ms`: `set_resource` end to end (the SDK's call,
   the frontend's validation and store transaction), each call granting the label on one more
@@ -15,9 +16,10 @@ gang's tasks, so a gang of `--gang-size` spans machines. Then, through the REST 
   the first call of the implementation until every task of the gang runs, over `--trials`
   gangs each, the three taking turns.
 
-Prints one JSON line on stdout; progress goes to stderr.
+Prints one JSON line on stdout (with the `store` it ran on); progress goes to stderr.
 
-Usage: .venv/bin/python scripts/bench_esl.py [--machines 300] [--trials 20] [--gang-size 8]
+Usage: .venv/bin/python scripts/bench_esl.py [--store sqlite|etcd] [--machines 300] [--trials 20]
+       [--gang-size 8]
 """
 
 from __future__ import annotations
@@ -177,6 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument(
+        "--store", choices=("sqlite", "etcd"), default="sqlite", help="the region's store (sqlite)"
+    )
     parser.add_argument("--machines", type=int, default=300, help="simulated machines")
     parser.add_argument("--trials", type=int, default=20, help="gangs per implementation")
     parser.add_argument("--gang-size", type=int, default=8, help="tasks per gang")
@@ -186,7 +191,8 @@ def main() -> None:
         parser.error("--machines, --trials, --gang-size and --set-calls must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-esl-") as directory:
         root = Path(directory)
-        region = LocalRegion(root / "tether", agents=0)
+        store_args = ["--etcd"] if args.store == "etcd" else []
+        region = LocalRegion(root / "tether", agents=0, store_args=store_args)
         fleet: subprocess.Popen[bytes] | None = None
         try:
             log("starting the region")
@@ -233,6 +239,7 @@ def measure(client: TetherClient, args: argparse.Namespace) -> dict[str, Any]:
     lines = {"app": lines_of(app_gang), "esl": lines_of(esl.gang), "builtin": builtin_lines()}
     return {
         "benchmark": "esl",
+        "store": args.store,
         "machines": machines,
         "gang_size": size,
         "trials": trials,
