@@ -21,6 +21,17 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
             await task
 
 
+async def wait_set(event: asyncio.Event, timeout_s: float) -> bool:
+    """Waits until `event` is set, or `timeout_s` passed; whether it is set.
+
+    Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that arrives as the
+    event is set, and a loop around it would then never stop."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()
+
+
 async def every(
     interval_s: float | Callable[[], float],
     action: Callable[[], Awaitable[object]],
@@ -38,11 +49,7 @@ async def every(
         if wake is None:
             await asyncio.sleep(pause)
         else:
-            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that arrives
-            # as the event is set, and the loop would then never stop.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(pause):
-                    await wake.wait()
+            await wait_set(wake, pause)
             wake.clear()
         await action()
 

@@ -17,6 +17,7 @@ import grpc
 import uvicorn
 from starlette.types import ASGIApp
 
+from tether.aio import wait_set
 from tether.config import StoreSettings
 from tether.model import RegionConfig, from_json
 from tether.store import Store, StoreError, StoreMissing, keys, open_store
@@ -181,9 +182,7 @@ class _QuietServer(uvicorn.Server):
         counter = 0
         while not await self.on_tick(counter):
             counter = (counter + 10) % 864000
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self.exiting.wait()
+            await wait_set(self.exiting, 1.0)
 
 
 class HttpServer:

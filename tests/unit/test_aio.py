@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tether.aio import Periodic, cancel_and_wait, every
+from tether.aio import Periodic, cancel_and_wait, every, wait_set
 
 
 async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
@@ -107,3 +107,11 @@ async def test_every_now_runs_once_before_the_first_wait() -> None:
     task = asyncio.create_task(every(3600, action, now=True))
     await asyncio.wait_for(ran.wait(), 5)
     await cancel_and_wait(task)
+
+
+async def test_wait_set_says_whether_the_event_was_set_before_the_timeout() -> None:
+    event = asyncio.Event()
+    assert not await wait_set(event, 0.01)
+    asyncio.get_running_loop().call_soon(event.set)
+    assert await wait_set(event, 10)
+    assert event.is_set()  # it is the caller's to clear

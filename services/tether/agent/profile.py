@@ -18,7 +18,7 @@ import pydantic
 
 from tether.agent.settings import AgentSettings
 from tether.agent.workdir import read_record, write_record
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, wait_set
 from tether.model import Allocation, HostProfile, Name, TetherModel, Timestamp, from_json
 from tether.store import KeyValue, Store, StoreError, keys
 from tether.store.mirror import PrefixMirror
@@ -222,11 +222,8 @@ class HostProfiles:
                     error,
                     delay,
                 )
-                # A new target is tried at once; the same one after the pause. (asyncio.timeout:
-                # wait_for can swallow a cancellation on Python 3.11.)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await self._wake.wait()
+                # A new target is tried at once; the same one after the pause.
+                await wait_set(self._wake, delay)
 
     async def _switch(self, profile: str) -> None:
         started = time.monotonic()

@@ -23,7 +23,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, wait_set
 from tether.config import StoreSettings
 from tether.store.base import (
     CompactedError,
@@ -78,6 +78,9 @@ looks when the next lease it knows of expires, if sooner: every process of a reg
 looking four times a second cost an idle region a tenth of a core. A lease another process
 granted since the last look may expire up to this much late."""
 _EXPIRE_BATCH = 500
+_PAST_EXPIRY_S = 0.01
+"""How long after a lease's expiry maintenance looks: a look that comes too early finds
+nothing and must come again."""
 # Lease ids are random 63-bit integers, like etcd's, so ids from many processes never collide.
 _LEASE_ID_BITS = 62
 
@@ -197,9 +200,7 @@ class SqlStore(Store):
         Housekeeping is due when `_keep_house` said, whatever happens."""
         if not self._active_watches:
             # A watch that opens meanwhile must hear other processes' writes from then on.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(housekeeping_due_s, 0)):
-                    await self._watch_opened.wait()
+            await wait_set(self._watch_opened, max(housekeeping_due_s, 0))
             self._watch_opened.clear()
             return
         interval_s = self._settings.sql_poll_interval_s
@@ -223,8 +224,7 @@ class SqlStore(Store):
             return 0.0  # more may have expired than one batch holds
         if work.next_expiry is None:
             return _HOUSEKEEPING_MAX_S
-        # A little after it: a look that comes too early finds nothing and must come again.
-        return min(max(work.next_expiry - time.time(), 0.0) + 0.01, _HOUSEKEEPING_MAX_S)
+        return min(max(work.next_expiry - time.time(), 0.0) + _PAST_EXPIRY_S, _HOUSEKEEPING_MAX_S)
 
     async def _notice_writes(self) -> bool:
         """Wakes the watches if the store's revision has moved (another process wrote);
@@ -352,7 +352,7 @@ class SqlStore(Store):
 
         granted = await self._run(grant)
         # Its expiry may come before maintenance would look again.
-        expires = asyncio.get_running_loop().time() + ttl_s + 0.01
+        expires = asyncio.get_running_loop().time() + ttl_s + _PAST_EXPIRY_S
         self._housekeeping_due = min(self._housekeeping_due, expires)
         return granted
 

@@ -4,11 +4,12 @@ not poll it: an inotify watch on the file's directory, for the file and its writ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
 from inotify_simple import INotify, flags
+
+from tether.aio import wait_set
 
 _log = logging.getLogger(__name__)
 
@@ -50,10 +51,7 @@ class FileWaker:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._loop.add_reader(self._inotify.fileno(), self._drain)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                await self._written.wait()
-        written = self._written.is_set()
+        written = await wait_set(self._written, timeout_s)
         self._written.clear()
         return written
 
