@@ -374,7 +374,15 @@ def test_a_batch_scale_down_gives_quota_back_and_its_scale_up_waits_for_room(
         # What the decider reports: within the quota, nothing borrowed.
         use = wait_for(reported, timeout_s=30, what="the decider's report of scaled-batch")
         assert use["borrowed"]["cpu"] == 0
-        queue = get_json(client, "/v1/queues/scaled-batch")
+
+        def listed() -> dict[str, Any] | None:
+            queue = get_json(client, "/v1/queues/scaled-batch")
+            reasons = [entry["reason"] for entry in queue["jobs"]]
+            return queue if reasons == [record["reason"]] else None
+
+        # The queue's view is this frontend's watch of the admission records, which trails the
+        # store (where the job's view read the reason) by the watch's delay.
+        queue = wait_for(listed, timeout_s=30, what="the queue's view of the decider's reason")
         [entry] = queue["jobs"]
         assert (entry["job"], entry["position"], entry["admitted"]) == (a, 1, 1)
         assert entry["reason"] == record["reason"]
