@@ -18,7 +18,14 @@ again), retried (sent again after the server closed a kept-alive connection), pe
 count, p50_ms and p99_ms, jobs_checked, state_matches_store and the first mismatches if any, and
 cpu_s: the CPU seconds each process used during the load (the clients are this process).
 
-Usage: .venv/bin/python scripts/bench_api.py [--seconds 60] [--clients 50]
+With --reads the clients only read: --jobs jobs of 3 sleeper tasks are submitted first, then
+every client GETs one of them (the job, or its tasks) after another, from the frontends' caches
+(with --consistent, `?consistent=true`: from the store, as every GET did before the cache). The
+JSON line then has mode, jobs_read, reads, reads_per_s, read_p50_ms, read_p99_ms,
+frontend_cpu_ms_per_read (the frontends' CPU over the reads), errors_5xx, errors_4xx,
+transport_errors and cpu_s.
+
+Usage: .venv/bin/python scripts/bench_api.py [--seconds 60] [--clients 50] [--reads [--consistent]]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from apibench.reads import read_load
 from benchkit import log, stop_on_signals
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
@@ -65,6 +73,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--frontends", type=int, default=2, help="frontends they spread over")
     parser.add_argument("--agents", type=int, default=4, help="local agents (machines)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the clients' choices")
+    parser.add_argument(
+        "--reads",
+        action="store_true",
+        help="a pure-read load instead: --jobs jobs submitted first, then every client reads "
+        "one of them (GET of the job, or of its tasks) after another",
+    )
+    parser.add_argument("--jobs", type=int, default=20, help="jobs the --reads load reads")
+    parser.add_argument(
+        "--consistent",
+        action="store_true",
+        help="with --reads: every GET reads the store (?consistent=true), not the cache",
+    )
     return parser.parse_args()
 
 
@@ -104,6 +124,9 @@ class Client:
         self._told = told
         self._rng = rng
         self._jobs = itertools.count()
+        self._written = 0
+        """The revision of this client's newest write: it reads at least that (read-your-writes,
+        as TetherClient does), whichever frontend it asks."""
 
     async def _request(
         self,
@@ -115,18 +138,25 @@ class Client:
         headers: dict[str, str] | None = None,
     ) -> httpx.Response | None:
         http = next(self._frontends)
+        params = {"min_revision": self._written} if method == "GET" and self._written else None
         started = time.perf_counter()
         try:
             try:
-                response = await http.request(method, path, json=body, headers=headers)
+                response = await http.request(
+                    method, path, json=body, headers=headers, params=params
+                )
             except (httpx.RemoteProtocolError, httpx.ReadError):
                 # The server closed a kept-alive connection as it was reused (uvicorn's
                 # keep-alive timeout): every request here is safe to send again.
                 self._tally.retries += 1
-                response = await http.request(method, path, json=body, headers=headers)
+                response = await http.request(
+                    method, path, json=body, headers=headers, params=params
+                )
         except httpx.HTTPError as error:
             self._tally.transport_errors[type(error).__name__] += 1
             return None
+        if method != "GET" and "x-tether-revision" in response.headers:
+            self._written = max(self._written, int(response.headers["x-tether-revision"]))
         self._tally.latencies_ms[operation].append((time.perf_counter() - started) * 1000)
         self._tally.statuses[response.status_code] += 1
         if response.status_code not in expected:
@@ -223,7 +253,7 @@ async def check(region: LocalRegion, told: dict[str, Told]) -> list[str]:
     async with httpx.AsyncClient(base_url=region.url, headers=headers, timeout=30) as http:
         for handle, expected in sorted(told.items()):
             job = stored.get(handle)
-            answer = await http.get(f"/v1/jobs/{handle}")
+            answer = await http.get(f"/v1/jobs/{handle}", params={"consistent": "true"})
             if expected.deleted:
                 if job is not None and not job.deleting:
                     mismatches.append(f"{handle}: deleted, but the store holds it undeleted")
@@ -248,7 +278,8 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50_ms": round(float(p50), 1), "p99_ms": round(float(p99), 1)}
 
 
-def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
+def start(region: LocalRegion, args: argparse.Namespace) -> dict[str, int]:
+    """Starts the region and makes the clients' entitlement; the pids to measure, by name."""
     region.start()
     # Ten times what the agents offer (tasks that do not fit wait unplaced), so that no
     # submission is refused for quota.
@@ -259,11 +290,55 @@ def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
             json={"name": ENTITLEMENT, "quota": {"resources": quota}, "members": ["admin"]},
         )
         created.raise_for_status()
-    log(f"{args.clients} clients on {len(region.urls)} frontends for {args.seconds:.0f} s")
     pids = {**region.service_pids(), "clients": os.getpid()}
     state = region.state()
     if state.etcd_pid:
         pids["etcd"] = state.etcd_pid
+    return pids
+
+
+def measure_reads(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
+    pids = start(region, args)
+    handles = []
+    with region.client() as admin:
+        for n in range(args.jobs):
+            submitted = admin.post(
+                "/v1/jobs", json=sleeper_job(f"read-{n}", MAX_TASKS, entitlement=ENTITLEMENT)
+            )
+            submitted.raise_for_status()
+            handles.append(f"{ENTITLEMENT}/read-{n}")
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    reads, elapsed = asyncio.run(
+        read_load(
+            region.urls,
+            region.token,
+            handles,
+            args.clients,
+            args.seconds,
+            consistent=args.consistent,
+            seed=args.seed,
+        )
+    )
+    cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
+    frontend_cpu_s = sum(seconds for name, seconds in cpu.items() if name.startswith("frontend"))
+    count = len(reads.latencies_ms)
+    return {
+        "mode": "consistent_reads" if args.consistent else "reads",
+        "jobs_read": len(handles),
+        "reads": count,
+        "reads_per_s": round(count / elapsed, 1),
+        **{f"read_{key}": value for key, value in percentiles(reads.latencies_ms).items()},
+        "frontend_cpu_ms_per_read": round(1000 * frontend_cpu_s / max(count, 1), 2),
+        "errors_5xx": sum(n for status, n in reads.statuses.items() if status >= 500),
+        "errors_4xx": sum(n for status, n in reads.statuses.items() if 400 <= status < 500),
+        "transport_errors": dict(reads.transport_errors),
+        "cpu_s": {name: seconds for name, seconds in cpu.items() if seconds >= 0.5},
+    }
+
+
+def measure(region: LocalRegion, args: argparse.Namespace) -> dict[str, Any]:
+    pids = start(region, args)
+    log(f"{args.clients} clients on {len(region.urls)} frontends for {args.seconds:.0f} s")
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     tally, told, elapsed = asyncio.run(load(region.urls, region.token, args))
     cpu = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
@@ -301,7 +376,7 @@ def main() -> None:
             frontends=args.frontends,
         )
         try:
-            results = measure(region, args)
+            results = measure_reads(region, args) if args.reads else measure(region, args)
         finally:
             region.cleanup()
     print(

@@ -178,6 +178,20 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         region=True,
     ),
     SmokeRun(
+        "bench_api.py",
+        ("--reads", "--seconds", "2", "--clients", "2", "--agents", "1", "--jobs", "2"),
+        _keys(
+            "reads",
+            "reads_per_s",
+            "read_p50_ms",
+            "read_p99_ms",
+            "frontend_cpu_ms_per_read",
+            "errors_5xx",
+            "cpu_s",
+        ),
+        region=True,
+    ),
+    SmokeRun(
         "bench_idle.py",
         ("--seconds", "1", "--writes", "3", "--settle-s", "0"),
         _keys(

@@ -31,10 +31,12 @@ from tether.frontend.api import (
     throughput_profiles,
 )
 from tether.frontend.queue_index import QueueIndex
+from tether.frontend.revisions import RevisionHeaders, RevisionNoting
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.frontend.storewait import StoreWaitLimit
-from tether.store import Store
+from tether.store import Store, keys
+from tether.store.cache import StoreCache
 
 DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 `Authorization: Bearer <token>`; errors are `application/problem+json`.
@@ -64,6 +66,28 @@ ROUTERS: Final = tuple(
 )
 
 
+CACHED_PREFIXES: Final = (
+    keys.ADMISSIONS,
+    keys.CONTROL_STATUS,
+    keys.ENTITLEMENTS,
+    keys.EPHEMERAL_RESOURCES,
+    keys.HEARTBEATS,
+    keys.HOST_PROFILES,
+    keys.JOBS,
+    keys.MACHINES,
+    keys.MAINTENANCE,
+    keys.OPERATIONS,
+    keys.PRINCIPALS,
+    keys.REGION,
+    keys.SHARD_MAP,
+    keys.TASKS,
+    keys.TASK_STATUS,
+    keys.THROUGHPUT_PROFILES,
+)
+"""What the frontend's cache holds: what GET requests read, but the allocations and the
+assignments (a key per task each, read only by the views of entitlements and the region)."""
+
+
 def _api(**kwargs: Any) -> FastAPI:
     app = FastAPI(title="Tether", version=__version__, description=DESCRIPTION, **kwargs)
     for router in ROUTERS:
@@ -80,12 +104,14 @@ def openapi_document() -> dict[str, Any]:
 def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCounts) -> FastAPI:
     """The REST API over `store`; the caller owns the store and closes it. `shard_counts`
     (over the same store) run while the app does."""
+    store = RevisionNoting(store)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         allocators = Allocators(store, settings.allocator_timeout_s)
         app.state.allocators = allocators
         queue_index = app.state.queue_index = QueueIndex(store, settings.shard_counts_wait_s)
+        await cache.start()
         await shard_counts.start()
         await queue_index.start()
         try:
@@ -95,10 +121,13 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
         finally:
             await queue_index.stop()
             await shard_counts.stop()
+            await cache.stop()
             await allocators.close()
 
+    cache = StoreCache(store, keys.ROOT, CACHED_PREFIXES)
     app = _api(lifespan=lifespan)
     app.state.store = store
+    app.state.cache = cache
     app.state.shard_counts = shard_counts
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
@@ -106,6 +135,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     # The routers' own routes: the app lists an included router as one entry.
     allow.install(app, [*app.routes, *(route for router in ROUTERS for route in router.routes)])
     app.add_middleware(StoreWaitLimit, seconds=settings.store_wait_s)
+    app.add_middleware(RevisionHeaders)
     # Outermost: it sees the status of every answer, problems and unexpected errors included.
     app.add_middleware(metrics.RequestMetrics)
     return app

@@ -13,6 +13,7 @@ from tether.frontend.queue_index import QueueIndex
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.store import Store
+from tether.store.cache import StoreCache
 
 # Coroutines, though they never wait: FastAPI runs a plain function dependency in a worker
 # thread, and handing every request to threads twice cost the frontend a third of its CPU.
@@ -26,6 +27,11 @@ async def _store(request: Request) -> Store:
 async def _settings(request: Request) -> FrontendSettings:
     settings: FrontendSettings = request.app.state.settings
     return settings
+
+
+async def _cache(request: Request) -> StoreCache:
+    cache: StoreCache = request.app.state.cache
+    return cache
 
 
 async def _agents(request: Request) -> httpx.AsyncClient:
@@ -50,6 +56,8 @@ async def _shard_counts(request: Request) -> ShardCounts:
 
 StoreDep = Annotated[Store, Depends(_store)]
 SettingsDep = Annotated[FrontendSettings, Depends(_settings)]
+CacheDep = Annotated[StoreCache, Depends(_cache)]
+"""The frontend's watch-fed copy of what GET requests read (`revisions.ReadsDep` reads it)."""
 AgentsDep = Annotated[httpx.AsyncClient, Depends(_agents)]
 """The HTTP client for agents' log endpoints, open while the app runs."""
 AllocatorsDep = Annotated[Allocators, Depends(_allocators)]

@@ -11,6 +11,7 @@ from pydantic.json_schema import models_json_schema
 
 from tether.frontend.api import BODY_MODELS, problem_content
 from tether.frontend.problems import ProblemDetails
+from tether.frontend.revisions import REVISION_HEADER
 
 _REF: Final = "#/components/schemas/{model}"
 
@@ -28,6 +29,7 @@ def document(app: FastAPI) -> dict[str, Any]:
         _, problem = models_json_schema([(ProblemDetails, "serialization")], ref_template=_REF)
         schemas.update(problem.get("$defs", {}))
         _problem_422s(openapi, schemas)
+        _cached_reads(openapi)
         for schema in schemas.values():
             _close_pattern_properties(schema)
         app.openapi_schema = openapi
@@ -68,6 +70,28 @@ def _problem_422s(openapi: dict[str, Any], schemas: dict[str, Any]) -> None:
                 invalid["content"] = problem_content()
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
+
+
+def _cached_reads(openapi: dict[str, Any]) -> None:
+    """A GET answered from the cache (revisions.ReadsDep, which takes `min_revision`) names its
+    revision and content in headers, and answers 304 to an `If-None-Match` naming its
+    content."""
+    headers = {
+        REVISION_HEADER: {
+            "description": "The store revision the answer reflects.",
+            "schema": {"type": "integer", "minimum": 1},
+        },
+        "ETag": {"description": "Names the answer's content.", "schema": {"type": "string"}},
+    }
+    for path in openapi["paths"].values():
+        operation = path.get("get")
+        if operation is None or not any(
+            parameter["name"] == "min_revision" for parameter in operation.get("parameters", [])
+        ):
+            continue
+        responses = operation["responses"]
+        responses["200"].setdefault("headers", {}).update(headers)
+        responses.setdefault("304", {"description": "Not Modified: the If-None-Match names it."})
 
 
 def _close_pattern_properties(schema: Any) -> None:

@@ -31,6 +31,12 @@ class FrontendSettings(BaseSettings):
         "and a queue request (GET /v1/queues/{entitlement}) waits for the first listing of the "
         "admission records.",
     )
+    read_wait_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How long a GET with min_revision waits for the frontend's cache to reach "
+        "that revision before it reads the store instead.",
+    )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
     )

@@ -72,6 +72,8 @@ class TetherClient:
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
         )
+        self._written = 0
+        """The store revision of this client's newest write: its reads see at least that."""
 
     @classmethod
     def from_settings(
@@ -389,12 +391,17 @@ class TetherClient:
         """Sends the request; once more when the connection dropped before the answer (a
         server closing a kept-alive connection as it is reused) and sending it again cannot
         apply it twice."""
+        if method == "GET" and self._written:
+            # Read-your-writes: a frontend answers from a cache a moment behind the store.
+            kwargs["params"] = {**(kwargs.get("params") or {}), "min_revision": self._written}
         try:
             response = self._send(method, path, kwargs)
         except httpx.TransportError as exc:
             raise TetherConnectionError(self.url, str(exc) or type(exc).__name__) from exc
         if response.is_error:
             raise problem_error(response)
+        if method != "GET" and REVISION_HEADER in response.headers:
+            self._written = max(self._written, int(response.headers[REVISION_HEADER]))
         return response
 
     def _send(self, method: str, path: str, kwargs: dict[str, Any]) -> httpx.Response:
@@ -409,6 +416,9 @@ class TetherClient:
         except httpx.TransportError as exc:
             raise exc from dropped
 
+
+REVISION_HEADER: Final = "X-Tether-Revision"
+"""The store revision an answer reflects (docs/protocol.md, "Reads and the cache")."""
 
 _DROPPED: Final = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 """The connection broke after the request may have been sent (a refused connection is a

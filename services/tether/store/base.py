@@ -284,6 +284,12 @@ class Watch(_Closable):
     def _revisions(self) -> AsyncIterator[list[WatchEvent]]:
         """The backend's stream of revisions; sets `next_revision` past each one it yields."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the watch is connected to the store now. While it is not (it resumes after
+        a lost connection), what it delivered may be behind the store by any amount."""
+        return True
+
     def __aiter__(self) -> Self:
         return self
 

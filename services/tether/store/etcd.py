@@ -365,6 +365,10 @@ class _EtcdWatch(Watch):
             self.next_revision = events[0].revision + 1
             yield events
 
+    @property
+    def connected(self) -> bool:
+        return self._store._watch_stream.opened
+
     async def close(self) -> None:
         self._closed = True
         if self._subscription is not None:

@@ -124,6 +124,11 @@ class WatchStream:
         self._writing = asyncio.Lock()
         """gRPC takes one write at a time on a stream."""
 
+    @property
+    def opened(self) -> bool:
+        """Whether the stream is open on a member, every watch created on it."""
+        return self._opened.is_set()
+
     async def subscribe(self, prefix: str, start_revision: int) -> Subscription:
         subscription = Subscription(next(self._ids), prefix, start_revision)
         self._subscriptions[subscription.watch_id] = subscription

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from tether.aio import cancel_and_wait
-from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError
+from tether.store.base import CompactedError, EventType, KeyValue, Store, StoreError, Watch
 
 _log = logging.getLogger(__name__)
 
@@ -58,8 +58,18 @@ class PrefixFeed:
         self._sink = sink
         self._after = after
         self.revision = 0
+        self._in_step = False
+        self._watch: Watch | None = None
         self._advanced = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether the sink follows the store: after a listing or a change the watch delivered,
+        while the watch is connected. Not from the moment the watch fails or loses its
+        connection until it is back (a watch retried against a store that is gone, or cut
+        off, delivers nothing, and the sink falls behind by any amount)."""
+        return self._in_step and (self._watch is None or self._watch.connected)
 
     async def start(self, *, retry: bool = False) -> None:
         """Lists the prefix (unless resuming), then follows it; with `retry`, a listing that
@@ -91,6 +101,7 @@ class PrefixFeed:
                 break
             start_after = page.kvs[-1].key
         self._sink.end_listing(revision)
+        self._in_step = True
         await self._advance(revision)
 
     async def _advance(self, revision: int) -> None:
@@ -104,21 +115,31 @@ class PrefixFeed:
                 async with self._store.watch(
                     self.prefix, start_revision=self.revision + 1
                 ) as watch:
-                    async for events in watch:
-                        for event in events:
-                            if event.type is EventType.PUT:
-                                self._sink.put(event.kv)
-                            else:
-                                self._sink.delete(event.kv.key, event.revision)
-                        await self._advance(events[-1].revision)
-                        await self._changed()
+                    self._watch = watch
+                    try:
+                        await self._apply(watch)
+                    finally:
+                        self._watch = None
             except CompactedError:
+                self._in_step = False
                 _log.info("watch on %s compacted; listing again", self.prefix)
                 await self._relist()
                 await self._changed()
             except StoreError as error:
+                self._in_step = False
                 _log.warning("watch on %s failed, retrying: %s", self.prefix, error)
                 await asyncio.sleep(_RETRY_S)
+
+    async def _apply(self, watch: Watch) -> None:
+        async for events in watch:
+            for event in events:
+                if event.type is EventType.PUT:
+                    self._sink.put(event.kv)
+                else:
+                    self._sink.delete(event.kv.key, event.revision)
+            self._in_step = True
+            await self._advance(events[-1].revision)
+            await self._changed()
 
     async def _changed(self) -> None:
         if self._after is not None:

@@ -12,7 +12,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tether.frontend.app import openapi_document
+
 ENTITLEMENT_WRITES: Final = ("POST /v1/entitlements", "PUT /v1/entitlements/{name}")
+CACHED_READS: Final = tuple(
+    f"GET {path}"
+    for path, methods in openapi_document()["paths"].items()
+    if any(
+        parameter["name"] == "min_revision"
+        for parameter in methods.get("get", {}).get("parameters", [])
+    )
+)
+"""The GETs answered from the frontend's cache, which take `min_revision`."""
 SCALE: Final = ("POST /v1/jobs/{ent}/{job}/scale",)
 
 
@@ -75,6 +86,7 @@ INTENDED: Final = (
         STORE,
     ),
     Intended(ENTITLEMENT_WRITES, "borrowing_limit", "quota plus borrowing limit exceed", STORE),
+    Intended(CACHED_READS, "min_revision", "is newer than the store's revision", STORE),
     Intended(("POST /v1/jobs",), "min_count", "must be at most count", ACROSS_FIELDS),
     Intended(("POST /v1/jobs",), "accelerator", ACCELERATOR, ACROSS_FIELDS),
     Intended(

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from tests.support.waiting import eventually
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
 from tether.frontend.service import Frontend
@@ -97,16 +98,26 @@ async def lead(store: Store, *shards: str) -> None:
 
 @asynccontextmanager
 async def serving(
-    store_url: str, settings: FrontendSettings | None = None
+    store_url: str, settings: FrontendSettings | None = None, *, seeded_by: Store | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A Frontend with its own store connection (by default on a free loopback port), and a
-    client of it."""
+    client of it. With `seeded_by`, the test's own connection that writes records the frontend
+    then shows, every GET asks for state at least as new as that store's (`min_revision`), as
+    a client that wrote there would: the frontend's cache hears of a write a moment later."""
     frontend = Frontend(
         open_store(store_url), settings or FrontendSettings(host="127.0.0.1", port=0)
     )
     await frontend.start()
+
+    async def after_seeding(request: httpx.Request) -> None:
+        if seeded_by is not None and request.method == "GET":
+            revision = await seeded_by.revision()
+            request.url = request.url.copy_merge_params({"min_revision": revision})
+
     try:
-        async with httpx.AsyncClient(base_url=frontend.url, timeout=10) as client:
+        async with httpx.AsyncClient(
+            base_url=frontend.url, timeout=10, event_hooks={"request": [after_seeding]}
+        ) as client:
             yield client
     finally:
         await frontend.stop()
@@ -118,11 +129,25 @@ class Region:
     """The test's own connection, for seeding and checking records."""
     api: httpx.AsyncClient
 
+    async def cache_caught_up(self) -> None:
+        """Returns once the frontend's cache holds every write to the store so far, for a
+        client that reads without `min_revision` (the SDK)."""
+        revision = await self.store.revision()
+
+        async def cached_revision() -> int:
+            # httpx's hook does not run for this client: a plain read, from the cache.
+            async with httpx.AsyncClient(base_url=self.api.base_url, timeout=10) as plain:
+                answer = await plain.get("/v1/jobs", headers=ADMIN)  # all from the cache
+            assert answer.status_code == 200, answer.text
+            return int(answer.headers["x-tether-revision"])
+
+        await eventually(cached_revision, lambda seen: seen >= revision, what="the cache")
+
 
 @pytest.fixture
 async def region(store: Store, store_url: str) -> AsyncIterator[Region]:
     await seed_region(store)
-    async with serving(store_url) as api:
+    async with serving(store_url, seeded_by=store) as api:
         yield Region(store, api)
 
 

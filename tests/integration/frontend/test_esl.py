@@ -33,6 +33,7 @@ async def machines(region: Region) -> None:
         await region.store.put(keys.machine(machine_id), to_json(record))
         held = {f"team-b/filler/{i}": Resources(cpu=1000, memory_mib=512) for i in range(used)}
         await put_allocation(region.store, Allocation(machine=machine_id), held)
+    await region.cache_caught_up()
 
 
 async def stored(region: Region, label: str) -> dict[str, int] | None:

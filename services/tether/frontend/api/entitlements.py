@@ -13,6 +13,7 @@ from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, ShardCountsDep, StoreDep
 from tether.frontend.problems import Conflict
 from tether.frontend.quota import total_demand
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas import json_response
 from tether.frontend.schemas.entitlements import EntitlementList, EntitlementView
 from tether.frontend.shards import least_loaded, shard_loads
@@ -44,7 +45,7 @@ async def _view(store: Store, entitlement: Entitlement) -> EntitlementView:
 
 
 @router.get("", response_model=EntitlementList)
-async def list_entitlements(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_entitlements(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """The entitlements the principal belongs to (all of them for admins)."""
     entitlements = await records.scan(store, keys.ENTITLEMENTS, Entitlement)
     visible = [ent for ent in entitlements if can_see(principal, ent)]
@@ -112,7 +113,7 @@ async def create_entitlement(
 
 @router.get("/{name}", response_model=EntitlementView, responses=problems(404))
 async def get_entitlement(
-    store: StoreDep, principal: CurrentPrincipal, name: EntitlementName
+    store: ReadsDep, principal: CurrentPrincipal, name: EntitlementName
 ) -> Response:
     """The entitlement, its shard, what its jobs request and what its tasks hold."""
     entitlement = await authorize_entitlement(store, principal, name)

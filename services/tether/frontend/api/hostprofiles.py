@@ -13,6 +13,7 @@ from tether.frontend.auth import CurrentPrincipal, require_admin
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas import json_response
 from tether.frontend.schemas.hostprofiles import HostProfileList
 from tether.model import HostProfile, Name
@@ -24,7 +25,7 @@ ProfileName = Annotated[Name, Path(description="The host profile's name.")]
 
 
 @router.get("", response_model=HostProfileList)
-async def list_host_profiles(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_host_profiles(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """Every host profile, by name."""
     found = await records.scan(store, keys.HOST_PROFILES, HostProfile)
     return HostProfileList(host_profiles=found).response()
@@ -55,7 +56,7 @@ async def create_host_profile(
 
 @router.get("/{name}", response_model=HostProfile, responses=problems(404))
 async def get_host_profile(
-    store: StoreDep, principal: CurrentPrincipal, name: ProfileName
+    store: ReadsDep, principal: CurrentPrincipal, name: ProfileName
 ) -> Response:
     """One host profile."""
     found = await records.get(store, keys.host_profile(name), HostProfile)

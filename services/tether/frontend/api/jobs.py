@@ -20,6 +20,7 @@ from tether.frontend.bodies import (
 )
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
 from tether.frontend.schemas.operations import OperationList, OperationRequest
 from tether.model import Job, JobSpec, Name
@@ -72,7 +73,7 @@ async def submit_job(
 
 @router.get("", response_model=JobList, responses=problems(404))
 async def list_jobs(
-    store: StoreDep,
+    store: ReadsDep,
     principal: CurrentPrincipal,
     entitlement: Annotated[Name | None, Query(description="Only this entitlement's jobs.")] = None,
 ) -> Response:
@@ -97,7 +98,7 @@ async def list_jobs(
 
 @router.get("/{ent}/{job}", response_model=JobView, responses=problems(404))
 async def get_job(
-    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+    store: ReadsDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
 ) -> Response:
     """One job with its task counts by effective state."""
     await authorize_entitlement(store, principal, ent)
@@ -158,7 +159,7 @@ async def update_job(
 
 @router.get("/{ent}/{job}/operations", response_model=OperationList, responses=problems(404))
 async def list_operations(
-    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+    store: ReadsDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
 ) -> Response:
     """The job's task operations: open ones, and completed ones until its controller heard of
     them."""

@@ -8,7 +8,7 @@ from starlette.responses import Response
 from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS
 from tether.frontend.auth import CurrentPrincipal
-from tether.frontend.deps import StoreDep
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.machines import MachineList, MachineView
 from tether.model import Machine
 from tether.store import keys
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/machines", tags=["machines"], responses=AUTH_PROB
 
 
 @router.get("", response_model=MachineList)
-async def list_machines(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_machines(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """Machines by id, with capacity, allocated and free resources and heartbeat presence."""
     machines = await records.scan(store, keys.MACHINES, Machine)
     allocations = await records.allocations(store)

@@ -14,6 +14,7 @@ from tether.frontend.auth import CurrentPrincipal, require_operator
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import NotFound
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.maintenance import (
     MaintenanceList,
     MaintenanceRequest,
@@ -54,7 +55,7 @@ async def schedule_maintenance(
 
 
 @router.get("", response_model=MaintenanceList)
-async def list_maintenance(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_maintenance(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """Maintenance scheduled or under way, soonest first."""
     notices = await records.scan(store, keys.MAINTENANCE, AdvanceNotice)
     now = datetime.now(UTC)
@@ -64,7 +65,7 @@ async def list_maintenance(store: StoreDep, principal: CurrentPrincipal) -> Resp
 
 @router.get("/{notice_id}", response_model=MaintenanceView, responses=problems(404))
 async def get_maintenance(
-    store: StoreDep, principal: CurrentPrincipal, notice_id: NoticeId
+    store: ReadsDep, principal: CurrentPrincipal, notice_id: NoticeId
 ) -> Response:
     """One maintenance."""
     found = await records.get(store, keys.maintenance(notice_id), AdvanceNotice)

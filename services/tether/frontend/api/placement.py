@@ -8,8 +8,9 @@ from starlette.responses import Response
 from tether.frontend.allocators import AllocatorRefused, AllocatorUnavailable, refusal_problem
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
-from tether.frontend.deps import AllocatorsDep, StoreDep
+from tether.frontend.deps import AllocatorsDep
 from tether.frontend.problems import NotFound, Unavailable
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.placement import PlacementView
 from tether.store import keys
 
@@ -20,7 +21,7 @@ router = APIRouter(
 
 @router.get("", response_model=PlacementView, responses=problems(400, 404, 409, 502))
 async def explain_placement(
-    store: StoreDep,
+    store: ReadsDep,
     allocators: AllocatorsDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,

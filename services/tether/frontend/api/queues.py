@@ -11,7 +11,8 @@ from starlette.responses import Response
 from tether.frontend import queues
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visible_entitlements
-from tether.frontend.deps import QueueIndexDep, StoreDep
+from tether.frontend.deps import QueueIndexDep
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.queues import QueueList, QueueView
 
 DEFAULT_QUEUE_PAGE: Final = 1000
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/queues", tags=["queues"], responses=AUTH_PROBLEMS
 
 
 @router.get("", response_model=QueueList)
-async def list_queues(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def list_queues(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """What each entitlement the principal may see reserves, borrows and lends, and how many
     of its jobs wait, as its tree's decider last reported (every few seconds)."""
     visible = await visible_entitlements(store, principal)
@@ -33,7 +34,7 @@ async def list_queues(store: StoreDep, principal: CurrentPrincipal) -> Response:
 
 @router.get("/{ent}", response_model=QueueView, responses=problems(404, 503))
 async def get_queue(
-    store: StoreDep,
+    store: ReadsDep,
     index: QueueIndexDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,

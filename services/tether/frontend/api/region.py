@@ -10,7 +10,7 @@ from starlette.responses import Response
 from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS
 from tether.frontend.auth import CurrentPrincipal
-from tether.frontend.deps import StoreDep
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.region import MachineCounts, RegionView, ShardView
 from tether.frontend.shards import shard_members
 from tether.model import AllocatorEndpoint, Machine, MachineState
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/region", tags=["region"], responses=AUTH_PROBLEMS
 
 
 @router.get("", response_model=RegionView)
-async def region(store: StoreDep, principal: CurrentPrincipal) -> Response:
+async def region(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """Shards with their leaders and entitlements, allocators, machines by state, the number
     of jobs and tasks by effective state."""
     config = await records.region_config(store)

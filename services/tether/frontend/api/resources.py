@@ -18,6 +18,7 @@ from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import AllocatorsDep, SettingsDep, StoreDep
 from tether.frontend.ephemeral import delete_resource, resource_views, set_resource
 from tether.frontend.problems import NotFound
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas import json_response
 from tether.frontend.schemas.resources import ResourceList, ResourceView, SetResourceRequest
 from tether.model import Name
@@ -61,7 +62,7 @@ async def post_resource(
 
 @router.get("", response_model=ResourceList, responses=problems(404, 503))
 async def list_resources(
-    store: StoreDep,
+    store: ReadsDep,
     allocators: AllocatorsDep,
     principal: CurrentPrincipal,
     entitlement: Annotated[Name | None, Query(description="Only this entitlement's.")] = None,
@@ -88,7 +89,7 @@ async def list_resources(
 
 @router.get("/{ent}/{label}", response_model=ResourceView, responses=problems(404, 503))
 async def get_resource(
-    store: StoreDep,
+    store: ReadsDep,
     allocators: AllocatorsDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,

@@ -10,6 +10,7 @@ from tether.frontend.api import AUTH_PROBLEMS, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, require_admin
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, ShardCountsDep, StoreDep
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.shards import (
     DrainView,
     FailoverView,
@@ -41,7 +42,7 @@ ShardId = Path(description="The shard's id, e.g. shard-0.")
 
 @router.get("", response_model=ShardList)
 async def list_shards(
-    store: StoreDep, counts: ShardCountsDep, principal: CurrentPrincipal
+    store: ReadsDep, counts: ShardCountsDep, principal: CurrentPrincipal
 ) -> Response:
     """Admin: every scheduler shard with its leader, standbys, lease expiry and last
     reconcile, and what it holds: entitlements, jobs, tasks, the machines its entitlements own

@@ -12,8 +12,9 @@ from starlette.responses import Response
 from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
-from tether.frontend.deps import AgentsDep, StoreDep
+from tether.frontend.deps import AgentsDep
 from tether.frontend.problems import BadGateway, NotFound, Unavailable
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.tasks import TaskList, TaskView
 from tether.model import AgentHeartbeat, LogStream, Task
 from tether.store import keys
@@ -29,7 +30,7 @@ MAX_TAIL_BYTES = 16 * 1024 * 1024
 
 @router.get("", response_model=TaskList, responses=problems(404))
 async def list_tasks(
-    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
+    store: ReadsDep, principal: CurrentPrincipal, ent: EntitlementName, job: JobName
 ) -> Response:
     """Every task of the job, by index, with its effective state."""
     await authorize_entitlement(store, principal, ent)
@@ -48,7 +49,7 @@ async def list_tasks(
     },
 )
 async def task_logs(
-    store: StoreDep,
+    store: ReadsDep,
     agents: AgentsDep,
     principal: CurrentPrincipal,
     ent: EntitlementName,

@@ -17,6 +17,7 @@ from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visibl
 from tether.frontend.bodies import parse_model, read_body
 from tether.frontend.deps import SettingsDep, StoreDep
 from tether.frontend.problems import Conflict, NotFound, validation_problem
+from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas import json_response
 from tether.frontend.schemas.throughput_profiles import (
     ThroughputProfileBody,
@@ -35,7 +36,7 @@ ProfileName = Annotated[Name, Path(description="The throughput profile's name.")
 
 @router.get("", response_model=ThroughputProfileList, responses=problems(404))
 async def list_throughput_profiles(
-    store: StoreDep,
+    store: ReadsDep,
     principal: CurrentPrincipal,
     entitlement: Annotated[
         Name | None, Query(description="Only this entitlement's profiles.")
@@ -96,7 +97,7 @@ async def put_throughput_profile(
 
 @router.get("/{ent}/{name}", response_model=ThroughputProfileRecord, responses=problems(404))
 async def get_throughput_profile(
-    store: StoreDep, principal: CurrentPrincipal, ent: EntitlementName, name: ProfileName
+    store: ReadsDep, principal: CurrentPrincipal, ent: EntitlementName, name: ProfileName
 ) -> Response:
     """One throughput profile."""
     await authorize_entitlement(store, principal, ent)

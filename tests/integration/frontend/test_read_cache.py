@@ -1,0 +1,192 @@
+"""The frontend's read cache (store/cache.py, frontend/revisions.py) on a real store: answers
+name their revision and content, a client reads its own writes, `consistent=true` reads the
+store, a gap in the watch lists again, and a frontend cut off from etcd stops answering from
+what it held."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI
+
+from tests.integration.frontend.conftest import ADMIN, job_spec, seed_region
+from tests.support.waiting import eventually
+from tether.frontend.app import create_app
+from tether.frontend.settings import FrontendSettings
+from tether.frontend.shard_counts import ShardCounts
+from tether.model import Job, from_json, to_json
+from tether.service import HttpServer
+from tether.store import Store, keys, open_store
+from tether.store.cache import StoreCache
+from tether.store.etcd_server import EtcdServer
+
+READ_WAIT_S = 0.3
+
+
+@dataclass(frozen=True)
+class Served:
+    app: FastAPI
+    api: httpx.AsyncClient
+
+    @property
+    def cache(self) -> StoreCache:
+        cache: StoreCache = self.app.state.cache
+        return cache
+
+
+@asynccontextmanager
+async def served(store_url: str) -> AsyncIterator[Served]:
+    """A frontend app on its own store connection, with its lifespan (which runs the cache)."""
+    settings = FrontendSettings(host="127.0.0.1", port=0, read_wait_s=READ_WAIT_S)
+    async with open_store(store_url) as store:
+        app = create_app(store, settings, ShardCounts(store, settings.shard_counts_wait_s))
+        server = HttpServer(app, "127.0.0.1", 0, name="frontend")
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as api:
+                served = Served(app, api)
+                await eventually(lambda: served.cache.current, what="the cache to be listed")
+                yield served
+        finally:
+            await server.stop()
+
+
+async def submitted(api: httpx.AsyncClient, name: str) -> int:
+    """Submits job team-a/`name`; the revision its answer names."""
+    created = await api.post("/v1/jobs", json=job_spec(name), headers=ADMIN)
+    assert created.status_code == 201, created.text
+    return int(created.headers["x-tether-revision"])
+
+
+async def rename_version(store: Store, name: str, version: str) -> int:
+    """Changes job team-a/`name`'s package version in the store, behind the frontend's back;
+    the revision of the write."""
+    kv = await store.get(keys.job("team-a", name))
+    assert kv is not None
+    job = from_json(Job, kv.value, stored=True)
+    task = job.spec.task.model_copy(update={"version": version})
+    changed = job.model_copy(update={"spec": job.spec.model_copy(update={"task": task})})
+    return await store.put(keys.job("team-a", name), to_json(changed))
+
+
+def version_of(answer: httpx.Response) -> str:
+    assert answer.status_code == 200, answer.text
+    version: str = answer.json()["spec"]["task"]["version"]
+    return version
+
+
+async def test_answers_name_their_revision_and_an_unchanged_one_is_a_304(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    async with served(store_url) as frontend:
+        api = frontend.api
+        written = await submitted(api, "web")
+        first = await api.get("/v1/jobs/team-a/web", headers=ADMIN)
+        assert first.status_code == 200
+        # This frontend's own write is in what it answers from next, for any client.
+        assert int(first.headers["x-tether-revision"]) >= written
+        tag = first.headers["etag"]
+        again = await api.get("/v1/jobs/team-a/web", headers=ADMIN | {"If-None-Match": tag})
+        assert again.status_code == 304
+        assert (again.content, again.headers["etag"]) == (b"", tag)
+        other = await api.get("/v1/jobs/team-a/web", headers=ADMIN | {"If-None-Match": '"x"'})
+        assert other.status_code == 200
+        scaled = await api.post("/v1/jobs/team-a/web/scale", json={"count": 3}, headers=ADMIN)
+        assert int(scaled.headers["x-tether-revision"]) > written
+        changed = await api.get("/v1/jobs/team-a/web", headers=ADMIN | {"If-None-Match": tag})
+        assert changed.status_code == 200
+        assert changed.headers["etag"] != tag
+        assert changed.json()["spec"]["count"] == 3
+
+
+async def test_a_client_reads_its_write_and_consistent_reads_the_store(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    async with served(store_url) as frontend:
+        api = frontend.api
+        await submitted(api, "web")
+        await eventually(
+            lambda: api.get("/v1/jobs/team-a/web", headers=ADMIN),
+            lambda answer: answer.status_code == 200,
+            what="the job in the cache",
+        )
+        # The cache stops following the store: what it holds is now behind.
+        await frontend.cache.stop()
+        written = await rename_version(store, "web", "2.0")
+        assert version_of(await api.get("/v1/jobs/team-a/web", headers=ADMIN)) == "1.0"
+        consistent = await api.get("/v1/jobs/team-a/web?consistent=true", headers=ADMIN)
+        assert version_of(consistent) == "2.0"
+        assert int(consistent.headers["x-tether-revision"]) >= written
+        # A reader that names the write's revision waits for the cache, then reads the store.
+        read_back = await api.get(f"/v1/jobs/team-a/web?min_revision={written}", headers=ADMIN)
+        assert version_of(read_back) == "2.0"
+
+
+async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhile(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    async with served(store_url) as frontend:
+        api = frontend.api
+        await submitted(api, "gone")
+        await submitted(api, "kept")
+        await eventually(
+            lambda: api.get("/v1/jobs/team-a/kept", headers=ADMIN),
+            lambda answer: answer.status_code == 200,
+            what="the jobs in the cache",
+        )
+        await frontend.cache.stop()
+        await store.delete(keys.job("team-a", "gone"))
+        changed = await rename_version(store, "kept", "3.0")
+        await store.compact(changed)
+        # Watching again from where it stopped finds that history compacted: it lists again.
+        await frontend.cache.start()
+
+        async def from_the_cache() -> httpx.Response:
+            return await api.get("/v1/jobs", headers=ADMIN)
+
+        listed = await eventually(
+            from_the_cache,
+            lambda answer: int(answer.headers["x-tether-revision"]) >= changed,
+            what="the cache to list again",
+        )
+        assert [job["spec"]["name"] for job in listed.json()["jobs"]] == ["kept"]
+        assert version_of(await api.get("/v1/jobs/team-a/kept", headers=ADMIN)) == "3.0"
+        assert (await api.get("/v1/jobs/team-a/gone", headers=ADMIN)).status_code == 404
+
+
+async def test_a_frontend_cut_off_from_etcd_stops_answering_from_its_cache(
+    etcd_server: EtcdServer,
+) -> None:
+    async with open_store(etcd_server.url) as store:
+        await seed_region(store)
+    async with served(etcd_server.url) as frontend:
+        api = frontend.api
+        await submitted(api, "web")
+        etcd_server.kill()
+        # Once its watch fails the cache is not the store's state: reads go to the store,
+        # which cannot be reached (503), instead of answering what the cache held.
+        answer = await eventually(
+            lambda: api.get("/v1/jobs/team-a/web", headers=ADMIN),
+            lambda answer: answer.status_code != 200,
+            timeout_s=30,
+            what="reads to stop coming from the cache",
+        )
+        assert answer.status_code == 503
+        assert not frontend.cache.current
+        await asyncio.to_thread(etcd_server.start)
+        back = await eventually(
+            lambda: api.get("/v1/jobs/team-a/web", headers=ADMIN),
+            lambda answer: answer.status_code == 200,
+            timeout_s=30,
+            what="the frontend to answer again",
+        )
+        assert version_of(back) == "1.0"
+        await submitted(api, "after")
+        await eventually(lambda: frontend.cache.current, what="the cache to follow again")
