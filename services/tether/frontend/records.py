@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,9 +40,18 @@ class Record(Generic[M]):
 def load(cls: type[M], kv: KeyValue) -> M:
     """The stored record `kv` as a `cls`; a record that does not validate is a 500 naming it."""
     try:
-        return from_json(cls, kv.value, stored=True)
+        record: M = _decoded(cls, kv.value)
     except ValidationError as exc:
         raise CorruptRecord(f"{kv.key} is not a valid {cls.__name__}: {exc}") from None
+    return record
+
+
+@functools.lru_cache(maxsize=8192)
+def _decoded(cls: type[M], value: bytes) -> M:
+    # A GET decodes the same records again and again (from the cache, the same bytes object,
+    # whose hash Python keeps): a record decodes once while it is asked for. Models are frozen,
+    # and nothing here changes one in place.
+    return from_json(cls, value, stored=True)
 
 
 async def get(store: Store, key: str, cls: type[M]) -> Record[M] | None:
