@@ -37,7 +37,6 @@ from tether.frontend.shard_counts import ShardCounts
 from tether.frontend.storewait import StoreWaitLimit
 from tether.store import Store, keys
 from tether.store.cache import StoreCache
-from tether.store.shared_feed import SharedFeed
 
 DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 `Authorization: Bearer <token>`; errors are `application/problem+json`.
@@ -102,35 +101,34 @@ def openapi_document() -> dict[str, Any]:
     return openapi.document(_api())
 
 
-def create_app(store: Store, settings: FrontendSettings) -> FastAPI:
-    """The REST API over `store`; the caller owns the store and closes it. The app's views of
-    the store (its read cache, shard counts and queue index) share one feed, which runs while
-    the app does."""
+def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCounts) -> FastAPI:
+    """The REST API over `store`; the caller owns the store and closes it. `shard_counts`
+    (over the same store) run while the app does."""
     store = RevisionNoting(store)
-    feed = SharedFeed(store, keys.ROOT)
-    cache = StoreCache(feed, CACHED_PREFIXES)
-    shard_counts = ShardCounts(feed, settings.shard_counts_wait_s)
-    queue_index = QueueIndex(feed, settings.shard_counts_wait_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         allocators = Allocators(store, settings.allocator_timeout_s)
         app.state.allocators = allocators
-        await feed.start()
+        queue_index = app.state.queue_index = QueueIndex(store, settings.shard_counts_wait_s)
+        await cache.start()
+        await shard_counts.start()
+        await queue_index.start()
         try:
             async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
                 app.state.agents = agents
                 yield
         finally:
-            await feed.stop()
+            await queue_index.stop()
+            await shard_counts.stop()
+            await cache.stop()
             await allocators.close()
 
+    cache = StoreCache(store, keys.ROOT, CACHED_PREFIXES)
     app = _api(lifespan=lifespan)
     app.state.store = store
-    app.state.feed = feed
     app.state.cache = cache
     app.state.shard_counts = shard_counts
-    app.state.queue_index = queue_index
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     problems.install(app)

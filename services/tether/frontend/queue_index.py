@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -12,10 +13,11 @@ from typing import Any, Final
 
 import orjson
 
+from tether.aio import cancel_and_wait
 from tether.frontend.listing import wait_listed
 from tether.model.admission import AdmissionState
-from tether.store import KeyValue, keys
-from tether.store.shared_feed import SharedFeed
+from tether.store import KeyValue, Store, keys
+from tether.store.feed import PrefixFeed
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,7 @@ class QueueIndex:
     for ten thousand records took most of a second), and each entitlement's order is sorted
     once per change. It trails the store by the watch's delay."""
 
-    def __init__(self, feed: SharedFeed, wait_s: float) -> None:
-        self._feed = feed
+    def __init__(self, store: Store, wait_s: float) -> None:
         self._wait_s = wait_s
         self._waiting: defaultdict[str, dict[str, tuple[Order, dict[str, Any]]]] = defaultdict(dict)
         self._entitlement_of: dict[str, str] = {}
@@ -55,13 +56,24 @@ class QueueIndex:
         self._sorted: dict[str, list[dict[str, Any]]] = {}
         self._listing: set[str] = set()
         self._listed = asyncio.Event()
-        feed.subscribe(keys.ADMISSIONS, self)
+        self._feed = PrefixFeed(store, keys.ADMISSIONS, self)
+        self._starting: asyncio.Task[None] | None = None
+        self._started_at = 0.0
+
+    async def start(self) -> None:
+        """Starts listing in the background (again and again while the store is away)."""
+        self._started_at = time.monotonic()
+        self._starting = asyncio.create_task(self._feed.start(retry=True), name="queue index")
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._starting)
+        await self._feed.stop()
 
     async def page(self, entitlement: str, offset: int, limit: int) -> tuple[int, list[Any]]:
         """How many jobs wait in the entitlement's queue, and the records of `limit` of them
         from `offset` (0: the head), in order; 503 if the listing takes over `wait_s`."""
         what = "the admission records to order the queues"
-        await wait_listed(self._listed, self._wait_s, self._feed.started_at, what)
+        await wait_listed(self._listed, self._wait_s, self._started_at, what)
         ordered = self._sorted.get(entitlement)
         if ordered is None:
             entries = sorted(self._waiting.get(entitlement, {}).values(), key=lambda e: e[0])

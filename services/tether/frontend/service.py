@@ -24,10 +24,14 @@ class Frontend(Service):
     def __init__(self, store: Store, settings: FrontendSettings | None = None) -> None:
         self.store = store
         self.settings = settings or FrontendSettings()
-        app = create_app(self.store, self.settings)
-        self.shard_counts: ShardCounts = app.state.shard_counts
-        """What each shard holds, counted from the app's feed while the frontend serves."""
-        self._http = HttpServer(app, self.settings.host, self.settings.port, name="frontend")
+        self.shard_counts = ShardCounts(store, self.settings.shard_counts_wait_s)
+        """What each shard holds, counted from watches while the frontend serves."""
+        self._http = HttpServer(
+            create_app(self.store, self.settings, self.shard_counts),
+            self.settings.host,
+            self.settings.port,
+            name="frontend",
+        )
 
     @property
     def port(self) -> int:

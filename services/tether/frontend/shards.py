@@ -229,7 +229,7 @@ async def move_entitlement(
     result = await store.txn([value_is(key, current.value)], [Put(key, target.encode())], [])
     if not result.succeeded:
         raise Conflict(f"entitlement '{entitlement}' moved meanwhile; look again")
-    await counts.wait_for(result.revision)
+    await counts.wait_for(keys.SHARD_MAP, result.revision)
     return Move(entitlement, source, target, result.revision)
 
 

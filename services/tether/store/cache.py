@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import TypeVar
 
 from sortedcontainers import SortedDict
 
+from tether.aio import cancel_and_wait
 from tether.store.base import KeyValue, RangeResult, Store
-from tether.store.shared_feed import SharedFeed
+from tether.store.feed import PrefixFeed
 from tether.store.wrapped import WrappedStore
 
 _log = logging.getLogger(__name__)
@@ -21,43 +23,24 @@ _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class _PrefixCopy:
-    """Every key under one prefix, in order: a sink of the shared feed."""
-
-    def __init__(self) -> None:
-        self.items: SortedDict[str, KeyValue] = SortedDict()
-        self._listing: SortedDict[str, KeyValue] = SortedDict()
-
-    def begin_listing(self) -> None:
-        self._listing = SortedDict()
-
-    def put_page(self, kvs: Sequence[KeyValue]) -> None:
-        self._listing.update((kv.key, kv) for kv in kvs)
-
-    def end_listing(self, revision: int) -> None:
-        self.items, self._listing = self._listing, SortedDict()
-
-    def put(self, kv: KeyValue) -> None:
-        self.items[kv.key] = kv
-
-    def delete(self, key: str, revision: int) -> None:
-        self.items.pop(key, None)
-
-
 class StoreCache:
-    """Every key under `prefixes`, as of the revision of `feed`, which keeps them: one
-    revision for all of them, so that reads of several prefixes agree.
+    """Every key under `prefixes` (each under `root`), as of `revision`, from one watch of
+    `root`: one revision for all of them, so that reads of several prefixes agree.
 
-    A compacted watch lists again: the cache never holds a key as current that the store
-    deleted meanwhile. The feed's owner starts and stops it.
+    `start()` returns at once and lists in the background (again while the store cannot be
+    reached); `listed` is set once a listing is in. A compacted watch lists again: the cache
+    never holds a key as current that the store deleted meanwhile.
     """
 
-    def __init__(self, feed: SharedFeed, prefixes: Sequence[str]) -> None:
+    def __init__(self, store: Store, root: str, prefixes: Sequence[str]) -> None:
+        if not all(prefix.startswith(root) for prefix in prefixes):
+            raise ValueError(f"every cached prefix must be under {root!r}: {prefixes}")
         self.prefixes = tuple(prefixes)
-        self._feed = feed
-        self._copies = {prefix: _PrefixCopy() for prefix in prefixes}
-        for prefix, copy in self._copies.items():
-            feed.subscribe(prefix, copy)
+        self._items: dict[str, SortedDict[str, KeyValue]] = {p: SortedDict() for p in prefixes}
+        self._listing: dict[str, SortedDict[str, KeyValue]] = {}
+        self._feed = PrefixFeed(store, root, self)
+        self.listed = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None
 
     @property
     def revision(self) -> int:
@@ -69,7 +52,14 @@ class StoreCache:
         """Whether to answer from the cache: listed, and its watch not failed since it last
         delivered. A frontend cut off from the store does not serve what it held then as the
         store's state; it reads the store (and answers 503 when that fails too)."""
-        return self._feed.current
+        return self.listed.is_set() and self._feed.current
+
+    async def start(self) -> None:
+        self._starting = asyncio.create_task(self._list(), name="store cache")
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._starting)
+        await self._feed.stop()
 
     async def wait_for(self, revision: int, timeout_s: float) -> bool:
         """Whether the cache holds every change up to `revision` within `timeout_s`."""
@@ -77,6 +67,7 @@ class StoreCache:
             return True
         try:
             async with asyncio.timeout(timeout_s):
+                await self.listed.wait()
                 await self._feed.wait_for(revision)
         except TimeoutError:
             return False
@@ -84,10 +75,41 @@ class StoreCache:
 
     def holding(self, prefix: str) -> SortedDict[str, KeyValue] | None:
         """The cached keys of the cached prefix that `prefix` is in, or None if none is."""
-        for cached, copy in self._copies.items():
+        for cached in self.prefixes:
             if prefix.startswith(cached):
-                return copy.items
+                return self._items[cached]
         return None
+
+    async def _list(self) -> None:
+        started = time.monotonic()
+        await self._feed.start(retry=True)
+        self.listed.set()
+        _log.info("store cache listed in %.1f s", time.monotonic() - started)
+
+    # --- FeedSink ----------------------------------------------------------------------------
+
+    def begin_listing(self) -> None:
+        self._listing = {prefix: SortedDict() for prefix in self.prefixes}
+
+    def put_page(self, kvs: Sequence[KeyValue]) -> None:
+        for kv in kvs:
+            for prefix, listing in self._listing.items():
+                if kv.key.startswith(prefix):
+                    listing[kv.key] = kv
+                    break
+
+    def end_listing(self, revision: int) -> None:
+        self._items, self._listing = self._listing, {}
+
+    def put(self, kv: KeyValue) -> None:
+        held = self.holding(kv.key)
+        if held is not None:
+            held[kv.key] = kv
+
+    def delete(self, key: str, revision: int) -> None:
+        held = self.holding(key)
+        if held is not None:
+            held.pop(key, None)
 
 
 class CachedReads(WrappedStore):

@@ -17,12 +17,12 @@ from tests.integration.frontend.conftest import ADMIN, job_spec, seed_region
 from tests.support.waiting import eventually
 from tether.frontend.app import create_app
 from tether.frontend.settings import FrontendSettings
+from tether.frontend.shard_counts import ShardCounts
 from tether.model import Job, from_json, to_json
 from tether.service import HttpServer
 from tether.store import Store, keys, open_store
 from tether.store.cache import StoreCache
 from tether.store.etcd_server import EtcdServer
-from tether.store.shared_feed import SharedFeed
 
 READ_WAIT_S = 0.3
 
@@ -37,19 +37,13 @@ class Served:
         cache: StoreCache = self.app.state.cache
         return cache
 
-    @property
-    def feed(self) -> SharedFeed:
-        """What keeps the cache: stopped, the cache stays as it was."""
-        feed: SharedFeed = self.app.state.feed
-        return feed
-
 
 @asynccontextmanager
 async def served(store_url: str) -> AsyncIterator[Served]:
     """A frontend app on its own store connection, with its lifespan (which runs the cache)."""
     settings = FrontendSettings(host="127.0.0.1", port=0, read_wait_s=READ_WAIT_S)
     async with open_store(store_url) as store:
-        app = create_app(store, settings)
+        app = create_app(store, settings, ShardCounts(store, settings.shard_counts_wait_s))
         server = HttpServer(app, "127.0.0.1", 0, name="frontend")
         await server.start()
         try:
@@ -123,7 +117,7 @@ async def test_a_client_reads_its_write_and_consistent_reads_the_store(
             what="the job in the cache",
         )
         # The cache stops following the store: what it holds is now behind.
-        await frontend.feed.stop()
+        await frontend.cache.stop()
         written = await rename_version(store, "web", "2.0")
         assert version_of(await api.get("/v1/jobs/team-a/web", headers=ADMIN)) == "1.0"
         consistent = await api.get("/v1/jobs/team-a/web?consistent=true", headers=ADMIN)
@@ -147,12 +141,12 @@ async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhi
             lambda answer: answer.status_code == 200,
             what="the jobs in the cache",
         )
-        await frontend.feed.stop()
+        await frontend.cache.stop()
         await store.delete(keys.job("team-a", "gone"))
         changed = await rename_version(store, "kept", "3.0")
         await store.compact(changed)
         # Watching again from where it stopped finds that history compacted: it lists again.
-        await frontend.feed.start()
+        await frontend.cache.start()
 
         async def from_the_cache() -> httpx.Response:
             return await api.get("/v1/jobs", headers=ADMIN)

@@ -33,9 +33,10 @@ from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.model import Allocation, Resources, to_json
 from tether.store import Delete, KeyValue, Put, RangeResult, Store, keys, open_store
-from tether.store.shared_feed import SharedFeed
 from tether.store.wrapped import WrappedStore
 
+COUNTED = (keys.SHARD_MAP, keys.JOBS, keys.TASKS, keys.OPERATIONS, keys.ALLOCATIONS)
+"""The prefixes the counts follow."""
 FIELDS = ("entitlements", "jobs", "tasks", "machines", "operations")
 """What GET /admin/shards says a shard holds."""
 RECORD = b"{}"
@@ -44,7 +45,7 @@ RECORD = b"{}"
 
 class Observed(WrappedStore):
     """A real store that notes each read it passes on (operation, key or prefix); with `hold`
-    set, the frontend's listing of the store (its shared feed's) waits for it."""
+    set, listings of allocations/ wait for it."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
@@ -63,7 +64,7 @@ class Observed(WrappedStore):
         self, prefix: str, *, start_after: str | None = None, limit: int = 0, revision: int = 0
     ) -> RangeResult:
         self.reads.append(("range", prefix))
-        if self.hold is not None and prefix == keys.ROOT:
+        if self.hold is not None and prefix == keys.ALLOCATIONS:
             await self.hold.wait()
         return await super().range(prefix, start_after=start_after, limit=limit, revision=revision)
 
@@ -132,7 +133,7 @@ async def settle(store: Store, counts: ShardCounts) -> None:
     )
 
     async def caught_up() -> bool:
-        return counts.revision >= result.revision
+        return all(counts.revision(prefix) >= result.revision for prefix in COUNTED)
 
     await eventually(caught_up, what=f"the counts at revision {result.revision}")
 
@@ -294,25 +295,27 @@ async def test_a_listing_again_after_compaction_rebuilds_the_counts(
     entitlements = ["team-a", "team-b"]
     await _burst(store, entitlements, seed=7, changes=30)
     async with open_store(store_url) as own:
-        feed = SharedFeed(own, keys.ROOT)
-        counts = ShardCounts(feed, wait_s=5)
-        await feed.start()
+        counts = ShardCounts(own, wait_s=5)
+        await counts.start()
         try:
             await counts.tally()
             await settle(store, counts)
             assert await _tally(counts) == await from_scratch(store)
-            await feed.stop()
-            # Missed while stopped, and compacted away: the watch cannot resume.
+            await counts.stop()
+            # Missed while stopped, and compacted away: the watches cannot resume.
             await _burst(store, entitlements, seed=8, changes=30)
             await store.put(keys.shard_assignment("team-a"), b"shard-1")
             await store.compact(await store.revision())
             with caplog.at_level(logging.INFO, logger="tether.store.feed"):
-                await feed.start()
+                await counts.start()
                 await settle(store, counts)
             assert await _tally(counts) == await from_scratch(store)
-            assert f"watch on {keys.ROOT} compacted" in caplog.text
+            relisted = [
+                prefix for prefix in COUNTED if f"watch on {prefix} compacted" in caplog.text
+            ]
+            assert relisted == list(COUNTED)
         finally:
-            await feed.stop()
+            await counts.stop()
 
 
 async def _tally(counts: ShardCounts) -> dict[str, dict[str, Any]]:

@@ -105,7 +105,7 @@ async def create_entitlement(
             f"entitlement '{entitlement.name}' or its parent changed meanwhile; try again"
         )
     # The next entitlement created through this frontend must count this one on its shard.
-    await counts.wait_for(created.revision)
+    await counts.wait_for(keys.SHARD_MAP, created.revision)
     # Nothing can request or hold anything yet: jobs need the entitlement to exist first.
     view = EntitlementView(entitlement=entitlement, shard=shard, requested=ZERO, allocated=ZERO)
     return view.response(201, {"Location": f"/v1/entitlements/{entitlement.name}"})
@@ -152,5 +152,5 @@ async def delete_entitlement(
     the deletion is 409) or is refused with 409."""
     require_admin(principal)
     deleted, revision = await entitlements.delete(store, name, principal.name)
-    await counts.wait_for(revision)
+    await counts.wait_for(keys.SHARD_MAP, revision)
     return json_response(deleted)
