@@ -80,12 +80,16 @@ CACHED_PREFIXES: Final = (
     keys.PRINCIPALS,
     keys.REGION,
     keys.SHARD_MAP,
-    keys.TASKS,
-    keys.TASK_STATUS,
     keys.THROUGHPUT_PROFILES,
 )
-"""What the frontend's cache holds: what GET requests read, but the allocations and the
-assignments (a key per task each, read only by the views of entitlements and the region)."""
+"""What the frontend's cache holds whole: what GET requests read, but the keys of every task
+(below) and the allocations and assignments (a key per task each, read only by the views of
+entitlements and the region)."""
+
+CACHED_PER_ENTITLEMENT: Final = (keys.TASKS, keys.TASK_STATUS)
+"""What the frontend's cache holds one entitlement at a time, while it is read: a key per task
+each, written several times as a task starts; a copy of all of them would cost each frontend
+as much as a scheduler."""
 
 
 def _api(**kwargs: Any) -> FastAPI:
@@ -124,7 +128,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
             await cache.stop()
             await allocators.close()
 
-    cache = StoreCache(store, keys.ROOT, CACHED_PREFIXES)
+    cache = StoreCache(store, CACHED_PREFIXES, CACHED_PER_ENTITLEMENT, settings.cache_idle_s)
     app = _api(lifespan=lifespan)
     app.state.store = store
     app.state.cache = cache

@@ -9,7 +9,7 @@ that sends back what its write returned sees its write (read-your-writes), on an
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
@@ -20,9 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.frontend.deps import CacheDep, SettingsDep
 from tether.frontend.problems import FieldError, InvalidInput
 from tether.store import Store
-from tether.store.base import RangeResult, TxnResult
+from tether.store.base import Compare, Op, Put, RangeResult, TxnResult
 from tether.store.base import Store as BaseStore
-from tether.store.cache import CachedReads
+from tether.store.cache import CachedReads, Writes
 from tether.store.wrapped import WrappedStore
 
 T = TypeVar("T")
@@ -48,23 +48,34 @@ def note_revision(revision: int) -> None:
 
 class RevisionNoting(WrappedStore):
     """The frontend's store: notes the revision of every write and read for the answer, and
-    keeps the newest revision this frontend wrote at (`written`)."""
+    keeps the newest revision this frontend wrote at under each prefix (`writes`)."""
 
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
+        self.writes = Writes()
         self.written = 0
+        """The newest revision this frontend wrote at: the store's is at least this."""
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         result = await call()
         if isinstance(result, RangeResult):
             note_revision(result.revision)
-        elif isinstance(result, TxnResult):
-            self._wrote(result.revision)
-        elif operation == "put" and isinstance(result, int):
-            self._wrote(result)
         return result
 
-    def _wrote(self, revision: int) -> None:
+    async def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        result = await super().txn(compares, success, failure)
+        self._wrote(success if result.succeeded else failure, result.revision)
+        return result
+
+    async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
+        revision = await super().put(key, value, lease=lease)
+        self._wrote([Put(key, value, lease)], revision)
+        return revision
+
+    def _wrote(self, ops: Sequence[Op], revision: int) -> None:
+        self.writes.note(ops, revision)
         self.written = max(self.written, revision)
         note_revision(revision)
 
@@ -94,7 +105,7 @@ async def _reads(
     ] = None,
 ) -> Store:
     store: RevisionNoting = request.app.state.store
-    if min_revision is not None and min_revision > cache.revision:
+    if min_revision is not None and min_revision > max(cache.revision, store.written):
         current = await store.revision()
         if min_revision > current:
             why = f"is newer than the store's revision ({current})"
@@ -102,16 +113,22 @@ async def _reads(
                 f"invalid request: min_revision: {why}",
                 errors=[FieldError(loc=["min_revision"], msg=why)],
             )
-    # What this frontend wrote, any client reads back through it, as one given min_revision.
-    newest = max(min_revision or 0, store.written)
-    fresh_enough = await cache.wait_for(newest, settings.read_wait_s)
-    return CachedReads(store, cache if fresh_enough and not consistent else None, note_revision)
+    return CachedReads(
+        store,
+        None if consistent else cache,
+        note_revision,
+        min_revision=min_revision or 0,
+        # What this frontend wrote, any client reads back through it.
+        writes=store.writes,
+        wait_s=settings.read_wait_s,
+    )
 
 
 ReadsDep = Annotated[Store, Depends(_reads)]
-"""The store to answer a GET from: the frontend's cache at its revision (the store itself with
-`consistent=true`, or when the cache is not current or lags `min_revision` or this frontend's
-own last write for more than `read_wait_s`)."""
+"""The store to answer a GET from: the frontend's cache where it holds the keys read (the store
+itself with `consistent=true`, or where the copy read is not current, is behind
+`min_revision`, or lags this frontend's own last write under it for more than
+`read_wait_s`)."""
 
 
 def entity_tag(body: bytes) -> str:

@@ -37,6 +37,12 @@ class FrontendSettings(BaseSettings):
         description="How long a GET with min_revision waits for the frontend's cache to reach "
         "that revision before it reads the store instead.",
     )
+    cache_idle_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long the cache keeps following an entitlement's tasks after the last "
+        "GET that read them.",
+    )
     agent_timeout_s: float = Field(
         default=5.0, gt=0, description="Deadline of one request to an agent (task logs)."
     )

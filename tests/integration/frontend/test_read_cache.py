@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import httpx
 from fastapi import FastAPI
@@ -18,13 +19,14 @@ from tests.support.waiting import eventually
 from tether.frontend.app import create_app
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
-from tether.model import Job, from_json, to_json
+from tether.model import Job, Task, TaskState, TaskStatus, from_json, to_json
 from tether.service import HttpServer
 from tether.store import Store, keys, open_store
-from tether.store.cache import StoreCache
+from tether.store.cache import PrefixCopy, StoreCache
 from tether.store.etcd_server import EtcdServer
 
 READ_WAIT_S = 0.3
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,19 @@ class Served:
         cache: StoreCache = self.app.state.cache
         return cache
 
+    @property
+    def jobs_copy(self) -> PrefixCopy:
+        copy = self.cache.copy_of(keys.JOBS)
+        assert copy is not None
+        return copy
+
 
 @asynccontextmanager
-async def served(store_url: str) -> AsyncIterator[Served]:
+async def served(store_url: str, cache_idle_s: float = 60.0) -> AsyncIterator[Served]:
     """A frontend app on its own store connection, with its lifespan (which runs the cache)."""
-    settings = FrontendSettings(host="127.0.0.1", port=0, read_wait_s=READ_WAIT_S)
+    settings = FrontendSettings(
+        host="127.0.0.1", port=0, read_wait_s=READ_WAIT_S, cache_idle_s=cache_idle_s
+    )
     async with open_store(store_url) as store:
         app = create_app(store, settings, ShardCounts(store, settings.shard_counts_wait_s))
         server = HttpServer(app, "127.0.0.1", 0, name="frontend")
@@ -116,16 +126,72 @@ async def test_a_client_reads_its_write_and_consistent_reads_the_store(
             lambda answer: answer.status_code == 200,
             what="the job in the cache",
         )
-        # The cache stops following the store: what it holds is now behind.
-        await frontend.cache.stop()
+        # The copy of the jobs stops following the store: what it holds is now behind.
+        await frontend.jobs_copy.stop()
         written = await rename_version(store, "web", "2.0")
         assert version_of(await api.get("/v1/jobs/team-a/web", headers=ADMIN)) == "1.0"
         consistent = await api.get("/v1/jobs/team-a/web?consistent=true", headers=ADMIN)
         assert version_of(consistent) == "2.0"
         assert int(consistent.headers["x-tether-revision"]) >= written
-        # A reader that names the write's revision waits for the cache, then reads the store.
+        # A reader that names the write's revision, which the copy has not reached, reads the
+        # store.
         read_back = await api.get(f"/v1/jobs/team-a/web?min_revision={written}", headers=ADMIN)
         assert version_of(read_back) == "2.0"
+
+
+async def put_status(store: Store, job: str, state: TaskState) -> int:
+    """Writes the status of task 0 of team-a/`job`, behind the frontend's back; the write's
+    revision."""
+    status = TaskStatus(
+        job=f"team-a/{job}", index=0, machine="m1", attempt=1, state=state, updated_at=NOW
+    )
+    return await store.put(keys.task_status("team-a", job, 0), to_json(status))
+
+
+async def test_an_entitlements_tasks_are_followed_while_they_are_read(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    async with served(store_url, cache_idle_s=1.0) as frontend:
+        api, cache = frontend.api, frontend.cache
+        await submitted(api, "web")
+        task = Task(job="team-a/web", index=0, generation=1, attempt=1, machine="m1",
+                    state=TaskState.PLACED, version="1.0", updated_at=NOW)  # fmt: skip
+        await store.put(keys.task("team-a", "web", 0), to_json(task))
+        await put_status(store, "web", TaskState.STARTING)
+        # Nobody read the tasks yet: the cache follows no entitlement's.
+        assert cache.entitlements_followed == 0
+        tasks_url = "/v1/jobs/team-a/web/tasks"
+
+        def state_of(answer: httpx.Response) -> str:
+            assert answer.status_code == 200, answer.text
+            state: str = answer.json()["tasks"][0]["state"]
+            return state
+
+        # The first read comes from the store while the copy of team-a's tasks lists.
+        assert state_of(await api.get(tasks_url, headers=ADMIN)) == "starting"
+        statuses = cache.copy_of(keys.statuses_of("team-a", "web"))
+        assert statuses is not None
+        assert statuses.prefix == keys.TASK_STATUS + "team-a/"
+        assert cache.entitlements_followed == 2  # its tasks and their statuses
+        # Once the copy follows its watch (it holds a write made after its listing):
+        followed = await put_status(store, "web", TaskState.STARTING)
+        await eventually(
+            lambda: statuses.current and statuses.revision >= followed,
+            what="team-a's statuses to be followed",
+        )
+        # From the copy: held behind, it answers what it held; `consistent` reads the store.
+        await statuses.stop()
+        await put_status(store, "web", TaskState.RUNNING)
+        assert state_of(await api.get(tasks_url, headers=ADMIN)) == "starting"
+        consistent = await api.get(tasks_url + "?consistent=true", headers=ADMIN)
+        assert state_of(consistent) == "running"
+        # Unread for `cache_idle_s`, the entitlement is no longer followed; a read starts over.
+        await eventually(
+            lambda: cache.entitlements_followed == 0, timeout_s=10, what="team-a to be dropped"
+        )
+        assert state_of(await api.get(tasks_url, headers=ADMIN)) == "running"
+        assert cache.entitlements_followed == 2
 
 
 async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhile(
@@ -151,11 +217,12 @@ async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhi
         async def from_the_cache() -> httpx.Response:
             return await api.get("/v1/jobs", headers=ADMIN)
 
-        listed = await eventually(
-            from_the_cache,
-            lambda answer: int(answer.headers["x-tether-revision"]) >= changed,
-            what="the cache to list again",
+        jobs = frontend.jobs_copy
+        await eventually(
+            lambda: jobs.current and jobs.revision >= changed, what="the cache to list again"
         )
+        listed = await from_the_cache()
+        assert int(listed.headers["x-tether-revision"]) >= changed
         assert [job["spec"]["name"] for job in listed.json()["jobs"]] == ["kept"]
         assert version_of(await api.get("/v1/jobs/team-a/kept", headers=ADMIN)) == "3.0"
         assert (await api.get("/v1/jobs/team-a/gone", headers=ADMIN)).status_code == 404
