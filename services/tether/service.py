@@ -189,7 +189,8 @@ class HttpServer:
     """An ASGI app served by uvicorn on the running event loop, inside a service's process.
 
     `start()` binds the socket itself, so a taken port fails with OSError instead of uvicorn's
-    sys.exit, and port 0 picks a free port (`port` holds it afterwards).
+    sys.exit, and port 0 picks a free port (`port` holds it afterwards). Each request is
+    logged (uvicorn's access log) when the process logs at DEBUG, unless `access_log` says.
     """
 
     def __init__(
@@ -200,16 +201,23 @@ class HttpServer:
         *,
         name: str,
         lifespan: Literal["on", "off"] = "on",
-        access_log: bool = True,
+        access_log: bool | None = None,
         graceful_shutdown_s: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._name = name
+        if access_log is None:
+            # A line per request costs a busy frontend a twentieth of its CPU: kept for
+            # debugging, as the kube-apiserver keeps its request log for higher verbosity.
+            access_log = logging.getLogger().isEnabledFor(logging.DEBUG)
         # log_config=None: uvicorn logs through the process's own handlers and format.
+        # httptools parses HTTP (uvicorn picks it when it is installed): h11, pure Python,
+        # cost a cached GET a tenth of its CPU.
         self._config = uvicorn.Config(
             app,
             log_config=None,
+            http="httptools",
             lifespan=lifespan,
             access_log=access_log,
             timeout_graceful_shutdown=graceful_shutdown_s,
