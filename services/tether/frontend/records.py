@@ -113,10 +113,12 @@ async def _read_tasks(
     """The tasks under `task_prefix` with their statuses under `status_prefix`, by index; and
     every status there, those kept past their task's preemption too."""
     tasks = await store.range(task_prefix)
-    # Statuses from the same snapshot, so that a task and its status agree on the attempt.
+    # Each as new as its source has it: the frontend's cache copies the tasks and the statuses
+    # at revisions of their own (a snapshot of both would read the store). A status of another
+    # attempt than its task's is not the task's (`current_status`), whichever is newer.
     statuses = {
         keys.task_of_key(kv.key): load(TaskStatus, kv)
-        for kv in (await store.range(status_prefix, revision=tasks.revision)).kvs
+        for kv in (await store.range(status_prefix)).kvs
     }
     found = [
         TaskRecords(load(Task, kv), statuses.get(keys.task_of_key(kv.key))) for kv in tasks.kvs
