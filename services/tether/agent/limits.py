@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
-import resource
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from tether.agent.confine import LimitMode, remove_cgroups
+
 if TYPE_CHECKING:
-    # Not at run time: the shim imports this module, and importing the model costs every task
-    # start 0.4 s of CPU.
     from tether.model import Resources
 
 _log = logging.getLogger(__name__)
@@ -22,15 +19,6 @@ CPU_PERIOD_US: Final = 100_000
 MIN_CPU_QUOTA_US: Final = 1_000
 """The kernel refuses CFS quotas below 1 ms."""
 MIB: Final = 1024 * 1024
-
-
-class LimitMode(enum.StrEnum):
-    """How a task's limits are enforced; the value is what TaskStatus.limits reports."""
-
-    CGROUP_V2 = "cgroup-v2"
-    CGROUP_V1 = "cgroup-v1"
-    RLIMIT = "rlimit"
-    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,29 +150,3 @@ class Limiter:
         cgroup.mkdir(parents=True, exist_ok=True)
         created.append(cgroup)
         return cgroup
-
-
-def remove_cgroups(cgroups: Iterable[Path]) -> None:
-    """Removes the task's cgroups, best effort: one that still holds a process stays."""
-    for cgroup in cgroups:
-        try:
-            cgroup.rmdir()
-        except OSError as error:
-            _log.debug("cannot remove cgroup %s: %s", cgroup, error)
-
-
-def join_cgroups(procs_files: Iterable[str]) -> None:
-    """Moves the calling process into the cgroups (run in the task's process before exec)."""
-    pid = str(os.getpid()).encode()
-    for procs in procs_files:
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, pid)
-        finally:
-            os.close(fd)
-
-
-def limit_address_space(memory_bytes: int) -> None:
-    """RLIMIT_AS for the calling process (run in the task's process before exec)."""
-    if memory_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))

@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 
 from tether.agent.atomic import write_atomically
-from tether.agent.limits import LimitMode, join_cgroups, limit_address_space, remove_cgroups
+from tether.agent.confine import LimitMode, join_cgroups, limit_address_space, remove_cgroups
 from tether.agent.procfs import start_ticks
 
 # The shell's conventions for a command that cannot be run.

@@ -14,7 +14,11 @@ from tether.store import Store, StoreError
 
 S = TypeVar("S")
 
-LogLevel = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING or ERROR.")
+LogLevel = typer.Option(
+    "INFO",
+    "--log-level",
+    help="DEBUG, INFO, WARNING or ERROR. At DEBUG an HTTP service also logs every request.",
+)
 
 
 def metrics_port_option(service: str) -> Any:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tether.agent.confine import LimitMode
 from tether.agent.limits import (
     CPU_PERIOD_US,
     MIB,
     MIN_CPU_QUOTA_US,
     Limiter,
-    LimitMode,
     Limits,
     available_modes,
     cpu_quota_us,

@@ -190,11 +190,13 @@ def test_a_cgroup_that_cannot_be_joined_falls_back_to_rlimit(start: Start, tmp_p
     assert state.limits == "rlimit"
 
 
-def test_the_shim_starts_without_pydantic_or_the_model() -> None:
-    # It starts with every task: importing them cost each start 0.4 s of CPU.
+def test_the_shim_starts_without_pydantic_the_model_or_the_agents_modules() -> None:
+    # It starts with every task: importing pydantic and the model cost each start 0.4 s of
+    # CPU; logging, dataclasses and tempfile (through the agent's limits) a third of the rest.
+    heavy = ("pydantic", "tether.model", "tether.agent.limits", "logging", "tempfile")
     script = (
         "import sys, tether.agent.shim\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'tether.model'))))"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
