@@ -54,14 +54,17 @@ Dropped = Callable[[], bool]
 async def on_stream(step: Awaitable[T], dropped: Dropped) -> T:
     """`step` of a stream call; StoreUnavailable when the call was dropped meanwhile.
 
-    Cancelling a gRPC call cancels the task awaiting it, as if the task itself were cancelled:
-    such a cancellation is taken back, unless the task was also cancelled from outside.
+    Cancelling a gRPC call raises CancelledError in the task awaiting it, though nobody
+    cancelled that task (`cancelling()` stays 0): that one is turned into StoreUnavailable. A
+    task cancelled from outside stays cancelled even when its call was dropped as well: a
+    loop that retries on the store's errors would otherwise never end, nor anyone waiting
+    for it to.
     """
     try:
         return await step
     except asyncio.CancelledError:
         task = asyncio.current_task()
-        if not dropped() or task is None or task.uncancel():
+        if not dropped() or task is None or task.cancelling():
             raise
         raise StoreUnavailable("the stream was dropped") from None
     except asyncio.InvalidStateError as exc:
