@@ -42,10 +42,14 @@ def test_a_job_submitted_through_one_frontend_is_managed_through_the_other(
         assert created.status_code == 201, created.text
         handle = created.json()["handle"]
 
-        assert get_json(second, f"/v1/jobs/{handle}")["count"] == 1
+        # Another frontend's cache hears of a write a moment later: a client reads its write
+        # there by sending back the revision the write answered with (read-your-writes).
+        written = created.headers["x-tether-revision"]
+        assert get_json(second, f"/v1/jobs/{handle}?min_revision={written}")["count"] == 1
         scaled = second.post(f"/v1/jobs/{handle}/scale", json={"count": 2})
         assert scaled.status_code == 200, scaled.text
-        assert get_json(first, f"/v1/jobs/{handle}")["generation"] == 2
+        written = scaled.headers["x-tether-revision"]
+        assert get_json(first, f"/v1/jobs/{handle}?min_revision={written}")["generation"] == 2
         tasks = wait_for(lambda: all_running(first, handle, 2), timeout_s=60, what="2 running")
         assert {task["index"] for task in tasks} == {0, 1}
 
