@@ -53,8 +53,6 @@ class RevisionNoting(WrappedStore):
     def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.writes = Writes()
-        self.written = 0
-        """The newest revision this frontend wrote at: the store's is at least this."""
 
     async def _around(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         result = await call()
@@ -76,7 +74,6 @@ class RevisionNoting(WrappedStore):
 
     def _wrote(self, ops: Sequence[Op], revision: int) -> None:
         self.writes.note(ops, revision)
-        self.written = max(self.written, revision)
         note_revision(revision)
 
     # Through `txn`, which returns the revision (a delete or a create alone does not).
@@ -105,7 +102,7 @@ async def _reads(
     ] = None,
 ) -> Store:
     store: RevisionNoting = request.app.state.store
-    if min_revision is not None and min_revision > max(cache.revision, store.written):
+    if min_revision is not None and min_revision > max(cache.revision, store.writes.newest):
         current = await store.revision()
         if min_revision > current:
             why = f"is newer than the store's revision ({current})"

@@ -175,24 +175,29 @@ class StoreCache:
 
 
 class Writes:
-    """The newest revision at which this process wrote under each prefix of up to three
-    segments (`/tether/v1/tasks/`, `/tether/v1/tasks/<entitlement>/`, ...): what a copy must
-    reach before it answers this process's reads, so that it reads its own writes."""
+    """The newest revision at which this process wrote, overall (`newest`) and under each
+    prefix of one or two segments below ROOT (`/tether/v1/jobs/`, `/tether/v1/tasks/<ent>/`,
+    as deep as any copy's prefix): what a copy must reach before it answers this process's
+    reads, so that it reads its own writes. Deeper scopes would name a job each, and grow with
+    every job the process ever wrote."""
 
-    _DEPTH = 3
+    _DEPTH = 2
 
     def __init__(self) -> None:
-        self._newest: dict[str, int] = {}
+        self.newest = 0
+        """The store's revision is at least this."""
+        self._under: dict[str, int] = {}
 
     def note(self, ops: Sequence[Op], revision: int) -> None:
+        self.newest = max(self.newest, revision)
         for op in ops:
             if isinstance(op, Put | Delete):
                 for scope in _scopes(op.key, self._DEPTH):
-                    if self._newest.get(scope, 0) < revision:
-                        self._newest[scope] = revision
+                    if self._under.get(scope, 0) < revision:
+                        self._under[scope] = revision
 
     def newest_under(self, prefix: str) -> int:
-        return self._newest.get(prefix, 0)
+        return self._under.get(prefix, 0)
 
 
 def _scopes(key: str, depth: int) -> list[str]:

@@ -72,6 +72,13 @@ async def submitted(api: httpx.AsyncClient, name: str) -> int:
     return int(created.headers["x-tether-revision"])
 
 
+async def holding(copy: PrefixCopy, revision: int) -> None:
+    """Returns once `copy` follows the store with every change up to `revision` in it."""
+    await eventually(
+        lambda: copy.current and copy.revision >= revision, what=f"{copy.prefix} to hold it"
+    )
+
+
 async def rename_version(store: Store, name: str, version: str) -> int:
     """Changes job team-a/`name`'s package version in the store, behind the frontend's back;
     the revision of the write."""
@@ -120,12 +127,7 @@ async def test_a_client_reads_its_write_and_consistent_reads_the_store(
     await seed_region(store)
     async with served(store_url) as frontend:
         api = frontend.api
-        await submitted(api, "web")
-        await eventually(
-            lambda: api.get("/v1/jobs/team-a/web", headers=ADMIN),
-            lambda answer: answer.status_code == 200,
-            what="the job in the cache",
-        )
+        await holding(frontend.jobs_copy, await submitted(api, "web"))
         # The copy of the jobs stops following the store: what it holds is now behind.
         await frontend.jobs_copy.stop()
         written = await rename_version(store, "web", "2.0")
@@ -175,11 +177,7 @@ async def test_an_entitlements_tasks_are_followed_while_they_are_read(
         assert statuses.prefix == keys.TASK_STATUS + "team-a/"
         assert cache.entitlements_followed == 2  # its tasks and their statuses
         # Once the copy follows its watch (it holds a write made after its listing):
-        followed = await put_status(store, "web", TaskState.STARTING)
-        await eventually(
-            lambda: statuses.current and statuses.revision >= followed,
-            what="team-a's statuses to be followed",
-        )
+        await holding(statuses, await put_status(store, "web", TaskState.STARTING))
         # From the copy: held behind, it answers what it held; `consistent` reads the store.
         await statuses.stop()
         await put_status(store, "web", TaskState.RUNNING)
@@ -201,12 +199,7 @@ async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhi
     async with served(store_url) as frontend:
         api = frontend.api
         await submitted(api, "gone")
-        await submitted(api, "kept")
-        await eventually(
-            lambda: api.get("/v1/jobs/team-a/kept", headers=ADMIN),
-            lambda answer: answer.status_code == 200,
-            what="the jobs in the cache",
-        )
+        await holding(frontend.jobs_copy, await submitted(api, "kept"))
         await frontend.cache.stop()
         await store.delete(keys.job("team-a", "gone"))
         changed = await rename_version(store, "kept", "3.0")
@@ -217,10 +210,7 @@ async def test_a_gap_in_the_watch_lists_again_and_serves_nothing_deleted_meanwhi
         async def from_the_cache() -> httpx.Response:
             return await api.get("/v1/jobs", headers=ADMIN)
 
-        jobs = frontend.jobs_copy
-        await eventually(
-            lambda: jobs.current and jobs.revision >= changed, what="the cache to list again"
-        )
+        await holding(frontend.jobs_copy, changed)
         listed = await from_the_cache()
         assert int(listed.headers["x-tether-revision"]) >= changed
         assert [job["spec"]["name"] for job in listed.json()["jobs"]] == ["kept"]
