@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,6 +34,7 @@ from tether.allocator.group_commit import (
     catch_up,
 )
 from tether.allocator.index import DECOMMISSIONED, FREE, NONE, AllocationIndex, Header
+from tether.allocator.orphans import OrphanSweep
 from tether.allocator.placement import Planner
 from tether.allocator.preemption import PreemptionFit, Stopped, check_preemption
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
@@ -106,6 +107,7 @@ class Engine:
             caught_up=caught_up,
             resources_caught_up=resources_caught_up,
         )
+        self._orphans = OrphanSweep(store, index, self.remove_unclaimed)
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
         self._places = 0
         self._release_conflicts = 0
@@ -196,12 +198,34 @@ class Engine:
                 tidied += await self._remove(job_handle, stale)
         return tidied
 
-    async def _remove(
-        self, job_handle: str, choose: Callable[[], RowTasks], *, return_emptied: bool = False
+    async def release_unclaimed(self) -> int:
+        """Removes allocation entries no task will claim (see `orphans`); returns how many
+        tasks' entries went."""
+        return await self._orphans.sweep()
+
+    async def remove_unclaimed(
+        self, job_handle: str, indexes: Sequence[int], guards: Mapping[str, int]
     ) -> int:
-        """Removes the tasks `choose` names by row, choosing again after a conflict; returns
-        how many tasks were removed. A machine left empty starts its idle period, or with
-        `return_emptied` goes back to the free pool."""
+        """Removes the job's tasks `indexes` from their machines unless a key of `guards` (key
+        -> mod revision, 0: missing) moved; returns how many tasks were removed."""
+        assert indexes, "an empty list would release every task of the job"
+        async with self._writing:
+            return await self._remove(
+                job_handle, lambda: self._index.holding(job_handle, indexes), guards=guards
+            )
+
+    async def _remove(
+        self,
+        job_handle: str,
+        choose: Callable[[], RowTasks],
+        *,
+        return_emptied: bool = False,
+        guards: Mapping[str, int] | None = None,
+    ) -> int:
+        """Removes the tasks `choose` names by row, choosing again after a conflict, unless
+        one of `guards` (key -> mod revision, 0: missing) moved; returns how many tasks were
+        removed. A machine left empty starts its idle period, or with `return_emptied` goes
+        back to the free pool."""
         entitlement_name, job_name = _parse(job_handle)
         index = self._index
         for _ in range(self._max_attempts):
@@ -225,11 +249,13 @@ class Engine:
                         for task in tasks
                     ],
                 )
-            outcome = await commit(self._store, index.ids, writes, {}, self._writer)
+            outcome = await commit(self._store, index.ids, writes, {}, self._writer, guards)
             if outcome.succeeded:
                 for row, tasks in by_row.items():
                     index.remove(row, job_handle, tasks, headers[row], outcome.revision)
                 return len({task for tasks in by_row.values() for task in tasks})
+            if outcome.guards != dict(guards or {}):
+                return 0
             self._release_conflicts += 1
             _RELEASE_CONFLICTS.inc()
             await catch_up(self._caught_up, outcome.revision)

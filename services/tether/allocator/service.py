@@ -111,10 +111,12 @@ class Allocator(Service):
 
     async def _tidy(self) -> None:
         """Returns idle machines to the free pool, releases the extra entries of tasks placed
-        twice and deletes expired ephemeral resources (every `idle_check_s`)."""
+        twice and the entries no task claims, and deletes expired ephemeral resources (every
+        `idle_check_s`)."""
         try:
             returned = await self.engine.return_idle(time.time())
             tidied = await self.engine.release_duplicates()
+            unclaimed = await self.engine.release_unclaimed()
             expired = await self.engine.delete_expired(datetime.now(UTC))
         except (StoreError, AllocatorError) as error:
             _log.warning("%s could not tidy its machines: %s", self.name, error)
@@ -123,5 +125,7 @@ class Allocator(Service):
             _log.info("%s returned %d idle machines to the free pool", self.name, returned)
         if tidied:
             _log.info("%s released %d tasks' second placements", self.name, tidied)
+        if unclaimed:
+            _log.info("%s released %d tasks' entries that no task claims", self.name, unclaimed)
         if expired:
             _log.info("%s deleted %d expired ephemeral resources", self.name, expired)
