@@ -51,6 +51,11 @@ FRONTEND_REQUEST_SECONDS: Final = Histogram(
     "Duration of REST requests, by method and route template.",
     ["method", "route"],
 )
+FRONTEND_FAST_READS: Final = Counter(
+    "tether_frontend_fast_reads_total",
+    "GET requests answered the short way (frontend/fastreads.py), by route template.",
+    ["route"],
+)
 
 ALLOCATOR_PLACEMENTS: Final = Counter(
     "tether_allocator_placements_total",

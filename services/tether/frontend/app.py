@@ -30,6 +30,7 @@ from tether.frontend.api import (
     tasks,
     throughput_profiles,
 )
+from tether.frontend.fastreads import FastReads, bind_fast_routes
 from tether.frontend.queue_index import QueueIndex
 from tether.frontend.revisions import RevisionHeaders, RevisionNoting
 from tether.frontend.settings import FrontendSettings
@@ -137,7 +138,9 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     problems.install(app)
     # The routers' own routes: the app lists an included router as one entry.
-    allow.install(app, [*app.routes, *(route for router in ROUTERS for route in router.routes)])
+    routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
+    allow.install(app, routes)
+    app.add_middleware(FastReads, routes=bind_fast_routes(routes))
     app.add_middleware(StoreWaitLimit, seconds=settings.store_wait_s)
     app.add_middleware(RevisionHeaders)
     # Outermost: it sees the status of every answer, problems and unexpected errors included.

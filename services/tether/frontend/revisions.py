@@ -19,10 +19,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.frontend.deps import CacheDep, SettingsDep
 from tether.frontend.problems import FieldError, InvalidInput
+from tether.frontend.settings import FrontendSettings
 from tether.store import Store
 from tether.store.base import Compare, Op, Put, RangeResult, TxnResult
 from tether.store.base import Store as BaseStore
-from tether.store.cache import CachedReads, Writes
+from tether.store.cache import CachedReads, StoreCache, Writes
 from tether.store.wrapped import WrappedStore
 
 T = TypeVar("T")
@@ -102,6 +103,19 @@ async def _reads(
     ] = None,
 ) -> Store:
     store: RevisionNoting = request.app.state.store
+    return await reads_for(store, cache, settings, consistent=consistent, min_revision=min_revision)
+
+
+async def reads_for(
+    store: RevisionNoting,
+    cache: StoreCache,
+    settings: FrontendSettings,
+    *,
+    consistent: bool = False,
+    min_revision: int | None = None,
+) -> CachedReads:
+    """What a GET reads through (`ReadsDep`); InvalidInput when `min_revision` is newer than
+    the store."""
     if min_revision is not None and min_revision > max(cache.revision, store.writes.newest):
         current = await store.revision()
         if min_revision > current:
