@@ -9,8 +9,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import httpx
 from benchkit import log
+
+from apibench.rawhttp import RawClient
 
 READ_TIMEOUT_S = 30.0
 
@@ -25,26 +26,26 @@ class Reads:
 
 
 async def _reader(
-    frontends: list[httpx.AsyncClient],
+    frontends: list[RawClient],
     paths: list[str],
     consistent: bool,
     rng: random.Random,
     deadline: float,
     reads: Reads,
 ) -> None:
-    params = {"consistent": "true"} if consistent else None
+    query = "?consistent=true" if consistent else ""
     turn = rng.randrange(len(frontends))
     while time.monotonic() < deadline:
         http = frontends[turn % len(frontends)]
         turn += 1
         started = time.perf_counter()
         try:
-            answer = await http.get(rng.choice(paths), params=params)
-        except httpx.HTTPError as error:
+            status = await http.get(rng.choice(paths) + query)
+        except (OSError, TimeoutError) as error:
             reads.transport_errors[type(error).__name__] += 1
             continue
         reads.latencies_ms.append((time.perf_counter() - started) * 1000)
-        reads.statuses[answer.status_code] += 1
+        reads.statuses[status] += 1
 
 
 async def read_load(
@@ -63,13 +64,8 @@ async def read_load(
         path for handle in handles for path in (f"/v1/jobs/{handle}", f"/v1/jobs/{handle}/tasks")
     ]
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=1)
     connections = [
-        [
-            httpx.AsyncClient(base_url=url, headers=headers, timeout=READ_TIMEOUT_S, limits=limits)
-            for url in urls
-        ]
-        for _ in range(clients)
+        [RawClient(url, headers, READ_TIMEOUT_S) for url in urls] for _ in range(clients)
     ]
     reads = Reads()
     rng = random.Random(seed)
@@ -87,5 +83,5 @@ async def read_load(
     finally:
         for mine in connections:
             for http in mine:
-                await http.aclose()
+                http.close()
     return reads, time.monotonic() - started
