@@ -57,7 +57,7 @@ class OrphanSweep:
         present = await self._tasks_present(candidates)
         found = {}
         for handle, indexes in candidates.items():
-            orphans = set(unclaimed(indexes, jobs[handle][0], present[handle]))
+            orphans = set(indexes) - present[handle]
             if orphans:
                 found[handle] = orphans
         removed = 0
