@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,29 @@ def leases_path(path: Path) -> Path:
     return path.parent / f"{path.name}-leases" / "leases.db"
 
 
+WAL_SWITCH_TIMEOUT_S = 60.0
+"""How long a connection keeps trying to put its database in WAL mode (as `busy_timeout`)."""
+
+
+def use_wal(cursor: Any, schema: str) -> None:
+    """Puts the database `schema` of a connection in WAL mode.
+
+    The switch takes an exclusive lock, and SQLite answers a contended switch with "database is
+    locked" at once, skipping its busy wait: processes that open a new store together race
+    here. So the switch is retried, briefly apart, until it goes through.
+    """
+    deadline = time.monotonic() + WAL_SWITCH_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute(f"PRAGMA {schema}.journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def attach_leases(dbapi_connection: Any, path: Path, *, configure: bool = True) -> None:
     """Attaches the leases' file to a SQLite connection (creating it), and unless told not to
     (a connection that only reads), puts it in WAL mode."""
@@ -117,7 +142,7 @@ def attach_leases(dbapi_connection: Any, path: Path, *, configure: bool = True) 
     cursor = dbapi_connection.cursor()
     cursor.execute(f"ATTACH DATABASE ? AS {LEASES_SCHEMA}", (str(leases),))
     if configure:
-        cursor.execute(f"PRAGMA {LEASES_SCHEMA}.journal_mode=WAL")
+        use_wal(cursor, LEASES_SCHEMA)
         cursor.execute(f"PRAGMA {LEASES_SCHEMA}.synchronous=NORMAL")
     cursor.close()
 
@@ -147,7 +172,7 @@ def make_engine(url: str, path: Path | None) -> Engine:
         # Take transaction control away from the driver so that writes can BEGIN IMMEDIATE.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        use_wal(cursor, "main")
         # NORMAL in WAL mode loses nothing when a process crashes (only on power loss).
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=60000")
