@@ -12,7 +12,7 @@ from tether.frontend.deps import CacheDep, StoreDep
 from tether.frontend.problems import Forbidden, NotFound, Unauthenticated
 from tether.model import Entitlement, PrincipalRecord, token_digest
 from tether.store import Store, keys
-from tether.store.cache import CachedReads
+from tether.store.cache import StoreCache
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -35,16 +35,10 @@ async def authenticate(
     if credentials is None:
         raise Unauthenticated("send the header 'Authorization: Bearer <token>'")
     key = keys.principal(token_digest(credentials.credentials))
-    record = await records.get(CachedReads(store, cache, _unnoted), key, PrincipalRecord)
-    if record is None:
-        record = await records.get(store, key, PrincipalRecord)
+    record = await records.get_confirmed(store, cache, key, PrincipalRecord)
     if record is None:
         raise Unauthenticated("the bearer token is not known to this region")
     return record.model
-
-
-def _unnoted(_revision: int) -> None:
-    """Who asks is not what the answer is about: no revision to report."""
 
 
 CurrentPrincipal = Annotated[PrincipalRecord, Depends(authenticate)]
@@ -82,10 +76,19 @@ def require_member(principal: PrincipalRecord, entitlement: Entitlement) -> None
 
 
 async def authorize_entitlement(
-    store: Store, principal: PrincipalRecord, name: str
+    store: Store, principal: PrincipalRecord, name: str, cache: StoreCache | None = None
 ) -> records.Record[Entitlement]:
-    """The entitlement `name` if the principal may use it; 404 if missing, else 403."""
-    record = await records.get(store, keys.entitlement(name), Entitlement)
+    """The entitlement `name` if the principal may use it; 404 if missing, else 403.
+
+    With `cache`, read from the frontend's cache first (`records.get_confirmed`): a membership
+    revoked works on until the cache hears of it, as a deleted principal's token does."""
+    key = keys.entitlement(name)
+    if cache is None:
+        record = await records.get(store, key, Entitlement)
+    else:
+        record = await records.get_confirmed(
+            store, cache, key, Entitlement, lambda entitlement: can_see(principal, entitlement)
+        )
     if record is None:
         raise NotFound(f"entitlement '{name}' does not exist")
     require_member(principal, record.model)

@@ -29,30 +29,33 @@ from tether.frontend.schemas.resources import (
     ResourceView,
     SetResourceRequest,
 )
-from tether.model import Job, to_json
+from tether.model import Job, Machine, to_json
 from tether.model.ephemeral import EphemeralResource, ResourceGrant
 from tether.proto.allocator.v1 import allocator_pb2
 from tether.store import Delete, Get, Put, Store, key_exists, key_missing, keys, mod_revision_is
+from tether.store.cache import StoreCache
 
 _ATTEMPTS = 5
 """Writes tried before a set gives up: each failed one lost to a placement or another set."""
 
 
 async def set_resource(
-    store: Store, allocators: Allocators, wanted: SetResourceRequest
+    store: Store, cache: StoreCache, allocators: Allocators, wanted: SetResourceRequest
 ) -> EphemeralResource:
     """Sets `wanted`'s grant on its label (creating the label), answering with the record.
 
     422 for a machine or owner job that does not exist, or too many grants; 409 when the
     capacity would drop under what running tasks hold (naming them), while the entitlement is
-    being deleted, or when placements kept changing the entitlement meanwhile."""
-    await _check_targets(store, wanted)
+    being deleted, or when placements kept changing the entitlement meanwhile.
+
+    The record is read from the frontend's cache, and the write compares its revision: a copy
+    a moment behind costs one more attempt, whose record comes back with the failed write."""
+    await _check_targets(store, cache, wanted)
     ent, label = wanted.entitlement, wanted.label
     key, fence_key = keys.ephemeral_resource(ent, label), keys.quota_fence(ent)
     grant = ResourceGrant(node_spec=wanted.node_spec, capacity=wanted.capacity)
+    found = await records.get(records.as_cached(store, cache), key, EphemeralResource)
     for _ in range(_ATTEMPTS):
-        fence = await store.get(fence_key)
-        found = await records.get(store, key, EphemeralResource)
         current = None if found is None else found.model
         record = _updated(current, wanted, grant, datetime.now(UTC))
         compares = [
@@ -61,13 +64,14 @@ async def set_resource(
             key_missing(keys.entitlement_deletion(ent)),
         ]
         if current is not None and _may_lower(current, grant):
+            fence = await store.get(fence_key)
             fenced_at = 0 if fence is None else fence.mod_revision
             await _refuse_over_holding(allocators, record, fenced_at)
             compares.append(mod_revision_is(fence_key, fenced_at))
         written = await store.txn(
             compares,
             [Put(key, to_json(record))],
-            [Get(keys.entitlement(ent)), Get(keys.entitlement_deletion(ent))],
+            [Get(keys.entitlement(ent)), Get(keys.entitlement_deletion(ent)), Get(key)],
         )
         if written.succeeded:
             return record
@@ -75,20 +79,25 @@ async def set_resource(
             raise NotFound(f"entitlement '{ent}' does not exist")
         if written.kv(1) is not None:
             raise Conflict(f"entitlement '{ent}' is being deleted")
+        found = records.record_of(EphemeralResource, written.kv(2))
     raise Conflict(
         f"ephemeral resource '{ent}/{label}' or the entitlement's placements kept changing "
         f"over {_ATTEMPTS} attempts; try again"
     )
 
 
-async def _check_targets(store: Store, wanted: SetResourceRequest) -> None:
+async def _check_targets(store: Store, cache: StoreCache, wanted: SetResourceRequest) -> None:
     machine = wanted.node_spec.machine
-    if machine is not None and await store.get(keys.machine(machine)) is None:
-        unknown = {"loc": ("node_spec", "machine"), "msg": f"unknown machine '{machine}'"}
-        raise validation_problem([unknown])
+    if machine is not None:
+        known = await records.get_confirmed(store, cache, keys.machine(machine), Machine)
+        if known is None:
+            unknown = {"loc": ("node_spec", "machine"), "msg": f"unknown machine '{machine}'"}
+            raise validation_problem([unknown])
     owner = wanted.owner_job
     if owner is not None:
-        job = await records.get(store, keys.job(wanted.entitlement, owner), Job)
+        job = await records.get_confirmed(
+            store, cache, keys.job(wanted.entitlement, owner), Job, lambda job: not job.deleting
+        )
         if job is None or job.model.deleting:
             gone = " (it is being deleted)" if job is not None else ""
             message = f"job '{wanted.entitlement}/{owner}' does not exist{gone}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -25,6 +25,7 @@ from tether.model import (
     from_json,
 )
 from tether.store import KeyValue, Store, keys
+from tether.store.cache import CachedReads, StoreCache
 
 M = TypeVar("M", bound=TetherModel)
 
@@ -56,8 +57,41 @@ def _decoded(cls: type[M], value: bytes) -> M:
 
 async def get(store: Store, key: str, cls: type[M]) -> Record[M] | None:
     """The record at `key`, or None when it is missing."""
-    kv = await store.get(key)
+    return record_of(cls, await store.get(key))
+
+
+def record_of(cls: type[M], kv: KeyValue | None) -> Record[M] | None:
+    """The stored record `kv` as a `cls` (None for none)."""
     return None if kv is None else Record(load(cls, kv), kv)
+
+
+async def get_confirmed(
+    store: Store,
+    cache: StoreCache,
+    key: str,
+    cls: type[M],
+    usable: Callable[[M], bool] = lambda _model: True,
+) -> Record[M] | None:
+    """The record at `key` as the frontend's cache holds it, not waiting for the cache to catch
+    up; from the store when the cache has none or one that is not `usable`. What a write
+    checks before it writes: the cache may be a moment behind, so a refusal is confirmed (a
+    record made a moment ago, perhaps through another frontend), and a consent holds until the
+    cache hears otherwise."""
+    record = await get(as_cached(store, cache), key, cls)
+    if record is None or not usable(record.model):
+        record = await get(store, key, cls)
+    return record
+
+
+def as_cached(store: Store, cache: StoreCache) -> Store:
+    """Reads from the frontend's cache as it is, for a write that compares what it read: it
+    neither waits for the cache to catch up nor reports the revision read (the answer is the
+    write's)."""
+    return CachedReads(store, cache, _unnoted)
+
+
+def _unnoted(_revision: int) -> None:
+    pass
 
 
 async def scan(store: Store, prefix: str, cls: type[M]) -> list[M]:

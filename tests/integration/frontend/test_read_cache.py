@@ -1,7 +1,8 @@
 """The frontend's read cache (store/cache.py, frontend/revisions.py) on a real store: answers
 name their revision and content, a client reads its own writes, `consistent=true` reads the
 store, a gap in the watch lists again, and a frontend cut off from etcd stops answering from
-what it held."""
+what it held; a write that checks what it writes against the cache (set_resource) loses no
+update to a copy behind the store, and confirms a refusal in the store."""
 
 from __future__ import annotations
 
@@ -10,16 +11,29 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
 
-from tests.integration.frontend.conftest import ADMIN, job_spec, seed_region
+from tests.integration.frontend.conftest import ADMIN, ALICE, MALLORY, job_spec, seed_region
+from tests.support.allocator_builders import machine
 from tests.support.waiting import eventually
 from tether.frontend.app import create_app
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
-from tether.model import Job, Task, TaskState, TaskStatus, from_json, to_json
+from tether.model import (
+    Entitlement,
+    Job,
+    PrincipalRecord,
+    Task,
+    TaskState,
+    TaskStatus,
+    from_json,
+    to_json,
+    token_digest,
+)
+from tether.model.ephemeral import EphemeralResource
 from tether.service import HttpServer
 from tether.store import Store, keys, open_store
 from tether.store.cache import PrefixCopy, StoreCache
@@ -247,3 +261,80 @@ async def test_a_frontend_cut_off_from_etcd_stops_answering_from_its_cache(
         assert version_of(back) == "1.0"
         await submitted(api, "after")
         await eventually(lambda: frontend.cache.current, what="the cache to follow again")
+
+
+# --- writes that check what they write against the cache ------------------------------------
+
+
+def grant(machine_id: str) -> dict[str, Any]:
+    """The body of a set_resource giving team-a's label `slot` on one machine."""
+    return {
+        "entitlement": "team-a",
+        "label": "slot",
+        "capacity": 2,
+        "node_spec": {"machine": machine_id},
+    }
+
+
+def revision_of(answer: httpx.Response) -> int:
+    assert answer.status_code == 200, answer.text
+    return int(answer.headers["x-tether-revision"])
+
+
+async def test_a_write_read_from_a_copy_behind_the_store_loses_no_update(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    for n in (1, 2, 3):
+        await store.put(keys.machine(f"m{n}"), to_json(machine(f"m{n}", msb="msb1")))
+    key = keys.ephemeral_resource("team-a", "slot")
+    async with served(store_url) as frontend:
+        api = frontend.api
+        copy = frontend.cache.copy_of(key)
+        assert copy is not None
+        await holding(
+            copy, revision_of(await api.post("/v1/resources", headers=ALICE, json=grant("m1")))
+        )
+        behind = copy.items[key]
+        await holding(
+            copy, revision_of(await api.post("/v1/resources", headers=ALICE, json=grant("m2")))
+        )
+        # As if the watch had not brought the second grant yet: the copy holds the first alone.
+        copy.items[key] = behind
+        third = await api.post("/v1/resources", headers=ALICE, json=grant("m3"))
+        assert third.status_code == 200, third.text
+        granted = {g["node_spec"]["machine"] for g in third.json()["grants"]}
+        assert granted == {"m1", "m2", "m3"}
+        stored = await store.get(key)
+        assert stored is not None
+        record = from_json(EphemeralResource, stored.value, stored=True)
+        assert record.machine_grants() == {"m1": 2, "m2": 2, "m3": 2}
+
+
+async def test_a_refusal_read_from_the_cache_is_confirmed_in_the_store(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    key = keys.entitlement("team-a")
+    bob = {"Authorization": "Bearer bob-token"}
+    async with served(store_url) as frontend:
+        copy = frontend.cache.copy_of(key)
+        assert copy is not None
+        await holding(copy, await store.revision())
+        before = copy.items[key]
+        await store.put(
+            keys.principal(token_digest("bob-token")), to_json(PrincipalRecord(name="bob"))
+        )
+        joined = from_json(Entitlement, before.value, stored=True)
+        joined = joined.model_copy(update={"members": [*joined.members, "bob"]})
+        await holding(copy, await store.put(key, to_json(joined)))
+        # As if the watch had not brought bob's membership yet.
+        copy.items[key] = before
+        body = {"entitlement": "team-a", "label": "slot", "capacity": 1}
+        answer = await frontend.api.post("/v1/resources", headers=bob, json=body)
+        assert answer.status_code == 200, answer.text
+        # A stranger is refused by the store as by the cache, and writes nothing.
+        revision = await store.revision()
+        refused = await frontend.api.post("/v1/resources", headers=MALLORY, json=body)
+        assert refused.status_code == 403, refused.text
+        assert await store.revision() == revision

@@ -15,7 +15,7 @@ from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, problems, request_body
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, visible_entitlements
 from tether.frontend.bodies import parse_model, read_body
-from tether.frontend.deps import AllocatorsDep, SettingsDep, StoreDep
+from tether.frontend.deps import AllocatorsDep, CacheDep, SettingsDep, StoreDep
 from tether.frontend.ephemeral import delete_resource, resource_views, set_resource
 from tether.frontend.problems import NotFound
 from tether.frontend.revisions import ReadsDep
@@ -44,6 +44,7 @@ Limit = Annotated[int, Query(ge=1, le=100_000, description="At most this many ma
 async def post_resource(
     request: Request,
     store: StoreDep,
+    cache: CacheDep,
     allocators: AllocatorsDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
@@ -56,8 +57,8 @@ async def post_resource(
     than the new capacity (they are named)."""
     body = await read_body(request, settings.max_body_bytes)
     wanted = parse_model(SetResourceRequest, body, request.headers.get("content-type"))
-    await authorize_entitlement(store, principal, wanted.entitlement)
-    return json_response(await set_resource(store, allocators, wanted))
+    await authorize_entitlement(store, principal, wanted.entitlement, cache)
+    return json_response(await set_resource(store, cache, allocators, wanted))
 
 
 @router.get("", response_model=ResourceList, responses=problems(404, 503))
