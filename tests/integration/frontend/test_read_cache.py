@@ -333,6 +333,9 @@ async def test_a_refusal_read_from_the_cache_is_confirmed_in_the_store(
         body = {"entitlement": "team-a", "label": "slot", "capacity": 1}
         answer = await frontend.api.post("/v1/resources", headers=bob, json=body)
         assert answer.status_code == 200, answer.text
+        copy.items[key] = before
+        submitted = await frontend.api.post("/v1/jobs", headers=bob, json=job_spec("bobs"))
+        assert submitted.status_code == 201, submitted.text
         # A stranger is refused by the store as by the cache, and writes nothing.
         revision = await store.revision()
         refused = await frontend.api.post("/v1/resources", headers=MALLORY, json=body)
