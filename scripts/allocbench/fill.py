@@ -159,29 +159,37 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
     await allocator.start()
     build_s = time.perf_counter() - started
     log(f"allocator {share.worker}: index built in {build_s:.1f} s")
-    large_tasks, large_s = 0, 0.0
     try:
         engine = allocator.engine
-        filler = Filler(engine.place, share)
-        jobs = iter(share.jobs)
-        await sync()
-        await _fill(filler, jobs, share.large_fill, share.worker)
-        await sync()
-        if share.large is not None:
-            log(f"allocator {share.worker}: placing the large job ({share.large.count} tasks)")
-            large_tasks, large_s = await filler.call(share.large)
-        await sync()
-        await _fill(filler, jobs, share.fill, share.worker)
-        rss_mib = peak_rss_mib()
+        results = await fill_share(Filler(engine.place, share), sync)
         stats = engine.stats
-        cache_hits, cache_misses = stats.cache_hits, stats.cache_misses
-        transactions, failed_transactions = stats.attempts, stats.conflicts
     finally:
         await allocator.stop()
+    return results | {
+        "build_s": build_s,
+        "transactions": stats.attempts,
+        "failed_transactions": stats.conflicts,
+        "cache_hits": stats.cache_hits,
+        "cache_misses": stats.cache_misses,
+    }
+
+
+async def fill_share(filler: Filler, sync: Sync) -> dict[str, Any]:
+    """Fills the filler's share, the large job alone at `large_fill`; its statistics."""
+    share = filler.share
+    large_tasks, large_s = 0, 0.0
+    jobs = iter(share.jobs)
+    await sync()
+    await _fill(filler, jobs, share.large_fill, share.worker)
+    await sync()
+    if share.large is not None:
+        log(f"allocator {share.worker}: placing the large job ({share.large.count} tasks)")
+        large_tasks, large_s = await filler.call(share.large)
+    await sync()
+    await _fill(filler, jobs, share.fill, share.worker)
     return {
         "worker": share.worker,
-        "build_s": build_s,
-        "rss_mib": rss_mib,
+        "rss_mib": peak_rss_mib(),
         "fill_s": filler.busy_s,
         "calls": filler.calls,
         "complete": filler.complete,
@@ -195,10 +203,6 @@ async def run_allocator(share: Share, sync: Sync) -> dict[str, Any]:
         "latencies_ms": filler.latencies_ms,
         "attempts": filler.attempts,
         "conflicts": filler.conflicts,
-        "transactions": transactions,
-        "failed_transactions": failed_transactions,
-        "cache_hits": cache_hits,
-        "cache_misses": cache_misses,
         "large_job_tasks": large_tasks,
         "large_job_s": large_s,
     }
@@ -220,13 +224,13 @@ async def _report(filler: Filler, worker: int) -> None:
         log(f"allocator {worker}: {filler.fraction():.0%} full, {filler.calls:,} jobs")
 
 
-async def _no_one_else() -> None:
+async def no_one_else() -> None:
     """The barrier of a benchmark with a single allocator."""
 
 
 async def run_single(share: Share) -> dict[str, Any]:
     """The one allocator of `--allocators 1`, in the benchmark's own process."""
-    return await run_allocator(share, _no_one_else)
+    return await run_allocator(share, no_one_else)
 
 
 def worker_main(share: Share, barrier: Barrier, results: Results) -> None:

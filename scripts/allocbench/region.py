@@ -326,23 +326,29 @@ async def write_region(store: Store, region: Region, extra: list[dict[str, Any]]
     allocation record."""
     if await store.count(keys.MACHINES):
         raise SystemExit("the store already holds machines: give the benchmark an empty store")
+    await store.txn((), entitlement_puts(region, extra))
+    await write_puts(store, machine_puts(region), 2 * region.machines, "machines and allocations")
+
+
+def entitlement_puts(region: Region, extra: list[dict[str, Any]]) -> list[Put]:
+    """The region's host profiles, and the teams' and `extra` entitlements."""
     records = [Put(keys.host_profile(name), to_json(_host_profile(name))) for name in HOST_PROFILES]
     for record in [team.record for team in region.teams] + extra:
         entitlement = json.dumps(record).encode()
         from_json(Entitlement, entitlement, stored=True)
         records.append(Put(keys.entitlement(record["name"]), entitlement))
-    await store.txn((), records)
+    return records
 
-    def puts() -> Iterator[Put]:
-        for index, (identifier, machine) in enumerate(_machines(region)):
-            value = json.dumps(machine, separators=(",", ":")).encode()
-            if index % PUTS_PER_TXN == 0:
-                # Built by hand for speed: check that it is what the model itself would write.
-                assert to_json(from_json(Machine, value, stored=True)) == value, value
-            yield Put(keys.machine(identifier), value)
-            yield Put(keys.allocation(identifier), to_json(Allocation(machine=identifier)))
 
-    await write_puts(store, puts(), 2 * region.machines, "machines and allocations")
+def machine_puts(region: Region) -> Iterator[Put]:
+    """Every machine, each followed by its empty allocation record."""
+    for index, (identifier, machine) in enumerate(_machines(region)):
+        value = json.dumps(machine, separators=(",", ":")).encode()
+        if index % PUTS_PER_TXN == 0:
+            # Built by hand for speed: check that it is what the model itself would write.
+            assert to_json(from_json(Machine, value, stored=True)) == value, value
+        yield Put(keys.machine(identifier), value)
+        yield Put(keys.allocation(identifier), to_json(Allocation(machine=identifier)))
 
 
 def _host_profile(name: str) -> HostProfile:
