@@ -13,11 +13,11 @@ those machines as taken. Nothing is committed: `bench_allocator` measures the wh
 included; this is the ceiling the replica's own CPU sets on it.
 
 Prints one JSON line on stdout (progress on stderr):
-  machines, build_s (the index built from the records in memory), rss_mib (peak RSS of this
-  process: records, index and job stream), jobs (decisions made), jobs_fully_placed,
-  tasks_placed, fill and fill_stalled (as in bench_allocator), decisions_per_s (jobs over the
-  fill's wall time), p50_ms and p99_ms (one decision), large_job_tasks and large_job_s,
-  unplaced_tasks and unplaced_reasons (top 3).
+  machines, build_s (the index built from the records, which are made in memory first),
+  rss_mib (peak RSS of this process: records, index and job stream), jobs (decisions made),
+  jobs_fully_placed, tasks_placed, fill and fill_stalled (as in bench_allocator),
+  decisions_per_s (jobs over the fill's wall time), p50_ms and p99_ms (one decision),
+  large_job_tasks and large_job_s, unplaced_tasks and unplaced_reasons (top 3).
 
 Usage: .venv/bin/python scripts/bench_allocator_decisions.py [--machines 1000000] [--fill 0.8]
 """
@@ -34,7 +34,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-from allocbench.decide import Decider, build_index
+from allocbench.decide import Decider, build_index, region_records
 from allocbench.fill import Filler, Share, fill_share, no_one_else
 from allocbench.jobs import job_stream, large_entitlement, large_job
 from allocbench.region import build_region
@@ -80,9 +80,12 @@ async def decide(args: argparse.Namespace) -> dict[str, Any]:
         f"region: {args.machines:,} machines in {len(region.racks):,} racks, "
         f"{len(region.teams)} teams; {len(plans):,} jobs of {sum(p.count for p in plans):,} tasks"
     )
+    records = region_records(region, [] if large is None else [large_entitlement(large.count)])
+    log(f"{len(records):,} records made")
     started = time.perf_counter()
-    index, cache = build_index(region, [] if large is None else [large_entitlement(large.count)])
+    index, cache = build_index(records)
     build_s = time.perf_counter() - started
+    del records
     log(f"index built in {build_s:.1f} s")
     decider = Decider(index, cache, [*plans, *([] if large is None else [large])])
     share = Share(

@@ -5,7 +5,7 @@ before it commits (the rest of a Place is the commit, which `bench_allocator` me
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import bisect
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -14,10 +14,11 @@ from allocbench.region import Region, entitlement_puts, machine_puts
 from tether.allocator.cache import ChoiceCache
 from tether.allocator.group_commit import PlaceResult, place_tentatively
 from tether.allocator.index import AllocationIndex
-from tether.allocator.index.feed import Sink, sinks
+from tether.allocator.index.feed import sinks
 from tether.allocator.placement import Planner
 from tether.model import Job, from_json
-from tether.store import KeyValue, Put
+from tether.store import KeyValue
+from tether.store.base import prefix_end
 
 REPLICA: Final = "bench-0"
 PAGE: Final = 1000
@@ -26,42 +27,32 @@ REVISION: Final = 1
 CALLS_PER_YIELD: Final = 100
 
 
-def build_index(region: Region, extra: list[dict[str, Any]]) -> tuple[AllocationIndex, ChoiceCache]:
-    """The index of a replica that listed the region's records, with its choice cache."""
+def region_records(region: Region, extra: list[dict[str, Any]]) -> list[KeyValue]:
+    """The records a replica would list from the store of `region` (with `extra` entitlements),
+    in key order per prefix as a listing brings them: what the index is built from."""
+    puts = [*entitlement_puts(region, extra), *machine_puts(region)]
+    records = [KeyValue(put.key, put.value, REVISION, REVISION, 1) for put in puts]
+    records.sort(key=lambda record: record.key)
+    return records
+
+
+def build_index(records: list[KeyValue]) -> tuple[AllocationIndex, ChoiceCache]:
+    """The index of a replica that listed `records`, with its choice cache: each prefix fed to
+    its sink in pages, in the order the replica's feeds list them (records of a prefix without
+    a sink, host profiles, are not indexed)."""
     index = AllocationIndex()
     cache = ChoiceCache(REPLICA)
     index.listeners.append(cache)
-    feeds = sinks(index)
-    for sink in feeds.values():
+    for prefix, sink in sinks(index).items():
+        start = bisect.bisect_left(records, prefix, key=lambda record: record.key)
+        end = bisect.bisect_left(
+            records, prefix_end(prefix).decode(), key=lambda record: record.key
+        )
         sink.begin_listing()
-    _feed(feeds, iter(entitlement_puts(region, extra)))
-    _feed(feeds, machine_puts(region))
-    for sink in feeds.values():
+        for page in range(start, end, PAGE):
+            sink.put_page(records[page : min(page + PAGE, end)])
         sink.end_listing(REVISION)
     return index, cache
-
-
-def _feed(feeds: dict[str, Sink], puts: Iterator[Put]) -> None:
-    """Hands `puts` to the sinks of their prefixes in pages, each page of machines before the
-    page of their allocation records (puts of a prefix without a sink, host profiles, are not
-    indexed)."""
-    pages: dict[str, list[KeyValue]] = {prefix: [] for prefix in feeds}
-    for put in puts:
-        prefix = next((p for p in feeds if put.key.startswith(p)), None)
-        if prefix is None:
-            continue
-        page = pages[prefix]
-        page.append(KeyValue(put.key, put.value, REVISION, REVISION, 1))
-        if len(page) >= PAGE:
-            _flush(feeds, pages)
-    _flush(feeds, pages)
-
-
-def _flush(feeds: dict[str, Sink], pages: dict[str, list[KeyValue]]) -> None:
-    for prefix, page in pages.items():  # in the sinks' order: machines before allocations
-        if page:
-            feeds[prefix].put_page(page)
-            page.clear()
 
 
 class Decider:
