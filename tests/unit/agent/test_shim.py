@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tether.agent.executor import SHIM_COMMAND, SHIM_PYTHONPATH
 from tether.agent.limits import MIB
 from tether.agent.procfs import is_alive, start_ticks
 from tether.agent.shim import EXIT_NOT_FOUND
@@ -43,7 +44,8 @@ class Run:
         # As the agent does: the shim's own complaints go to the task's stderr log.
         with (directory / "stderr.log").open("ab") as stderr:
             self.shim = subprocess.Popen(
-                [sys.executable, "-m", "tether.agent.shim", str(directory / "spec.json")],
+                [*SHIM_COMMAND, str(directory / "spec.json")],
+                env={**os.environ, "PYTHONPATH": SHIM_PYTHONPATH},
                 stderr=stderr,
                 start_new_session=True,
             )
