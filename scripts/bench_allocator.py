@@ -61,7 +61,15 @@ from typing import Any
 import numpy as np
 from allocbench.audit import Audit, audit
 from allocbench.fill import Share, run_single, worker_main
-from allocbench.jobs import JobPlan, job_stream, large_entitlement, large_job, write_jobs
+from allocbench.jobs import (
+    LARGE_JOB_FILL,
+    JobPlan,
+    add_stream_arguments,
+    job_stream,
+    large_entitlement,
+    large_job,
+    write_jobs,
+)
 from allocbench.plot import plot_free
 from allocbench.region import Region, build_region, write_region
 from benchkit import default_plot, log, stop_on_signals
@@ -70,7 +78,6 @@ from tether.scheduler.allocator_client import replica_order
 from tether.store import open_store
 from tether.store.etcd_server import EtcdServer
 
-LARGE_JOB_FILL = 0.6
 # A worker that neither reports nor exits within this long after the others is given up on.
 WORKER_GRACE_S = 60.0
 
@@ -79,9 +86,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--machines", type=int, default=1_000_000, help="machines in the region (1,000,000)"
-    )
+    add_stream_arguments(parser)
     parser.add_argument(
         "--allocators",
         type=int,
@@ -95,22 +100,8 @@ def parse_args() -> argparse.Namespace:
         help="an existing, empty store (e.g. etcd://127.0.0.1:2379); default: a private etcd "
         "in a temporary directory, data on disk, removed at the end",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of region and jobs (1)")
-    parser.add_argument(
-        "--fill",
-        type=float,
-        default=0.8,
-        help="stop when the CPU or memory placed reaches this fraction of the region (0.8)",
-    )
     parser.add_argument(
         "--concurrency", type=int, default=8, help="Place calls in flight per allocator (8)"
-    )
-    parser.add_argument(
-        "--large-job",
-        type=int,
-        default=15_000,
-        metavar="TASKS",
-        help="tasks of the job placed alone at 60%% fill; 0 skips it (15,000)",
     )
     parser.add_argument(
         "--plot",
@@ -120,10 +111,8 @@ def parse_args() -> argparse.Namespace:
         "git ignores)",
     )
     args = parser.parse_args()
-    if args.machines < 1 or args.allocators < 1 or args.concurrency < 1 or args.large_job < 0:
-        parser.error("--machines, --allocators and --concurrency must be positive")
-    if not 0 < args.fill <= 1:
-        parser.error("--fill must be in (0, 1]")
+    if args.allocators < 1 or args.concurrency < 1:
+        parser.error("--allocators and --concurrency must be positive")
     return args
 
 

@@ -36,40 +36,23 @@ from typing import Any
 import numpy as np
 from allocbench.decide import Decider, build_index, region_records
 from allocbench.fill import Filler, Share, fill_share, no_one_else
-from allocbench.jobs import job_stream, large_entitlement, large_job
+from allocbench.jobs import (
+    LARGE_JOB_FILL,
+    add_stream_arguments,
+    job_stream,
+    large_entitlement,
+    large_job,
+)
 from allocbench.region import build_region
 from benchkit import log, stop_on_signals
-
-LARGE_JOB_FILL = 0.6
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--machines", type=int, default=1_000_000, help="machines in the region (1,000,000)"
-    )
-    parser.add_argument("--seed", type=int, default=1, help="seed of region and jobs (1)")
-    parser.add_argument(
-        "--fill",
-        type=float,
-        default=0.8,
-        help="stop when the CPU or memory placed reaches this fraction of the region (0.8)",
-    )
-    parser.add_argument(
-        "--large-job",
-        type=int,
-        default=15_000,
-        metavar="TASKS",
-        help="tasks of the job placed alone at 60%% fill; 0 skips it (15,000)",
-    )
-    args = parser.parse_args()
-    if args.machines < 1 or args.large_job < 0:
-        parser.error("--machines must be positive and --large-job at least 0")
-    if not 0 < args.fill <= 1:
-        parser.error("--fill must be in (0, 1]")
-    return args
+    add_stream_arguments(parser)
+    return parser.parse_args()
 
 
 async def decide(args: argparse.Namespace) -> dict[str, Any]:

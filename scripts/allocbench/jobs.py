@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -27,6 +28,8 @@ GPU_JOB_SHARE: Final = 0.4
 # quotas and gang jobs leave tasks unplaced, so the stream must not run dry first.
 STREAM_MARGIN: Final = 2.5
 LARGE_ENTITLEMENT: Final = "bench-large"
+LARGE_JOB_FILL: Final = 0.6
+"""The fill at which the large job is placed alone (or the fill asked for, if lower)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +227,45 @@ async def write_jobs(store: Store, plans: list[JobPlan]) -> None:
             yield Put(keys.job(plan.entitlement, plan.name), value)
 
     await write_puts(store, puts(), len(plans), "jobs")
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments that choose the region and its job stream: --machines, --seed, --fill and
+    --large-job, each checked as it is parsed."""
+    parser.add_argument(
+        "--machines",
+        type=_at_least(1),
+        default=1_000_000,
+        help="machines in the region (1,000,000)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of region and jobs (1)")
+    parser.add_argument(
+        "--fill",
+        type=_fraction,
+        default=0.8,
+        help="stop when the CPU or memory placed reaches this fraction of the region (0.8)",
+    )
+    parser.add_argument(
+        "--large-job",
+        type=_at_least(0),
+        default=15_000,
+        metavar="TASKS",
+        help="tasks of the job placed alone at 60%% fill; 0 skips it (15,000)",
+    )
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError("must be in (0, 1]")
+    return value

@@ -33,12 +33,12 @@ from tether.model import Assignment
 
 DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIM_START_GRACE_S: Final = 10.0
+"""How long a shim may take to write its state file before it is taken for dead."""
 SHIM_COMMAND: Final = (sys.executable, "-S", "-m", "tether.agent.shim")
 """The shim runs without `site` (-S): it imports only the standard library and `tether.agent`,
 and setting up site-packages was a fifth of the CPU every task start costs."""
 SHIM_PYTHONPATH: Final = str(Path(tether.__file__).resolve().parent.parent)
 """Where the shim finds `tether` without site-packages: where this agent found it."""
-"""How long a shim may take to write its state file before it is taken for dead."""
 
 
 @dataclass(frozen=True, slots=True)

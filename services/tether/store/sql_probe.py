@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from tether.store.base import prefix_end
-from tether.store.sql_tables import LEASES_SCHEMA, attach_leases
+from tether.store.sql_tables import LEASES_SCHEMA, SQLITE_BUSY_CODES, attach_leases
 
 # The SQL backend's tables (store/sql.py); a wrong name fails every look, loudly.
 _REVISION = "SELECT revision, compacted FROM tether_meta WHERE id = 1"
@@ -20,7 +20,6 @@ _UNTOUCHED = (
     " WHERE revision >= ?1 AND +key >= ?2 AND (?3 IS NULL OR +key < ?3))"
     " FROM tether_meta WHERE id = 1"
 )
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 T = TypeVar("T")
 
@@ -102,6 +101,6 @@ class SqliteProbe:
         try:
             return action()
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode in _BUSY:
+            if error.sqlite_errorcode in SQLITE_BUSY_CODES:
                 raise ProbeBusy(str(error)) from error
             raise

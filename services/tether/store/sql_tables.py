@@ -111,6 +111,8 @@ def leases_path(path: Path) -> Path:
     return path.parent / f"{path.name}-leases" / "leases.db"
 
 
+SQLITE_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+"""The error codes of an SQLite file another connection has locked."""
 WAL_SWITCH_TIMEOUT_S = 60.0
 """How long a connection keeps trying to put its database in WAL mode (as `busy_timeout`)."""
 
@@ -128,8 +130,7 @@ def use_wal(cursor: Any, schema: str) -> None:
             cursor.execute(f"PRAGMA {schema}.journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-            if not busy or time.monotonic() > deadline:
+            if exc.sqlite_errorcode not in SQLITE_BUSY_CODES or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
 
