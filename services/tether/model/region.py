@@ -56,6 +56,9 @@ class ShardLeader(TetherModel):
     """`<hostname>:<pid>:<random>`, unique per process lifetime."""
     pid: int
     since: Timestamp
+    liveness: str | None = None
+    """`host:port` of the leader's liveness socket: a standby holds a connection to it and, when
+    the leader's process ends, revokes its lease rather than wait for it to lapse."""
 
 
 class ShardReplica(TetherModel):

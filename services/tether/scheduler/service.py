@@ -63,7 +63,13 @@ class Scheduler(Service):
         self.shard = shard
         self._store = store
         self._settings = settings or SchedulerSettings()
-        self.election = Election(store, shard, self._settings.lease_ttl_s, identity)
+        self.election = Election(
+            store,
+            shard,
+            self._settings.lease_ttl_s,
+            identity,
+            liveness_host=self._settings.liveness_host,
+        )
         self.leading = asyncio.Event()
         """Set while this replica leads and its mirrors are loaded."""
         self.membership_checks = 0
@@ -80,6 +86,7 @@ class Scheduler(Service):
     async def stop(self) -> None:
         await cancel_and_wait(self._main)
         self._main = None
+        await self.election.close()
         await self._store.close()
 
     async def _serve(self) -> None:

@@ -14,7 +14,13 @@ class SchedulerSettings(BaseSettings):
     lease_ttl_s: int = Field(
         default=5,
         ge=1,
-        description="TTL of the leader's lease: a dead leader is replaced within it.",
+        description="TTL of the leader's lease: a leader that hangs, or whose host dies, is "
+        "replaced within it (one whose process ends, at once: see liveness_host).",
+    )
+    liveness_host: str = Field(
+        default="127.0.0.1",
+        description="Address of the replica's liveness socket, which its standbys connect to "
+        "so as to take over the moment its process ends.",
     )
     status_interval_s: float = Field(
         default=2.0,

@@ -27,11 +27,13 @@ SHARD = "shard-0"
 LEADER_KEY = keys.shard_leader(SHARD)
 TTL_S = 2
 """The lease of replicas whose failover a test waits out."""
+LONG_TTL_S = 30
+"""The lease of replicas whose failover must not wait for the lease."""
 STEADY_TTL_S = 10
 """The lease of in-process replicas in tests that end a term themselves: a loaded machine's
 stall of a second or two must not end it first."""
 
-Spawn = Callable[[str], subprocess.Popen[bytes]]
+Spawn = Callable[[str, int], subprocess.Popen[bytes]]
 
 
 @pytest.fixture
@@ -39,8 +41,8 @@ def spawn(store_url: str, tmp_path: Path) -> Iterator[Spawn]:
     """Starts `tether scheduler --shard shard-0` processes; kills whatever is left at the end."""
     processes: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "TETHER_SCHEDULER_LEASE_TTL_S": str(TTL_S)}
+    def start(name: str, ttl_s: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "TETHER_SCHEDULER_LEASE_TTL_S": str(ttl_s)}
         command = [sys.executable, "-m", "tether.cli.main", "scheduler", "--shard", SHARD]
         with (tmp_path / f"{name}.log").open("wb") as log:
             process = subprocess.Popen(
@@ -67,10 +69,11 @@ async def leader(store: Store) -> ShardLeader | None:
     return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
 
 
-async def test_standby_takes_over_when_the_leader_is_killed(
-    store: Store, spawn: Spawn, tmp_path: Path
-) -> None:
-    first, second = spawn("a"), spawn("b")
+async def elect_of_two(
+    store: Store, spawn: Spawn, tmp_path: Path, ttl_s: int
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """Starts two replicas; returns the leader and the standby once the standby stands by."""
+    first, second = spawn("a", ttl_s), spawn("b", ttl_s)
     elected = await eventually(lambda: leader(store), timeout_s=30, what="a leader")
     assert elected.shard == SHARD
     assert elected.pid in (first.pid, second.pid)
@@ -82,25 +85,55 @@ async def test_standby_takes_over_when_the_leader_is_killed(
         return "standing by" in survivor_log.read_text()
 
     await eventually(standing_by, timeout_s=30, what="the standby")
+    return victim, survivor
+
+
+async def leads_after(store: Store, replica: subprocess.Popen[bytes], since: datetime) -> float:
+    """Seconds from `since` until `replica` took the lead, by its own stamp of its win (not by
+    when this test's polling saw it)."""
+
+    async def replica_leads() -> ShardLeader | None:
+        now = await leader(store)
+        return now if now is not None and now.pid == replica.pid else None
+
+    successor = await eventually(replica_leads, timeout_s=LONG_TTL_S, what="the standby leading")
+    return (successor.since - since).total_seconds()
+
+
+async def test_standby_takes_over_at_once_when_the_leader_is_killed(
+    store: Store, spawn: Spawn, tmp_path: Path
+) -> None:
+    victim, survivor = await elect_of_two(store, spawn, tmp_path, LONG_TTL_S)
 
     killed_at = datetime.now(UTC)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
 
-    async def survivor_leads() -> ShardLeader | None:
-        now = await leader(store)
-        return now if now is not None and now.pid == survivor.pid else None
-
-    # Measured by the survivor's stamp of its win, not by when this test's polling saw it.
-    successor = await eventually(survivor_leads, timeout_s=TTL_S + 10, what="the standby leading")
-    took = (successor.since - killed_at).total_seconds()
-    assert took <= TTL_S + 2, f"the standby took {took:.1f} s to lead"
+    # Long before the lease's 20 to 30 s left could lapse: the standby saw the process end.
+    took = await leads_after(store, survivor, killed_at)
+    assert took < LONG_TTL_S / 3, f"the standby took {took:.1f} s to lead"
     assert await store.count(keys.SHARD_LEADERS) == 1
 
     # A clean stop revokes the lease: the key is gone as soon as the process has exited.
     survivor.send_signal(signal.SIGTERM)
     assert survivor.wait(15) == 0
     assert await store.get(LEADER_KEY) is None
+
+
+async def test_a_hung_leader_is_replaced_when_its_lease_lapses(
+    store: Store, spawn: Spawn, tmp_path: Path
+) -> None:
+    hung, survivor = await elect_of_two(store, spawn, tmp_path, TTL_S)
+
+    # Stopped, its process lives on, and so does the connection to its liveness socket.
+    stopped_at = datetime.now(UTC)
+    hung.send_signal(signal.SIGSTOP)
+    try:
+        took = await leads_after(store, survivor, stopped_at)
+        assert took <= TTL_S + 2, f"the standby took {took:.1f} s to lead"
+    finally:
+        hung.send_signal(signal.SIGCONT)
+    assert await store.count(keys.SHARD_LEADERS) == 1
 
 
 async def test_clean_stop_hands_over_at_once(store_url: str) -> None:
