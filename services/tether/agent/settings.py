@@ -18,7 +18,12 @@ class AgentSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TETHER_AGENT_", extra="ignore")
 
-    lease_ttl_s: int = Field(default=3, ge=1, description="TTL of the heartbeat's lease.")
+    lease_ttl_s: int = Field(
+        default=6,
+        ge=1,
+        description="TTL of the heartbeat's lease: a dead machine's heartbeat vanishes within it "
+        "(and the health checker's grace later, it is down).",
+    )
     work_dir: Path | None = Field(
         default=None,
         description="Task files (specs, state, exit codes, logs, sandboxes); "

@@ -22,7 +22,10 @@ class AllocatorSettings(BaseSettings):
         description="Replica id, the key under allocators/.",
     )
     lease_ttl_s: int = Field(
-        default=5, ge=1, description="TTL of the lease the registration lives on."
+        default=15,
+        ge=1,
+        description="TTL of the lease the registration lives on: a dead replica is listed "
+        "that long (a scheduler whose call it refuses asks another replica at once).",
     )
     max_attempts: int = Field(
         default=10,

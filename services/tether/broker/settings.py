@@ -15,5 +15,8 @@ class BrokerSettings(BaseSettings):
 
     dc: Name = Field(description="The datacenter whose machines this broker records.")
     lease_ttl_s: int = Field(
-        default=5, ge=1, description="TTL of the lease the broker's registration lives on."
+        default=15,
+        ge=1,
+        description="TTL of the lease the broker's registration lives on: a dead broker is "
+        "listed that long.",
     )

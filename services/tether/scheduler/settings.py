@@ -12,7 +12,7 @@ class SchedulerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TETHER_SCHEDULER_", extra="ignore")
 
     lease_ttl_s: int = Field(
-        default=5,
+        default=15,
         ge=1,
         description="TTL of the leader's lease: a leader that hangs, or whose host dies, is "
         "replaced within it (one whose process ends, at once: see liveness_host).",
