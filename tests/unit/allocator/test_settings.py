@@ -17,7 +17,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (settings.host, settings.port, settings.lease_ttl_s, settings.max_attempts) == (
         "127.0.0.1",
         0,
-        5,
+        15,
         10,
     )
     assert settings.id == f"allocator-{os.getpid()}"
