@@ -6,7 +6,6 @@ import abc
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection
@@ -17,8 +16,9 @@ from typing import Final
 import tether
 from tether.agent.cleanup import kill_now
 from tether.agent.limits import Limiter, Limits
-from tether.agent.procfs import is_alive, signal_process
+from tether.agent.procfs import is_alive, signal_process, start_ticks
 from tether.agent.settings import AgentSettings
+from tether.agent.shimfork import ShimForkServer
 from tether.agent.workdir import (
     AttemptFiles,
     Fence,
@@ -34,9 +34,9 @@ from tether.model import Assignment
 DEFAULT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SHIM_START_GRACE_S: Final = 10.0
 """How long a shim may take to write its state file before it is taken for dead."""
-SHIM_COMMAND: Final = (sys.executable, "-S", "-m", "tether.agent.shim")
-"""The shim runs without `site` (-S): it imports only the standard library and `tether.agent`,
-and setting up site-packages was a fifth of the CPU every task start costs."""
+SHIM_FORK_SERVER_COMMAND: Final = (sys.executable, "-S", "-m", "tether.agent.shimfork")
+"""The agent's shims are forked from it. It runs without `site` (-S), as does every shim it
+forks: they import only the standard library and `tether.agent`."""
 SHIM_PYTHONPATH: Final = str(Path(tether.__file__).resolve().parent.parent)
 """Where the shim finds `tether` without site-packages: where this agent found it."""
 
@@ -127,11 +127,16 @@ class Executor(abc.ABC):
         """The attempt's end is reported: forget it, keeping the newest `keep` attempts of the
         task (never one in `busy`) for their logs."""
 
+    @abc.abstractmethod
+    def close(self) -> None:
+        """The agent stops; its attempts run on. Releases whatever the executor holds."""
+
 
 class ProcessExecutor(Executor):
-    """Each attempt is a real process under `python -m tether.agent.shim`, in its own session,
-    with files under the work dir: the spec the agent writes, the state and exit the shim
-    writes, the logs. Tasks outlive the agent; the next one adopts them from the files."""
+    """Each attempt is a real process under a shim (`agent/shim.py`, forked from the agent's
+    `ShimForkServer`), in its own session, with files under the work dir: the spec the agent
+    writes, the state and exit the shim writes, the logs. Tasks outlive the agent; the next one
+    adopts them from the files."""
 
     def __init__(self, work_dir: WorkDir, settings: AgentSettings, machine_id: str) -> None:
         self.logs = work_dir
@@ -139,8 +144,11 @@ class ProcessExecutor(Executor):
         self._settings = settings
         self._machine_id = machine_id
         self._limiter: Limiter | None = None
-        self._shims: dict[AttemptFiles, subprocess.Popen[bytes]] = {}
-        """The shims this agent process started (and must reap)."""
+        self._fork_server = ShimForkServer(
+            list(SHIM_FORK_SERVER_COMMAND), {**os.environ, "PYTHONPATH": SHIM_PYTHONPATH}
+        )
+        self._shims: dict[AttemptFiles, tuple[int, int | None]] = {}
+        """The shims this agent process started: pid and start time (`procfs.start_ticks`)."""
 
     def prepare(self) -> None:
         self._work_dir.tasks.mkdir(parents=True, exist_ok=True)
@@ -188,18 +196,10 @@ class ProcessExecutor(Executor):
             fence_key=files.fence_key if assignment.at_most_once else "",
         )
         write_record(files.spec, spec)
-        with files.log("stderr").open("ab") as stderr:
-            # The shim's own complaints (and a traceback, should it crash) go to the task's
-            # stderr log, where whoever reads the task's logs sees them.
-            self._shims[files] = subprocess.Popen(
-                [*SHIM_COMMAND, str(files.spec)],
-                cwd=files.dir,
-                env={**os.environ, "PYTHONPATH": SHIM_PYTHONPATH},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-            )
+        # The shim's own complaints (and a traceback, should it crash) go to the task's stderr
+        # log, where whoever reads the task's logs sees them.
+        pid = self._fork_server.fork(files.spec, files.dir, files.log("stderr"))
+        self._shims[files] = (pid, start_ticks(pid))
 
     def fence(self, held: Collection[AttemptFiles], valid_until: float) -> None:
         fence = Fence(attempts=sorted(files.fence_key for files in held), valid_until=valid_until)
@@ -223,8 +223,7 @@ class ProcessExecutor(Executor):
     def supervised(self, files: AttemptFiles, state: ShimState | None, since: float) -> bool:
         shim = self._shims.get(files)
         if shim is not None:
-            # Our own child: poll() also reaps it once it has exited.
-            return shim.poll() is None
+            return is_alive(*shim)
         if state is None:
             return time.monotonic() - since < SHIM_START_GRACE_S
         return is_alive(state.shim_pid, state.shim_start)
@@ -235,9 +234,9 @@ class ProcessExecutor(Executor):
             if state is not None:
                 kill_now(state)
             if shim is not None:
-                shim.kill()
+                signal_process(*shim, signal.SIGKILL)
         elif shim is not None:
-            shim.send_signal(signal.SIGTERM)
+            signal_process(*shim, signal.SIGTERM)
         elif state is not None:
             signal_process(state.shim_pid, state.shim_start, signal.SIGTERM)
 
@@ -251,7 +250,8 @@ class ProcessExecutor(Executor):
         write_record(files.exit, end)
 
     def release(self, files: AttemptFiles, keep: int, busy: set[int]) -> None:
-        shim = self._shims.pop(files, None)
-        if shim is not None:
-            shim.poll()
+        self._shims.pop(files, None)
         self._work_dir.prune(files.task, keep, busy=busy)
+
+    def close(self) -> None:
+        self._fork_server.close()

@@ -153,6 +153,7 @@ class Agent(Service):
         await self._registration.stop()
         if self._http is not None:
             await self._http.stop()
+        self._executor.close()
         if self._owns_store:
             await self._store.close()
 

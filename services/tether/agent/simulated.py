@@ -187,6 +187,9 @@ class SimulatedExecutor(Executor):
         self._training.pop(files, None)
         self._at_most_once.discard(files)
 
+    def close(self) -> None:
+        """Nothing to release: the simulated attempts end with the process."""
+
     def _end(self, files: AttemptFiles, end: ShimExit) -> None:
         if files in self._ends:
             return

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tether.agent.executor import SHIM_COMMAND, SHIM_PYTHONPATH
+from tether.agent.executor import SHIM_PYTHONPATH
 from tether.agent.limits import MIB
 from tether.agent.procfs import is_alive, start_ticks
 from tether.agent.shim import EXIT_NOT_FOUND
 from tether.agent.workdir import Fence, ShimExit, ShimSpec, ShimState, read_record, write_record
+
+SHIM_COMMAND = (sys.executable, "-S", "-m", "tether.agent.shim")
+"""The shim as a program of its own (the agent forks it from `agent/shimfork.py`)."""
 
 
 class Run:
