@@ -34,8 +34,9 @@ class FrontendSettings(BaseSettings):
     read_wait_s: float = Field(
         default=1.0,
         gt=0,
-        description="How long a GET with min_revision waits for the frontend's cache to reach "
-        "that revision before it reads the store instead.",
+        description="How long a GET waits for the frontend's cache to bring in this frontend's "
+        "own last write under what it reads before it reads the store instead (a GET whose "
+        "min_revision the cache has not reached reads the store at once).",
     )
     cache_idle_s: float = Field(
         default=60.0,
