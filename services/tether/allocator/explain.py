@@ -50,7 +50,7 @@ def explain(planner: Planner) -> Explanation:
     filtered = apply_checks(index.live_rows(), planner.all_checks())
     fitting = filtered.survivors
     scores = rules.scores(fitting, pool=False)
-    free = index.capacity[fitting] - index.used[fitting]
+    free = index.free[fitting]
     order = best_first(fitting, scores, free, first=(index.owner[fitting] != planner.owner,))
     rank_of = {int(row): rank + 1 for rank, row in enumerate(fitting[order].tolist())}
     parts = rules.explained_parts()

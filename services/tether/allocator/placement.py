@@ -154,11 +154,10 @@ class Planner:
     def free(self, row: int) -> I64:
         free = self._free.get(row)
         if free is None:
-            index = self.index
             if self.ephemeral.labels:
                 free = self._index_free(np.array([row], np.intp))[0]
             else:
-                free = index.capacity[row] - index.used[row]
+                free = self.index.free[row].copy()
             self._free[row] = free
         return free
 
@@ -223,8 +222,9 @@ class Planner:
         _skip_gone(self.index, entry)
         return int(entry.scores[entry.start]) if entry.start < len(entry.rows) else 0
 
-    def _pull(self, domain: _Domain) -> int | None:
-        """The best free-pool machine of the domain that takes a task now, or None."""
+    def _pull(self, domain: _Domain) -> tuple[int, int] | None:
+        """The best free-pool machine of the domain that takes a task now, with how many it
+        takes, or None."""
         index = self.index
         for msb in domain.pool_msbs:
             entry = self._pool_list(msb)
@@ -233,12 +233,12 @@ class Planner:
             for start in range(0, len(rows), _POOL_CHUNK):
                 chunk = rows[start : start + _POOL_CHUNK]
                 in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
-                fits = in_pool & self.rules.accepts(chunk)
-                for position in np.flatnonzero(fits).tolist():
+                room = self.rules.room_if_accepted(chunk)
+                for position in np.flatnonzero(in_pool & (room > 0)).tolist():
                     row = int(chunk[position])
                     if row in self.joined or not self._within_machine_quota(row):
                         continue
-                    return row
+                    return row, int(room[position])
         return None
 
     def _within_machine_quota(self, row: int) -> bool:
@@ -390,13 +390,13 @@ class Planner:
             return domain.pulled
         if not domain.pool_msbs:
             return None
-        pulled = self._pull(domain)
-        if pulled is None:
+        found = self._pull(domain)
+        if found is None:
             domain.pool_msbs = []
             return None
+        pulled, room = found
         self._take(pulled, check=False)
-        domain.pulled = pulled
-        domain.pulled_room = int(self.rules.room(np.array([pulled], np.intp))[0])
+        domain.pulled, domain.pulled_room = pulled, room - 1
         return pulled
 
     def _take(self, row: int, *, check: bool) -> bool:
@@ -466,7 +466,7 @@ class Planner:
 def _free_of(index: AllocationIndex, rows: Rows) -> I64:
     """Free resources of `rows` as the index has them (`take`: fancy indexing of a
     two-dimensional column costs four times as much)."""
-    free: I64 = np.take(index.capacity, rows, axis=0) - np.take(index.used, rows, axis=0)
+    free: I64 = np.take(index.free, rows, axis=0)
     return free
 
 

@@ -13,10 +13,12 @@ GIB = Resources(memory_mib=1024)
 
 
 def memory(region: Region, machine_id: str) -> tuple[int, int]:
-    """(capacity, used) of the machine's memory column."""
+    """(capacity, used) of the machine's memory column (and its free column agrees)."""
     index = region.index
     row, column = region.row(machine_id), index.dimension_of["memory"]
-    return int(index.capacity[row, column]), int(index.used[row, column])
+    capacity, used = int(index.capacity[row, column]), int(index.used[row, column])
+    assert int(index.free[row, column]) == capacity - used
+    return capacity, used
 
 
 def usage(region: Region, name: str) -> dict[str, int]:
@@ -269,7 +271,7 @@ def test_an_extra_resource_a_machine_offers_adds_a_column() -> None:
     assert index.dimensions == ["cpu", "memory", "disk", "gpus"]
     region.add(machine("m2", extra={"fpga": 2}))
     assert index.dimensions == ["cpu", "memory", "disk", "gpus", "extra/fpga"]
-    assert index.capacity.shape[1] == index.used.shape[1] == 5
+    assert index.capacity.shape[1] == index.used.shape[1] == index.free.shape[1] == 5
     assert index.capacity[region.row("m2"), 4] == 2
     assert index.capacity[region.row("m1"), 4] == 0
     # Usage held before the column existed grows with it.
@@ -281,6 +283,7 @@ def test_an_extra_resource_a_machine_offers_adds_a_column() -> None:
     # column per label would make one per gang).
     assert index.dimensions[-1] == "extra/fpga"
     assert index.used[region.row("m2"), 4:].tolist() == [1]
+    assert index.free[region.row("m2"), 4:].tolist() == [1]
     assert usage(region, "ads") == {"memory": 1024, "extra/fpga": 1}
     assert index.extra_held("ads", "tpu") == {region.row("m2"): 3}
     assert index.extra_held("ads", "fpga") == {region.row("m2"): 1}

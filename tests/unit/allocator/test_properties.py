@@ -228,6 +228,7 @@ def held(region: Region, by_id: Mapping[str, Machine]) -> Held:
             label: int(index.used[row, column]) for label, column in index.dimension_of.items()
         }
         assert {label: amount for label, amount in columns.items() if amount} == dict(total)
+        assert (index.free[row] == index.capacity[row] - index.used[row]).all()
         assert index.task_count[row] == len(entries)
     return Held(used, usage, owner, readable)
 

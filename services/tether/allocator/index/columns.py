@@ -32,6 +32,7 @@ _INITIAL_ROWS = 1024
 _FILL: Final[dict[str, Any]] = {
     "capacity": 0,
     "used": 0,
+    "free": 0,
     "state": ABSENT,
     "dc": NONE,
     "msb": NONE,
@@ -68,6 +69,9 @@ class Columns:
         width = len(self.dimensions)
         self.capacity: I64 = np.zeros((rows, width), np.int64)
         self.used: I64 = np.zeros((rows, width), np.int64)
+        self.free: I64 = np.zeros((rows, width), np.int64)
+        """`capacity - used`, kept with them: placement reads rows of it at random, and one
+        gather costs half of two."""
         self.state: npt.NDArray[np.int8] = np.full(rows, ABSENT, np.int8)
         self.dc: I32 = np.full(rows, NONE, np.int32)
         self.msb: I32 = np.full(rows, NONE, np.int32)
@@ -117,6 +121,7 @@ class Columns:
             rows = len(self.state)
             self.capacity = np.hstack([self.capacity, np.zeros((rows, 1), np.int64)])
             self.used = np.hstack([self.used, np.zeros((rows, 1), np.int64)])
+            self.free = np.hstack([self.free, np.zeros((rows, 1), np.int64)])
         return column
 
     def vector(self, resources: Resources) -> I64:

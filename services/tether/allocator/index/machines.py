@@ -110,6 +110,7 @@ class MachineRecords:
         if info is None:
             columns.state[row] = ABSENT
             columns.capacity[row] = 0
+            columns.free[row] = -columns.used[row]
             columns.set_attributes(row, {})
         else:
             columns.state[row] = info.state
@@ -118,6 +119,7 @@ class MachineRecords:
             dimensions = [columns.dimension(label) for label in info.capacity]
             columns.capacity[row] = 0
             columns.capacity[row, dimensions] = list(info.capacity.values())
+            columns.free[row] = columns.capacity[row] - columns.used[row]
             columns.set_attributes(row, info.attributes)
         self._ownership.machine_changed(row, old_msb, old_hardware)
         columns.attributes_changed()
@@ -160,6 +162,7 @@ class MachineRecords:
                     )
                 capacity[position, column] = amount
         columns.capacity[at] = capacity
+        columns.free[at] = capacity - columns.used[at]
         by_attribute: dict[str, tuple[list[int], list[int]]] = {}
         for row, info in zip(rows, infos, strict=True):
             for attribute, label in info.attributes.items():

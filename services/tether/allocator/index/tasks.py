@@ -135,7 +135,9 @@ class HeldTasks:
         tasks.shapes[indexes] = shape.code
         tasks.held += count
         columns, vector = self._columns, shape.vector
-        columns.used[rows, : len(vector)] += tasks_per_row[:, None] * vector
+        held = tasks_per_row[:, None] * vector
+        columns.used[rows, : len(vector)] += held
+        columns.free[rows, : len(vector)] -= held
         columns.task_count[rows] += tasks_per_row.astype(np.int32)
         entitlement = entitlement_of(job)
         self._add_usage(entitlement, vector * count)
@@ -169,6 +171,7 @@ class HeldTasks:
         entitlement's usage."""
         vector = shape.vector * tasks
         self._columns.used[row, : len(vector)] += vector
+        self._columns.free[row, : len(vector)] -= vector
         self._columns.task_count[row] += tasks
         self._add_usage(entitlement, vector)
         self._hold_extra(entitlement, row, shape, tasks)

@@ -149,12 +149,17 @@ class Pipeline:
 
     def accepts(self, rows: Rows) -> Mask:
         """Per row, whether every rule lets it take one more task."""
+        return self.room_if_accepted(rows) > 0
+
+    def room_if_accepted(self, rows: Rows) -> I64:
+        """Per row, how many tasks of the job it takes: `room`, or 0 where a rule that does not
+        count rejects it."""
         # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
         mask = accepted_by_all(self.cached, rows)
         mask &= self.masks(rows)
-        if self._rooms:
-            mask &= self.room(rows) > 0
-        return mask
+        room = self.room(rows)
+        room[~mask] = 0
+        return room
 
     def prune_msbs(self, msbs: list[int]) -> list[int]:
         for rule in self.filters:
