@@ -7,7 +7,7 @@ import heapq
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -64,31 +64,44 @@ class Released:
     """What the stopped tasks of the planned job's own entitlement free of its quota."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Owned:
+    """The entitlement's machines that take a task, grouped by domain and best first within
+    each: the arrays every `_Domain` of a plan reads its own slice of."""
+
+    rows: Rows
+    room: I64
+    """How many tasks each still takes (the plan counts it down)."""
+    scores: I64
+    """The rows' scores (`Pipeline.scores`), to compare with the pool's."""
+
+
+_NO_OWNED = _Owned(_NO_ROWS, _NO_AMOUNTS, _NO_AMOUNTS)
+
+
 @dataclass(slots=True)
 class _Domain:
-    """One fault domain's candidates for the job: the entitlement's machines (best first, with
-    how many tasks each still takes), then machines pulled from the free pool one at a time."""
+    """One fault domain's candidates for the job: the entitlement's machines (`owned` from
+    `position` to `end`), then machines pulled from the free pool one at a time."""
 
     code: int
     count: int
-    rows: Rows = field(default_factory=lambda: _NO_ROWS)
-    room: I64 = field(default_factory=lambda: _NO_AMOUNTS)
-    scores: I64 = field(default_factory=lambda: _NO_AMOUNTS)
-    """The rows' scores (`Pipeline.scores`), to compare with the pool's."""
+    owned: _Owned = _NO_OWNED
     position: int = 0
+    end: int = 0
     pulled: int = NONE
     pulled_room: int = 0
-    pool_msbs: list[int] = field(default_factory=list)
+    pool_msbs: Sequence[int] = ()
     pool_score: int = 0
     """The score of the pool's best machine when the plan began."""
 
     def head_score(self) -> int:
-        if self.position < len(self.rows):
-            return int(self.scores[self.position])
+        if self.position < self.end:
+            return int(self.owned.scores[self.position])
         return self.pool_score
 
     def owned_left(self) -> bool:
-        return self.position < len(self.rows)
+        return self.position < self.end
 
 
 class Planner:
@@ -320,7 +333,7 @@ class Planner:
         domains: dict[int, _Domain] = {}
         if not spread.by_machine and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
             domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks))
-            room = sum(int(domain.room.sum()) for domain in domains.values())
+            room = _room_of(domains)
             if room < 2 * tasks or len(domains) < min(tasks, spread.domains_at_level()):
                 domains = {}
         if not domains and len(rows):
@@ -359,13 +372,13 @@ class Planner:
         scores = self.rules.scores(rows, pool=False)
         codes = self.spread.column[rows]
         order = best_first(rows, scores, free, first=(codes,))
-        rows, room, scores, codes = rows[order], room[order], scores[order], codes[order]
-        # One slice of the sorted arrays per domain: no Python loop over the machines.
-        present, starts = np.unique(codes, return_index=True)
-        ends = [*starts[1:].tolist(), len(codes)] if len(codes) else []
+        owned = _Owned(rows[order], room[order], scores[order])
+        # One range of the sorted arrays per domain: no Python loop over the machines.
+        present, starts = np.unique(codes[order], return_index=True)
+        ends = [*starts[1:].tolist(), len(rows)] if len(rows) else []
         counts = self.spread.counts
         return {
-            code: _Domain(code, counts[code], rows[start:end], room[start:end], scores[start:end])
+            code: _Domain(code, counts[code], owned, start, end)
             for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True)
         }
 
@@ -374,13 +387,14 @@ class Planner:
         return left is None or any(count > 0 for count in left.values())
 
     def _next_row(self, domain: _Domain) -> int | None:
-        while domain.position < len(domain.rows):
+        owned = domain.owned
+        while domain.position < domain.end:
             position = domain.position
-            if domain.room[position] > 0:
-                domain.room[position] -= 1
-                if domain.room[position] == 0:
+            if owned.room[position] > 0:
+                owned.room[position] -= 1
+                if owned.room[position] == 0:
                     domain.position += 1
-                row = int(domain.rows[position])
+                row = int(owned.rows[position])
                 self._take(row, check=False)
                 return row
             domain.position += 1
@@ -392,7 +406,7 @@ class Planner:
             return None
         found = self._pull(domain)
         if found is None:
-            domain.pool_msbs = []
+            domain.pool_msbs = ()
             return None
         pulled, room = found
         self._take(pulled, check=False)
@@ -461,6 +475,12 @@ class Planner:
             self.cache.reasons.clear()
         self.cache.reasons[key] = (now, reason)
         return reason
+
+
+def _room_of(domains: Mapping[int, _Domain]) -> int:
+    """How many tasks the entitlement's machines of `domains` take (they share one `_Owned`)."""
+    first = next(iter(domains.values()), None)
+    return 0 if first is None else int(first.owned.room.sum())
 
 
 def _free_of(index: AllocationIndex, rows: Rows) -> I64:
