@@ -246,7 +246,7 @@ class Planner:
             for start in range(0, len(rows), _POOL_CHUNK):
                 chunk = rows[start : start + _POOL_CHUNK]
                 in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
-                room = self.rules.room_if_accepted(chunk)
+                room = self.rules.room_if_accepted(chunk, pooled=True)
                 for position in np.flatnonzero(in_pool & (room > 0)).tolist():
                     row = int(chunk[position])
                     if row in self.joined or not self._within_machine_quota(row):

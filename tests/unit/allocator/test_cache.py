@@ -140,3 +140,15 @@ def test_a_replica_past_its_share_takes_its_second_choices_from_the_owners_last(
     # machines their owners would take last (at random, it would meet about a third of them).
     assert {replica: len(ids) for replica, ids in chosen.items()} == wanted
     assert not chosen["alloc-b"] & (chosen["alloc-a"] | chosen["alloc-c"])
+
+
+def test_a_pool_machine_that_stops_meeting_a_constraint_is_not_chosen() -> None:
+    # A pull from a free-pool list does not apply the list's own checks again: the list has to
+    # go when one of its machines changes.
+    ads = entitlement()
+    region = Region().add(machine("m1", attributes={"zone": "a"}), machine("m2")).entitle(ads)
+    zone = Placement(constraints=[Constraint(attribute="zone", op=ConstraintOp.EQ, value="a")])
+    chosen = region.choose(job(count=1, placement=zone), ads).placements.values()
+    assert region.ids(chosen) == ["m1"]
+    region.add(machine("m1", attributes={"zone": "b"}))
+    assert region.choose(job(count=1, placement=zone), ads).placements == {}

@@ -60,6 +60,8 @@ class _Layout:
     """Filters that read only a machine's record: their answer is cached."""
     shared: tuple[Filter, ...]
     """Cached filters alike for every entitlement: free-pool lists are built with these."""
+    unshared: tuple[Filter, ...]
+    """The other cached filters: what a machine of a free-pool list still has to pass."""
     owned_fields: tuple[Field, ...]
     pool_fields: tuple[Field, ...]
     reason_fields: tuple[Field, ...]
@@ -75,6 +77,7 @@ def _layout(filters: tuple[Filter, ...], scorers: tuple[Scorer, ...], spread: Re
         ),
         cached=cached,
         shared=shared,
+        unshared=tuple(rule for rule in cached if rule not in shared),
         owned_fields=_fields(rule.reads for rule in cached),
         pool_fields=_fields([*(rule.reads for rule in shared), *(s.reads for s in scorers)]),
         reason_fields=_fields([*(rule.reads for rule in filters), spread]),
@@ -126,6 +129,11 @@ class Pipeline:
         """Cached checks alike for every entitlement: free-pool lists are built with these."""
         return self._checks_of(self._layout.shared)
 
+    @functools.cached_property
+    def unshared(self) -> list[Check]:
+        """The other cached checks, which a machine of a free-pool list still has to pass."""
+        return self._checks_of(self._layout.unshared)
+
     def _checks_of(self, rules: Iterable[Filter]) -> list[Check]:
         return [check for rule in rules for check in rule.checks(self.plan)]
 
@@ -151,11 +159,13 @@ class Pipeline:
         """Per row, whether every rule lets it take one more task."""
         return self.room_if_accepted(rows) > 0
 
-    def room_if_accepted(self, rows: Rows) -> I64:
+    def room_if_accepted(self, rows: Rows, *, pooled: bool = False) -> I64:
         """Per row, how many tasks of the job it takes: `room`, or 0 where a rule that does not
-        count rejects it."""
+        count rejects it. `pooled`: the rows come from a free-pool list, which the shared
+        cached checks made and which a change to any of its machines' records drops
+        (`ChoiceCache.pool_changed`): those checks are not applied again."""
         # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
-        mask = accepted_by_all(self.cached, rows)
+        mask = accepted_by_all(self.unshared if pooled else self.cached, rows)
         mask &= self.masks(rows)
         room = self.room(rows)
         room[~mask] = 0
