@@ -83,6 +83,21 @@ def passes(checks: Sequence[Check], rows: Rows) -> Rows:
     return rows
 
 
+# Up to this many codes, comparing with each beats np.isin, which sorts (47 µs against 3 µs
+# for a pool chunk of 64 rows and two codes).
+_FEW_CODES = 8
+
+
+def member_of(values: npt.NDArray[np.integer], codes: Sequence[int]) -> Mask:
+    """Per value, whether it is one of `codes` (np.isin, quicker for a few codes)."""
+    if len(codes) > _FEW_CODES:
+        return np.isin(values, codes)
+    mask = np.zeros(len(values), np.bool_)
+    for code in codes:
+        mask |= values == code
+    return mask
+
+
 def rejections(outcomes: Sequence[RuleOutcome], considered: int, *, details: bool) -> str:
     """E.g. "3 of 4 machines: insufficient memory (need ...); 1 of 4: not up", largest first."""
     if not considered:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tether.allocator.rules.base import Fact, Filter, Plan, Reads
-from tether.allocator.rules.checks import Check, listed
+from tether.allocator.rules.checks import Check, listed, member_of
 
 
 def allowed_datacenters(plan: Plan) -> set[str] | None:
@@ -41,7 +39,7 @@ class Datacenter(Filter):
             Check(
                 "datacenter",
                 "datacenter not allowed",
-                lambda rows: np.isin(index.dc[rows], codes),
+                lambda rows: member_of(index.dc[rows], codes),
                 lambda *_: "; ".join(f"{who} allows {listed(dcs)}" for who, dcs in limits),
             )
         ]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tether.allocator.rules.base import Fact, Filter, Plan, Reads
-from tether.allocator.rules.checks import Check, listed
+from tether.allocator.rules.checks import Check, listed, member_of
 
 
 class HardwareType(Filter):
@@ -21,7 +19,7 @@ class HardwareType(Filter):
             Check(
                 "hardware type",
                 "hardware type not allowed",
-                lambda rows: np.isin(index.hw[rows], codes),
+                lambda rows: member_of(index.hw[rows], codes),
                 lambda *_: f"allowed: {listed(names)}",
             )
         ]

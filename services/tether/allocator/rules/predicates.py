@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tether.allocator.index import NONE, AllocationIndex
-from tether.allocator.rules.checks import Mask, Rows
+from tether.allocator.rules.checks import Mask, Rows, member_of
 from tether.model import AttributePredicate, ConstraintOp
 
 
@@ -45,5 +45,5 @@ def matches(index: AllocationIndex, predicate: AttributePredicate, rows: Rows) -
             return equal if op is ConstraintOp.EQ else ~equal
         case _:
             wanted = [code for code in map(values.find, predicate.values) if code != NONE]
-            inside = np.isin(column, wanted)
+            inside = member_of(column, wanted)
             return inside if op is ConstraintOp.IN else ~inside
