@@ -17,7 +17,7 @@ from tether.allocator.ephemeral import EphemeralNeed
 from tether.allocator.index import NONE, UP, AllocationIndex
 from tether.allocator.rules import registry
 from tether.allocator.rules.base import Plan
-from tether.allocator.rules.checks import Check, Rows, apply_checks, rejections
+from tether.allocator.rules.checks import Check, Mask, Rows, apply_checks, rejections
 from tether.allocator.rules.pipeline import Pipeline, best_first
 from tether.allocator.rules.quota import machines_left, quota_check, quota_room, quota_text
 from tether.model import Entitlement, Job
@@ -245,9 +245,8 @@ class Planner:
             rows = self.spread.in_domain(entry.rows[entry.start :], domain.code)
             for start in range(0, len(rows), _POOL_CHUNK):
                 chunk = rows[start : start + _POOL_CHUNK]
-                in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
                 room = self.rules.room_if_accepted(chunk, pooled=True)
-                for position in np.flatnonzero(in_pool & (room > 0)).tolist():
+                for position in np.flatnonzero(_in_pool(index, chunk) & (room > 0)).tolist():
                     row = int(chunk[position])
                     if row in self.joined or not self._within_machine_quota(row):
                         continue
@@ -332,12 +331,12 @@ class Planner:
         rows = rows[self.rules.masks(rows)]
         domains: dict[int, _Domain] = {}
         if not spread.by_machine and len(rows) > max(_SAMPLE_MIN, _SAMPLE_FACTOR * tasks):
-            domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks))
-            room = _room_of(domains)
+            owned, domains = self._owned_domains(self._sample(rows, _SAMPLE_FACTOR * tasks))
+            room = int(owned.room.sum())
             if room < 2 * tasks or len(domains) < min(tasks, spread.domains_at_level()):
                 domains = {}
         if not domains and len(rows):
-            domains = self._owned_domains(rows)
+            _, domains = self._owned_domains(rows)
         # Without a scorer that tells pool machines apart, every domain's best pool machine
         # scores 0 and reading them is wasted.
         ranked_pool = not spread.by_machine and self.rules.ranks_pool()
@@ -363,8 +362,9 @@ class Planner:
         picks = np.unique(picks) if len(rows) % _SAMPLE_STRIDE == 0 else np.sort(picks)
         return np.take(rows, picks)
 
-    def _owned_domains(self, rows: Rows) -> dict[int, _Domain]:
-        """The entitlement's `rows` that take a task, by domain, best first."""
+    def _owned_domains(self, rows: Rows) -> tuple[_Owned, dict[int, _Domain]]:
+        """The entitlement's `rows` that take a task, best first within each domain, and the
+        domains, each a range of them."""
         free = self._free_rows(rows)
         room = self.rules.room(rows, free)
         fitting = room > 0
@@ -377,7 +377,7 @@ class Planner:
         present, starts = np.unique(codes[order], return_index=True)
         ends = [*starts[1:].tolist(), len(rows)] if len(rows) else []
         counts = self.spread.counts
-        return {
+        return owned, {
             code: _Domain(code, counts[code], owned, start, end)
             for code, start, end in zip(present.tolist(), starts.tolist(), ends, strict=True)
         }
@@ -477,12 +477,6 @@ class Planner:
         return reason
 
 
-def _room_of(domains: Mapping[int, _Domain]) -> int:
-    """How many tasks the entitlement's machines of `domains` take (they share one `_Owned`)."""
-    first = next(iter(domains.values()), None)
-    return 0 if first is None else int(first.owned.room.sum())
-
-
 def _free_of(index: AllocationIndex, rows: Rows) -> I64:
     """Free resources of `rows` as the index has them (`take`: fancy indexing of a
     two-dimensional column costs four times as much)."""
@@ -490,17 +484,21 @@ def _free_of(index: AllocationIndex, rows: Rows) -> I64:
     return free
 
 
+def _in_pool(index: AllocationIndex, rows: Rows | np.intp) -> Mask:
+    """Per row (or for one), whether it is still a free-pool machine that is up."""
+    in_pool: Mask = (index.owner[rows] == NONE) & (index.state[rows] == UP)
+    return in_pool
+
+
 def _skip_gone(index: AllocationIndex, entry: PoolEntry) -> None:
     """Moves the list's start past the rows ahead of its first usable pool member: they left
     the pool or are not up, and either change drops the list."""
-    if entry.start < len(entry.rows):
-        # Most plans find the head still in the pool: one row read, not a chunk.
-        head = entry.rows[entry.start]
-        if index.owner[head] == NONE and index.state[head] == UP:
-            return
+    # Most plans find the head still in the pool: one row read, not a chunk.
+    if entry.start < len(entry.rows) and _in_pool(index, entry.rows[entry.start]):
+        return
     while entry.start < len(entry.rows):
         chunk = entry.rows[entry.start : entry.start + _POOL_CHUNK]
-        in_pool = (index.owner[chunk] == NONE) & (index.state[chunk] == UP)
+        in_pool = _in_pool(index, chunk)
         if in_pool.any():
             entry.start += int(np.argmax(in_pool))
             return

@@ -167,8 +167,7 @@ class Pipeline:
         # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
         mask = accepted_by_all(self.unshared if pooled else self.cached, rows)
         mask &= self.masks(rows)
-        room = self.room(rows)
-        room[~mask] = 0
+        room: I64 = np.where(mask, self.room(rows), 0)
         return room
 
     def prune_msbs(self, msbs: list[int]) -> list[int]:
