@@ -3,7 +3,7 @@ and how `scripts/test` spreads the suite over two workers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadFileScheduling
 from xdist.scheduler.protocol import Scheduling
 
+from tests.support.harness import LocalRegion
 from tether.store import Store, open_store
 from tether.store.etcd_server import EtcdServer
 
@@ -34,6 +35,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
     if config.getvalue("dist") != "loadfile":
         return None
     return _EndToEndTogether(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that ran a region reports what its services logged of note: a failure
+    seen only in CI, on a slower machine, can then be read from CI's output."""
+    report = yield
+    if report.failed and call.when != "teardown":
+        funcargs = getattr(item, "funcargs", {})
+        for name, value in funcargs.items():
+            if isinstance(value, LocalRegion):
+                report.sections.append((f"region logs ({name})", value.log_digest()))
+    return report
 
 
 @pytest.fixture

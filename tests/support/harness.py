@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,9 @@ agents' lease TTL."""
 
 
 _PORT_ATTEMPTS = 3
+
+_NOTABLE = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|Error: |exited|restart")
+"""Log lines a failed test's report shows (`LocalRegion.log_digest`)."""
 
 
 def wait_for(
@@ -192,6 +196,22 @@ class LocalRegion:
 
     def output(self) -> str:
         return self.output_path.read_text(errors="replace")
+
+    def log_digest(self, lines_per_log: int = 30) -> str:
+        """The last warnings, errors and tracebacks of every service's log and of `tether up`'s
+        output: what a failed test's report shows, so a failure seen only in CI can be read."""
+        logs = [self.output_path]
+        if self.region_file.exists():
+            logs += sorted(self.state().logs.glob("*.log"))
+        parts = []
+        for log in logs:
+            if not log.exists():
+                continue
+            text = log.read_text(errors="replace").splitlines()
+            notable = [line for line in text if _NOTABLE.search(line)][-lines_per_log:]
+            if notable:
+                parts.append(f"== {log.name} ({len(text)} lines) ==\n" + "\n".join(notable))
+        return "\n".join(parts) or "(no warnings or errors in the region's logs)"
 
     def stop(self) -> None:
         """SIGTERM to the services `restart()` started, then to `tether up`, as `tether down`

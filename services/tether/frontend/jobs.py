@@ -137,7 +137,7 @@ async def submit(
             )
         await check_submission(store, region, spec)
         now = datetime.now(UTC)
-        job = Job(spec=spec, generation=1, created_at=now, updated_at=now)
+        job = Job(spec=spec, generation=1, created_at=now, updated_at=now, has_admission=True)
         admission_key = keys.admission(spec.entitlement, spec.name)
         # A record left by a job of the same name whose deletion did not finish is replaced.
         deletion = keys.entitlement_deletion(spec.entitlement)

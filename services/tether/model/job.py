@@ -323,6 +323,11 @@ class Job(TetherModel):
     created_at: Timestamp
     updated_at: Timestamp
     deleting: bool = False
+    has_admission: bool = False
+    """An admission record (`admissions/<handle>`) governs it, as it does every job submitted
+    since the queues landed: a reader that has not seen the record yet (it comes through
+    another watch than the job's) runs none of its tasks. Jobs stored before have none and run
+    whole."""
 
     @property
     def handle(self) -> str:

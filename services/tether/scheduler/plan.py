@@ -68,9 +68,12 @@ class JobView:
 
     @property
     def live_count(self) -> int:
-        """How many of its tasks should run: its count, at most what it is admitted."""
-        count = self.job.value.spec.count
-        return count if self.admission is None else min(count, self.admission.admitted)
+        """How many of its tasks should run: its count, at most what it is admitted (none
+        while its admission record has not shown yet; all of a job older than the records)."""
+        job = self.job.value
+        if self.admission is None:
+            return 0 if job.has_admission else job.spec.count
+        return min(job.spec.count, self.admission.admitted)
 
 
 @dataclass(frozen=True, slots=True)

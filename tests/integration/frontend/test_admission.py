@@ -20,7 +20,7 @@ from tests.integration.frontend.conftest import (
 )
 from tests.integration.frontend.problems import assert_problem
 from tests.support.waiting import eventually
-from tether.model import Resources, from_json, to_json
+from tether.model import Job, Resources, from_json, to_json
 from tether.model.admission import Admission, AdmissionState, EntitlementUse, QueueStatus
 from tether.store import keys
 
@@ -48,6 +48,10 @@ async def test_batch_jobs_over_quota_queue_in_order_with_their_position(region: 
     assert kv is not None
     stored = from_json(Admission, kv.value, stored=True)
     assert (stored.state, stored.tasks, stored.least_tasks) == (AdmissionState.QUEUED, 3, 3)
+    # The job says so: a scheduler that sees it before its record runs none of its tasks.
+    job_kv = await region.store.get(keys.job("team-a", "second"))
+    assert job_kv is not None
+    assert from_json(Job, job_kv.value, stored=True).has_admission
     listed = (await api.get("/v1/jobs?entitlement=team-a", headers=ALICE)).json()["jobs"]
     assert {job["admission"]["state"] for job in listed} == {"queued"}
     # A service queues only when it says so.

@@ -68,3 +68,38 @@ async def test_queued_jobs_are_admitted_in_order_as_quota_frees(
         )
     finally:
         await replica.stop()
+
+
+async def test_a_job_whose_admission_record_has_not_shown_runs_nothing_until_it_does(
+    store: Store, store_url: str, allocator: FakeAllocator
+) -> None:
+    """The frontend writes a job and its queued admission record in one transaction, but a
+    scheduler follows them through two watches: one may show the job first. Until its record
+    shows, the job is neither run whole (as a job older than admission records is) nor
+    counted against the quota."""
+    quota = Quota(resources=Resources(cpu=2 * TASK_CPU, memory_mib=1024))
+    await put(store, keys.entitlement("ads"), Entitlement(name="ads", quota=quota))
+    await store.put(keys.shard_assignment("ads"), SHARD.encode())
+    early = make_job("ads", "early", 2).model_copy(update={"has_admission": True})
+    await put(store, keys.job("ads", "early"), early)
+    replica = Scheduler(open_store(store_url), SHARD, FAST)
+    await replica.start()
+    try:
+        await asyncio.wait_for(replica.leading.wait(), 10)
+        # A job submitted after it is admitted and placed: the leader has planned both since.
+        await submit(store, make_job("ads", "later", 2))
+        await eventually(
+            lambda: store.range(keys.tasks_of("ads", "later")), lambda r: len(r.kvs) == 2
+        )
+        assert len((await store.range(keys.tasks_of("ads", "early"))).kvs) == 0
+        assert await store.get(keys.admission("ads", "early")) is None
+        # Its record shows: it queues behind the job that took the quota meanwhile.
+        await put(store, keys.admission("ads", "early"), Admission.of(early.spec, early.created_at))
+        await eventually(
+            lambda: admission(store, "ads/early"),
+            lambda record: "not enough quota" in record.reason,
+        )
+        assert (await admission(store, "ads/early")).state is AdmissionState.QUEUED
+        assert len((await store.range(keys.tasks_of("ads", "early"))).kvs) == 0
+    finally:
+        await replica.stop()

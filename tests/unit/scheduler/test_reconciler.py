@@ -362,6 +362,14 @@ def test_only_admitted_tasks_are_created() -> None:
     assert [write.index for write in plan.create] == [0, 1]
 
 
+def test_a_job_with_an_admission_record_not_yet_seen_creates_no_task() -> None:
+    job = make_job(3)
+    unseen = make_view(replace(job, value=job.value.model_copy(update={"has_admission": True})))
+    assert is_idle(plan_job(unseen, NOW))
+    # A job older than admission records has none and runs whole.
+    assert [write.index for write in plan_job(make_view(job), NOW).create] == [0, 1, 2]
+
+
 def test_preempted_tasks_get_notice_then_stop_and_go() -> None:
     running = [make_status(i, "m1", 1, TaskState.RUNNING) for i in range(3)]
     tasks = [make_task(i, "m1", attempt=1) for i in range(3)]

@@ -160,6 +160,10 @@ class Decider:
             return
         stored = self._state.admissions.items.get(keys.admission(entitlement, name))
         spec = job.value.spec
+        if stored is None and job.value.has_admission:
+            # Its record comes through another watch: until it shows, the job is not known.
+            self.queues.remove(handle)
+            return
         if stored is None:
             record, revision = Admission.admitted_whole(spec, job.value.created_at), 0
         else:
