@@ -47,6 +47,16 @@ def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
         running.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(region: LocalRegion) -> Iterator[None]:
+    """Deletes what a failed test left running: the region's machines are the next tests'."""
+    yield
+    with region.client() as client:
+        for left in get_json(client, "/v1/jobs")["jobs"]:
+            if not left["deleting"]:
+                client.delete(f"/v1/jobs/{left['entitlement']}/{left['name']}")
+
+
 def job(name: str, entitlement: str, count: int, *, seconds: int, **fields: Any) -> dict[str, Any]:
     """A batch job whose tasks sleep `seconds` and exit."""
     return {
