@@ -233,15 +233,23 @@ class Agent(Service):
             _log.exception("reconciling failed; retrying")
 
     async def _reconcile(self) -> None:
+        """Observes every attempt and claims the new assignments' status keys, writing both in
+        one transaction (each a round trip, and each costing the store far more than its
+        keys: one write a pass, not two); then lets go of the attempts whose end it reported
+        (after the write: an end is never lost to a failed one) and starts those it claimed."""
         # A copy: the mirror's callback updates the assignments while this awaits the store.
         desired = dict(self._desired)
-        await self._report_attempts(desired)
-        await self._start_new(desired)
+        reports = self._observe(desired)
+        ending = {report.attempt.task for report in reports if report.state in TERMINAL_STATES}
+        claims = await self._claims(desired, ending)
+        written = await self._status.write_all([*reports, *claims])
+        for report in reports:
+            if report.state in TERMINAL_STATES:
+                self._retire(report.attempt, report.state)
+        self._start_claimed(claims, written[len(reports) :], desired)
 
-    async def _report_attempts(self, desired: dict[TaskRef, Assignment]) -> None:
-        """Observes every attempt, reports what changed in one write, and lets go of the
-        attempts whose end it reported (after the write: an end is never lost to a failed
-        one)."""
+    def _observe(self, desired: dict[TaskRef, Assignment]) -> list[StatusReport]:
+        """What changed of every attempt, to report; forgets those that never ran."""
         reports = []
         for task, attempts in list(self._attempts.items()):
             for attempt in list(attempts.values()):
@@ -250,14 +258,14 @@ class Agent(Service):
                     self._forget_attempt(attempt)
                 elif isinstance(seen, StatusReport):
                     reports.append(seen)
-        await self._status.write_all(reports)
-        for report in reports:
-            if report.state in TERMINAL_STATES:
-                self._retire(report.attempt, report.state)
+        return reports
 
-    async def _start_new(self, desired: dict[TaskRef, Assignment]) -> None:
-        """Claims the new assignments' status keys in one write, and starts those it claimed;
-        reports the ones that must not (or may not yet) start."""
+    async def _claims(
+        self, desired: dict[TaskRef, Assignment], ending: set[TaskRef]
+    ) -> list[StatusReport]:
+        """For the new assignments: a claim of the status key of each that may start now, or
+        the report of one that must not (or may not yet) start. `ending`: tasks whose attempt's
+        end this pass reports."""
         new = [(t, a) for t, a in desired.items() if (t, a.attempt) not in self._known]
         to_start = {task for task, a in new if a.desired is DesiredState.RUNNING}
         waiting = await self._profiles.blocking() if to_start else None
@@ -280,14 +288,25 @@ class Agent(Service):
                     reports.append(
                         StatusReport(attempt, TaskState.PLACED, True, {"message": waiting})
                     )
-            elif not assignment.at_most_once or (
-                # Only once the task's older attempt here has ended, and only under a fence
-                # that a live lease extends.
-                task not in self._attempts and self._fence.follows(self._registration.keeper)
-            ):
+            elif not assignment.at_most_once:
                 reports.append(StatusReport(attempt, TaskState.STARTING, True))
-        written = await self._status.write_all(reports)
-        for report, claimed in zip(reports, written, strict=True):
+            elif task in self._attempts:
+                # Only once the task's older attempt here has ended and that end is reported:
+                # when this pass reports it, the next pass comes at once.
+                if task in ending:
+                    self._wake.set()
+            elif self._fence.follows(self._registration.keeper):
+                # And only under a fence that a live lease extends.
+                reports.append(StatusReport(attempt, TaskState.STARTING, True))
+        return reports
+
+    def _start_claimed(
+        self,
+        claims: list[StatusReport],
+        written: list[bool],
+        desired: dict[TaskRef, Assignment],
+    ) -> None:
+        for report, claimed in zip(claims, written, strict=True):
             attempt = report.attempt
             if report.state is TaskState.KILLED:
                 # An attempt stopped before it ever ran here: the scheduler can let go.
