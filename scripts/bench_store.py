@@ -3,7 +3,10 @@
 
 Prints one JSON line: backend, put_per_s, txn_keys_per_s, watch_events_per_s (and the counts and
 durations behind them). Without --url, the sql backend uses a fresh SQLite file and the etcd
-backend a fresh local etcd server with its data on disk, as in production.
+backend a fresh local etcd server with its data on disk, as in production; on that server it
+also reports what etcd's own CPU costs: `etcd_cpu_us_per_put` (a write of one key) and
+`etcd_cpu_us_per_txn_key` (a key of a 100-put transaction). Their difference is roughly what a
+write costs etcd whatever it holds: what batching more keys into fewer writes saves.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from pathlib import Path
 
 from benchkit import stop_on_signals
 
+# CPU from /proc, as the region benchmarks read it: test tooling (tests/support).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.harness import cpu_seconds
 from tether.store import Put, Store, open_store
 from tether.store.etcd_server import EtcdServer
 
@@ -65,16 +72,35 @@ async def bench_watch(store: Store, events: int) -> float:
     return received / (time.perf_counter() - start)
 
 
-async def run(url: str, args: argparse.Namespace) -> dict[str, object]:
+async def run(url: str, args: argparse.Namespace, etcd_pid: int | None) -> dict[str, object]:
+    """The measurements; with `etcd_pid`, etcd's CPU per put and per key of a transaction."""
+    etcd_cpu: list[float] = []
+
+    def note_etcd_cpu() -> None:
+        if etcd_pid is not None:
+            etcd_cpu.append(cpu_seconds(etcd_pid))
+
     async with open_store(url) as store:
+        note_etcd_cpu()
         puts = await bench_puts(store, args.puts, 64)
+        note_etcd_cpu()
         txn_keys = await bench_txns(store, args.txns, 100, 8)
+        note_etcd_cpu()
         watch_events = args.watch_events - args.watch_events % 100
         watch = await bench_watch(store, watch_events)
+    costs = {}
+    if etcd_cpu:
+        costs = {
+            "etcd_cpu_us_per_put": round(1e6 * (etcd_cpu[1] - etcd_cpu[0]) / args.puts, 1),
+            "etcd_cpu_us_per_txn_key": round(
+                1e6 * (etcd_cpu[2] - etcd_cpu[1]) / (100 * args.txns), 1
+            ),
+        }
     return {
         "put_per_s": round(puts),
         "txn_keys_per_s": round(txn_keys),
         "watch_events_per_s": round(watch),
+        **costs,
         "puts": args.puts,
         "txns_of_100": args.txns,
         "watch_events": watch_events,
@@ -111,7 +137,8 @@ def main() -> None:
             server.start()
             url = server.url
         try:
-            result = asyncio.run(run(url, args))
+            etcd_pid = None if server is None or server.process is None else server.process.pid
+            result = asyncio.run(run(url, args, etcd_pid))
         finally:
             if server is not None:
                 server.cleanup()

@@ -63,7 +63,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun(
         "bench_store.py",
         ("--backend", "etcd", "--puts", "200", "--txns", "8", "--watch-events", "200"),
-        STORE_KEYS,
+        STORE_KEYS | _keys("etcd_cpu_us_per_put", "etcd_cpu_us_per_txn_key"),
     ),
     SmokeRun(
         "bench_allocator_decisions.py",
