@@ -240,12 +240,11 @@ class Agent(Service):
         # A copy: the mirror's callback updates the assignments while this awaits the store.
         desired = dict(self._desired)
         reports = self._observe(desired)
-        ending = {report.attempt.task for report in reports if report.state in TERMINAL_STATES}
-        claims = await self._claims(desired, ending)
+        ended = [report for report in reports if report.state in TERMINAL_STATES]
+        claims = await self._claims(desired, {report.attempt.task for report in ended})
         written = await self._status.write_all([*reports, *claims])
-        for report in reports:
-            if report.state in TERMINAL_STATES:
-                self._retire(report.attempt, report.state)
+        for report in ended:
+            self._retire(report.attempt, report.state)
         self._start_claimed(claims, written[len(reports) :], desired)
 
     def _observe(self, desired: dict[TaskRef, Assignment]) -> list[StatusReport]:
@@ -265,7 +264,8 @@ class Agent(Service):
     ) -> list[StatusReport]:
         """For the new assignments: a claim of the status key of each that may start now, or
         the report of one that must not (or may not yet) start. `ending`: tasks whose attempt's
-        end this pass reports."""
+        end this pass reports (a new at-most-once attempt of one is claimed in the next pass,
+        which this one wakes)."""
         new = [(t, a) for t, a in desired.items() if (t, a.attempt) not in self._known]
         to_start = {task for task, a in new if a.desired is DesiredState.RUNNING}
         waiting = await self._profiles.blocking() if to_start else None
@@ -306,6 +306,7 @@ class Agent(Service):
         written: list[bool],
         desired: dict[TaskRef, Assignment],
     ) -> None:
+        """Acts on what the pass's write did with each of `_claims`' reports."""
         for report, claimed in zip(claims, written, strict=True):
             attempt = report.attempt
             if report.state is TaskState.KILLED:
