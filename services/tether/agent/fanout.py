@@ -34,41 +34,62 @@ IN_FLIGHT: Final = 256
 is cheap (gRPC's cost per call grows with the calls it has open)."""
 
 
+class SharedWatches:
+    """One watch per prefix of `parents`, through `store`, serving every watch on a prefix under
+    one of them: the watches of all the agents of a process, whichever store each talks through.
+
+    Shared prefixes must end at a key segment (with or without its slash), which every agent
+    prefix does: a change goes to the watches on the prefixes of its key that end at a slash or
+    just before one. `stop()` ends the shared watches; the store stays open.
+    """
+
+    def __init__(self, store: Store, parents: Sequence[str]) -> None:
+        self._hubs = {parent: _Hub(store, parent) for parent in parents}
+
+    def watch(self, prefix: str, *, start_revision: int) -> Watch | None:
+        """A watch on `prefix` fed by its parent's shared watch; None outside every parent."""
+        for parent, hub in self._hubs.items():
+            if prefix.startswith(parent) and prefix != parent:
+                return _SharedWatch(hub, prefix, start_revision)
+        return None
+
+    async def stop(self) -> None:
+        for hub in self._hubs.values():
+            await hub.stop()
+
+
 class FleetStore(WrappedStore):
-    """`inner` for thousands of agents of one process: a watch on a prefix under one of
-    `parents` is served by one watch per parent, every lease granted is one shared lease, and
-    at most `in_flight` requests are sent at once.
+    """`inner` for thousands of agents of one process: a watch under one of `shared`'s parents
+    is served by its shared watch, every lease granted is one shared lease, and at most
+    `in_flight` requests are sent at once.
 
     A real agent has its own connection and lease, and etcd matches each change to its
     watchers. Here thousands of agents share a process: two watch streams each would cost the
     process a core while idle (gRPC with 20,000 streams open); a lease each, renewed with a
     stream per renewal, took the process's whole CPU at 10,000 agents until leases lapsed by
     the thousand; and thousands of requests at once make each request slower. So the process
-    matches changes to watches itself, and its agents' heartbeats live on one lease that this
-    store keeps, as they live and die with the process. An agent renewing it is told its TTL
-    (or that it is gone, once it lapsed: the agent registers again, on a new one); revoking it
-    does nothing until the store closes. Shared prefixes must end at a key segment (with or
-    without its slash), which every agent prefix does: a change goes to the watches on the
-    prefixes of its key that end at a slash or just before one. Closing this store revokes the
-    shared lease and closes nothing else: its owner closes `inner`.
+    matches changes to watches itself (one `SharedWatches` for all its stores: a watch per
+    store would decode every change once per store), and its agents' heartbeats live on one
+    lease that this store keeps, as they live and die with the process. An agent renewing it
+    is told its TTL (or that it is gone, once it lapsed: the agent registers again, on a new
+    one); revoking it does nothing until the store closes. Closing this store revokes the
+    shared lease and closes nothing else: its owner closes `inner` and stops `shared`.
     """
 
-    def __init__(self, inner: Store, parents: Sequence[str], in_flight: int = IN_FLIGHT) -> None:
+    def __init__(self, inner: Store, shared: SharedWatches, in_flight: int = IN_FLIGHT) -> None:
         super().__init__(inner)
-        self._hubs = {parent: _Hub(inner, parent) for parent in parents}
+        self._shared = shared
         self._slots = asyncio.Semaphore(in_flight)
         self._lease: LeaseKeeper | None = None
         self._granting = asyncio.Lock()
 
     def watch(self, prefix: str, *, start_revision: int) -> Watch:
-        for parent, hub in self._hubs.items():
-            if prefix.startswith(parent) and prefix != parent:
-                return _SharedWatch(hub, prefix, start_revision)
+        shared = self._shared.watch(prefix, start_revision=start_revision)
+        if shared is not None:
+            return shared
         return self.inner.watch(prefix, start_revision=start_revision)
 
     async def close(self) -> None:
-        for hub in self._hubs.values():
-            await hub.stop()
         if self._lease is not None:
             await self._lease.stop(revoke=True)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from tether.agent.executor import Executor, Leftover
-from tether.agent.fanout import FleetStore
+from tether.agent.fanout import FleetStore, SharedWatches
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.agent.shim import fence_verdict
@@ -262,7 +262,7 @@ def profiled_speed(profile: ThroughputProfile, machine: Machine) -> Speed:
 class AgentFleet(Service):
     """One real `Agent` per machine, each with a `SimulatedExecutor`, all in this process and
     sharing `stores` (round-robin), each through a `FleetStore`: the agents' watches on their
-    assignments and allocation records share one watch per store, and their requests queue for
+    assignments and allocation records share one watch each, and their requests queue for
     a bounded number in flight. Thousands of machines, without thousands of processes.
 
     `start()` returns at once and the agents start in the background, `starting_at_once` at a
@@ -297,6 +297,7 @@ class AgentFleet(Service):
         self._settings = settings
         self._stores = list(stores)
         self._shared: list[FleetStore] = []
+        self._watches: SharedWatches | None = None
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self._profile = profile
@@ -319,8 +320,8 @@ class AgentFleet(Service):
                 "(tether up --fencing-s)"
             )
         self._settings = self._settings.model_copy(update={"lease_ttl_s": lease_ttl_s})
-        shared = [keys.ASSIGNMENTS, keys.ALLOCATIONS]
-        self._shared = [FleetStore(store, shared) for store in self._stores]
+        self._watches = SharedWatches(self._stores[0], [keys.ASSIGNMENTS, keys.ALLOCATIONS])
+        self._shared = [FleetStore(store, self._watches) for store in self._stores]
         self._starter = asyncio.create_task(self._start_all(), name="starting agents")
 
     async def _start_all(self) -> None:
@@ -379,6 +380,9 @@ class AgentFleet(Service):
         fleet_stores, self._shared = self._shared, []
         for fleet_store in fleet_stores:
             await fleet_store.close()
+        if self._watches is not None:
+            await self._watches.stop()
+            self._watches = None
         stores, self._stores = self._stores, []
         for store in stores:
             await store.close()

@@ -27,7 +27,7 @@ from tests.integration.agent.helpers import (
     region_config as region_config,
 )
 from tests.support.waiting import eventually
-from tether.agent.fanout import FleetStore
+from tether.agent.fanout import FleetStore, SharedWatches
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
@@ -54,6 +54,7 @@ from tether.model import (
 from tether.model.accelerator import ThroughputProfile
 from tether.service import RegionError
 from tether.store import LeaseNotFound, Store, Watch, keys, open_store
+from tether.store.wrapped import WrappedStore
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
 SETTINGS = {"lease_ttl_s": 2, "poll_interval_s": 10.0}
@@ -306,7 +307,8 @@ async def test_a_fleet_whose_lease_outlasts_the_fencing_period_refuses_to_start(
 
 
 async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store: Store) -> None:
-    shared = FleetStore(store, ["/t/"])
+    watches = SharedWatches(store, ["/t/"])
+    shared = FleetStore(store, watches)
     start = await store.revision() + 1
     record = shared.watch("/t/a", start_revision=start)  # as an agent's allocation record
     under = shared.watch("/t/b/", start_revision=start)
@@ -333,12 +335,48 @@ async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store
         assert not isinstance(shared.watch("/u/", start_revision=start), type(under))
     finally:
         await shared.close()
+        await watches.stop()
+
+
+class _CountingWatches(WrappedStore):
+    """A real store that counts the watches opened through it."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.opened: list[str] = []
+
+    def watch(self, prefix: str, *, start_revision: int) -> Watch:
+        self.opened.append(prefix)
+        return self.inner.watch(prefix, start_revision=start_revision)
+
+
+async def test_fleet_stores_on_different_connections_share_one_watch(
+    store: Store, store_url: str
+) -> None:
+    second = open_store(store_url)
+    first_counted, second_counted = _CountingWatches(store), _CountingWatches(second)
+    watches = SharedWatches(first_counted, ["/t/"])
+    fleet = [FleetStore(first_counted, watches), FleetStore(second_counted, watches)]
+    start = await store.revision() + 1
+    one = fleet[0].watch("/t/a/", start_revision=start)
+    other = fleet[1].watch("/t/b/", start_revision=start)
+    try:
+        await second.put("/t/b/1", b"x")  # written through the other connection
+        await store.put("/t/a/1", b"x")
+        assert [e.kv.key for e in await asyncio.wait_for(anext(other), 10)] == ["/t/b/1"]
+        assert [e.kv.key for e in await asyncio.wait_for(anext(one), 10)] == ["/t/a/1"]
+        assert (first_counted.opened, second_counted.opened) == (["/t/"], [])
+    finally:
+        for fleet_store in fleet:
+            await fleet_store.close()
+        await watches.stop()
+        await second.close()
 
 
 async def test_a_fleet_store_shares_one_lease_and_grants_another_once_it_lapsed(
     store: Store,
 ) -> None:
-    fleet = FleetStore(store, [])
+    fleet = FleetStore(store, SharedWatches(store, []))
     try:
         first = await fleet.lease_grant(3)
         assert await fleet.lease_grant(3) == first
