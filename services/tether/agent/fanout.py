@@ -24,10 +24,11 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-HISTORY: Final = 10_000
-"""Revisions a shared watch keeps, for a watch that starts behind it (an agent lists its prefix,
-then watches from the listing's revision); one that starts further back is told the history is
-gone, and lists again."""
+HISTORY_EVENTS: Final = 20_000
+"""Changes a shared watch keeps (whole revisions, the newest always), for a watch that starts
+behind it (an agent lists its prefix, then watches from the listing's revision); one that
+starts further back is told the history is gone, and lists again. Counted in changes, not
+revisions: an allocator's revision can hold thousands."""
 RETRY_S: Final = 0.5
 IN_FLIGHT: Final = 256
 """Requests a `FleetStore` has in flight at once; more wait their turn in Python, where waiting
@@ -141,7 +142,8 @@ class _Hub:
         self.parent = parent
         self.position = 0
         """Every revision before it has been handed out; 0 before the first watch."""
-        self._history: deque[list[WatchEvent]] = deque(maxlen=HISTORY)
+        self._history: deque[list[WatchEvent]] = deque()
+        self._history_events = 0
         self._watches: dict[str, set[_SharedWatch]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -177,7 +179,7 @@ class _Hub:
             try:
                 async with self._store.watch(self.parent, start_revision=self.position) as watch:
                     async for events in watch:
-                        self._history.append(events)
+                        self._remember(events)
                         self.position = events[-1].revision + 1
                         self._hand_out(events)
             except CompactedError as error:
@@ -188,11 +190,18 @@ class _Hub:
                         watch.fail(error)
                 self._watches.clear()
                 self._history.clear()
+                self._history_events = 0
                 self._task = None
                 return
             except StoreError as error:
                 _log.warning("shared watch on %s failed, retrying: %s", self.parent, error)
                 await asyncio.sleep(RETRY_S)
+
+    def _remember(self, events: list[WatchEvent]) -> None:
+        self._history.append(events)
+        self._history_events += len(events)
+        while self._history_events > HISTORY_EVENTS and len(self._history) > 1:
+            self._history_events -= len(self._history.popleft())
 
     def _hand_out(self, events: list[WatchEvent]) -> None:
         by_watch: dict[_SharedWatch, list[WatchEvent]] = {}

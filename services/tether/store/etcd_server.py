@@ -25,6 +25,10 @@ ETCD_MAX_TXN_OPS: Final = 100_000
 """Operations one transaction may hold (compares, puts and reads each count)."""
 ETCD_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 ETCD_QUOTA_BACKEND_BYTES: Final = 8 * 1024 * 1024 * 1024
+ETCD_HISTORY_RETENTION: Final = "5m"
+"""How long etcd keeps superseded revisions (compacting every period, as the kube-apiserver
+does by default): without it a busy region's history grows without end, in etcd's memory and on
+disk. A watch that falls further behind is told so and lists again."""
 
 
 LISTEN_PORTS_FROM: Final = 10_000
@@ -104,6 +108,7 @@ class EtcdServer(_Managed):
         client_port: int | None = None,
         peer_port: int | None = None,
         extra_client_hosts: Sequence[str] = (),
+        history_retention: str = ETCD_HISTORY_RETENTION,
     ) -> None:
         shm = Path("/dev/shm")
         parent = shm if on_tmpfs and shm.is_dir() else None
@@ -114,6 +119,8 @@ class EtcdServer(_Managed):
         self.extra_client_hosts = tuple(extra_client_hosts)
         """Addresses besides 127.0.0.1 where clients may connect too (e.g. a veth's, for
         clients in another network namespace)."""
+        self.history_retention = history_retention
+        """etcd's `--auto-compaction-retention` (periodic): a Go duration such as 5m."""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self.initial_cluster = f"{name}={self.peer_url}"
@@ -166,6 +173,8 @@ class EtcdServer(_Managed):
             f"--max-txn-ops={ETCD_MAX_TXN_OPS}",
             f"--max-request-bytes={ETCD_MAX_REQUEST_BYTES}",
             f"--quota-backend-bytes={ETCD_QUOTA_BACKEND_BYTES}",
+            "--auto-compaction-mode=periodic",
+            f"--auto-compaction-retention={self.history_retention}",
         ]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

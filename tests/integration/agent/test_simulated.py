@@ -27,6 +27,7 @@ from tests.integration.agent.helpers import (
     region_config as region_config,
 )
 from tests.support.waiting import eventually
+from tether.agent import fanout
 from tether.agent.fanout import FleetStore, SharedWatches
 from tether.agent.procfs import start_ticks
 from tether.agent.service import Agent
@@ -53,7 +54,7 @@ from tether.model import (
 )
 from tether.model.accelerator import ThroughputProfile
 from tether.service import RegionError
-from tether.store import LeaseNotFound, Store, Watch, keys, open_store
+from tether.store import CompactedError, LeaseNotFound, Put, Store, Watch, keys, open_store
 from tether.store.wrapped import WrappedStore
 
 # A long poll: a simulated executor wakes its agent itself, so nothing here waits for a poll.
@@ -335,6 +336,35 @@ async def test_a_fleet_store_gives_each_watch_its_prefix_from_its_revision(store
         assert not isinstance(shared.watch("/u/", start_revision=start), type(under))
     finally:
         await shared.close()
+        await watches.stop()
+
+
+async def test_a_shared_watch_keeps_a_bounded_number_of_changes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fanout, "HISTORY_EVENTS", 3)
+    watches = SharedWatches(store, ["/t/"])
+    start = await store.revision() + 1
+    live = watches.watch("/t/a/", start_revision=start)
+    assert live is not None
+    revisions = []
+    for batch in (["/t/a/1", "/t/a/2"], ["/t/a/3", "/t/a/4"], ["/t/a/5"]):
+        result = await store.txn([], [Put(key, b"x") for key in batch])
+        revisions.append(result.revision)
+    try:
+        seen = 0
+        while seen < 5:
+            seen += len(await asyncio.wait_for(anext(live), 10))
+        # Three changes kept, in whole revisions: the first revision's two are gone.
+        behind = watches.watch("/t/a/", start_revision=revisions[0])
+        assert behind is not None
+        with pytest.raises(CompactedError):
+            await asyncio.wait_for(anext(behind), 10)
+        kept = watches.watch("/t/a/", start_revision=revisions[1])
+        assert kept is not None
+        events = await asyncio.wait_for(anext(kept), 10)
+        assert [e.kv.key for e in events] == ["/t/a/3", "/t/a/4"]
+    finally:
         await watches.stop()
 
 

@@ -1,0 +1,30 @@
+"""The local etcd server that `tether up --etcd` and the benchmarks start: it compacts its own
+history, so a long-running region's etcd does not grow without end."""
+
+from __future__ import annotations
+
+from tests.support.waiting import eventually
+from tether.store import CompactedError, open_store
+from tether.store.etcd_server import ETCD_HISTORY_RETENTION, EtcdServer
+
+
+async def test_a_local_etcd_compacts_history_older_than_its_retention() -> None:
+    assert ETCD_HISTORY_RETENTION == "5m"  # what README ("Choosing the store") says
+    with EtcdServer(on_tmpfs=True, history_retention="1s") as server:
+        async with open_store(server.url) as store:
+            old = await store.put("/h/a", b"1")
+            current = await store.put("/h/a", b"2")
+            assert [kv.value for kv in (await store.range("/h/", revision=old)).kvs] == [b"1"]
+
+            async def old_revision_gone() -> bool:
+                await store.put("/h/tick", b"")  # history to compact up to
+                try:
+                    await store.range("/h/", revision=old)
+                except CompactedError:
+                    return True
+                return False
+
+            await eventually(old_revision_gone, bool, timeout_s=20, what="compaction")
+            # The latest value of every key is kept.
+            assert (await store.get("/h/a")).value == b"2"  # type: ignore[union-attr]
+            assert current > old
