@@ -4,14 +4,43 @@ environment."""
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 import pydantic
 
 from tether.agent.workdir import TaskRef
-from tether.model import Assignment, from_json
+from tether.model import Assignment, TaskTemplate, from_json
 from tether.store import KeyValue, keys
 
 _log = logging.getLogger(__name__)
+
+TEMPLATES_KEPT: Final = 4096
+
+
+class SharedTemplates:
+    """One copy of each job generation's task template for every assignment that carries it.
+
+    A parsed template is most of a parsed assignment's memory (about 3.5 KB of 4), and every
+    task of a job generation carries the same one: a machine running many tasks of a job, or
+    the thousands of simulated machines of one process, keep one. The last `TEMPLATES_KEPT`
+    generations are remembered.
+    """
+
+    def __init__(self) -> None:
+        self._by_generation: dict[tuple[str, int], TaskTemplate] = {}
+
+    def shared(self, assignment: Assignment) -> Assignment:
+        """`assignment`, with the template of its job generation that is already known if it is
+        the same one."""
+        key = (assignment.job, assignment.generation)
+        known = self._by_generation.get(key)
+        if known is not None and known == assignment.template:
+            return assignment.model_copy(update={"template": known})
+        self._by_generation.pop(key, None)
+        if len(self._by_generation) >= TEMPLATES_KEPT:
+            del self._by_generation[next(iter(self._by_generation))]
+        self._by_generation[key] = assignment.template
+        return assignment
 
 
 def task_at(machine_id: str, key: str) -> TaskRef | None:
@@ -26,17 +55,17 @@ def task_at(machine_id: str, key: str) -> TaskRef | None:
 
 
 def assignment_at(
-    machine_id: str, key: str, kv: KeyValue | None
+    machine_id: str, key: str, kv: KeyValue | None, templates: SharedTemplates
 ) -> tuple[TaskRef, Assignment] | None:
-    """The task and assignment stored at `key`; None when there is none, or when the key or the
-    value is malformed (logged)."""
+    """The task and assignment stored at `key` (its template shared through `templates`); None
+    when there is none, or when the key or the value is malformed (logged)."""
     task = task_at(machine_id, key)
     if task is None:
         if kv is not None:
             _log.warning("ignoring assignment with a malformed key %r", key)
         return None
     assignment = None if kv is None else _parse(kv, task)
-    return None if assignment is None else (task, assignment)
+    return None if assignment is None else (task, templates.shared(assignment))
 
 
 def task_environment(machine_id: str, task: TaskRef, assignment: Assignment) -> dict[str, str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from tether import metrics
-from tether.agent.assignments import assignment_at, task_at, task_environment
+from tether.agent.assignments import SharedTemplates, assignment_at, task_at, task_environment
 from tether.agent.executor import Executor, ProcessExecutor
 from tether.agent.fence import AttemptFence
 from tether.agent.logserver import log_server
@@ -53,7 +53,8 @@ class Agent(Service):
     The executor runs the attempts: by default real processes (`ProcessExecutor`). Those are
     not children of the agent in any way that matters: each runs under a shim in its own
     session, so `stop()` (or a crash) leaves them running, and the next agent on the same work
-    dir adopts them. The agent closes `store` on `stop()` when it `owns_store`.
+    dir adopts them. The agent closes `store` on `stop()` when it `owns_store`. Agents of one
+    process may share `templates` (each otherwise keeps its own).
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class Agent(Service):
         *,
         executor: Executor | None = None,
         owns_store: bool = True,
+        templates: SharedTemplates | None = None,
     ) -> None:
         self.name = f"agent {machine.id}"
         self.machine = machine
@@ -88,6 +90,7 @@ class Agent(Service):
         self._registration = Registration(
             store, settings.lease_ttl_s, self._heartbeat, self._fence.renewed
         )
+        self._templates = templates or SharedTemplates()
         self._desired: dict[TaskRef, Assignment] = {}
         """The valid assignments of this machine, by task, as of the mirror."""
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
@@ -168,7 +171,9 @@ class Agent(Service):
         """After a new lease: the fence holds what the store still assigns here."""
         prefix = keys.assignments_of(self.machine.id)
         listing = await retried("read the assignments", lambda: self._store.range(prefix))
-        assigned = (assignment_at(self.machine.id, kv.key, kv) for kv in listing.kvs)
+        assigned = (
+            assignment_at(self.machine.id, kv.key, kv, self._templates) for kv in listing.kvs
+        )
         self._hold_assigned(dict(pair for pair in assigned if pair is not None))
 
     # --- the fence of at-most-once attempts --------------------------------------------------
@@ -207,7 +212,9 @@ class Agent(Service):
         """Updates the desired assignments of the changed keys; malformed ones are logged (once
         per change) and left out."""
         for key in changed:
-            found = assignment_at(self.machine.id, key, self._assignments.items.get(key))
+            found = assignment_at(
+                self.machine.id, key, self._assignments.items.get(key), self._templates
+            )
             if found is not None:
                 self._desired[found[0]] = found[1]
                 continue

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from tether.agent.assignments import SharedTemplates
 from tether.agent.executor import Executor, Leftover
 from tether.agent.fanout import FleetStore, SharedWatches
 from tether.agent.service import Agent
@@ -262,8 +263,9 @@ def profiled_speed(profile: ThroughputProfile, machine: Machine) -> Speed:
 class AgentFleet(Service):
     """One real `Agent` per machine, each with a `SimulatedExecutor`, all in this process and
     sharing `stores` (round-robin), each through a `FleetStore`: the agents' watches on their
-    assignments and allocation records share one watch each, and their requests queue for
-    a bounded number in flight. Thousands of machines, without thousands of processes.
+    assignments and allocation records share one watch each, their requests queue for a
+    bounded number in flight, and they keep one copy of each job's task template. Thousands of
+    machines, without thousands of processes.
 
     `start()` returns at once and the agents start in the background, `starting_at_once` at a
     time (an agent the store refuses is tried again), so that a signal can stop a fleet that is
@@ -298,6 +300,7 @@ class AgentFleet(Service):
         self._stores = list(stores)
         self._shared: list[FleetStore] = []
         self._watches: SharedWatches | None = None
+        self._templates = SharedTemplates()
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
         self._profile = profile
@@ -339,7 +342,14 @@ class AgentFleet(Service):
             store = self._shared[number % len(self._shared)]
             async with slots:
                 while True:
-                    agent = Agent(machine, settings, store, executor=executor, owns_store=False)
+                    agent = Agent(
+                        machine,
+                        settings,
+                        store,
+                        executor=executor,
+                        owns_store=False,
+                        templates=self._templates,
+                    )
                     try:
                         await agent.start()
                         break
