@@ -299,7 +299,7 @@ class AgentFleet(Service):
         self._settings = settings
         self._stores = list(stores)
         self._shared: list[FleetStore] = []
-        self._watches: SharedWatches | None = None
+        self._watches = SharedWatches(self._stores[0], [keys.ASSIGNMENTS, keys.ALLOCATIONS])
         self._templates = SharedTemplates()
         self._starting_at_once = starting_at_once
         self._progress = progress or _log.info
@@ -323,7 +323,6 @@ class AgentFleet(Service):
                 "(tether up --fencing-s)"
             )
         self._settings = self._settings.model_copy(update={"lease_ttl_s": lease_ttl_s})
-        self._watches = SharedWatches(self._stores[0], [keys.ASSIGNMENTS, keys.ALLOCATIONS])
         self._shared = [FleetStore(store, self._watches) for store in self._stores]
         self._starter = asyncio.create_task(self._start_all(), name="starting agents")
 
@@ -390,9 +389,7 @@ class AgentFleet(Service):
         fleet_stores, self._shared = self._shared, []
         for fleet_store in fleet_stores:
             await fleet_store.close()
-        if self._watches is not None:
-            await self._watches.stop()
-            self._watches = None
+        await self._watches.stop()
         stores, self._stores = self._stores, []
         for store in stores:
             await store.close()
