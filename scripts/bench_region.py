@@ -17,8 +17,9 @@ health grace, which survive seconds without CPU, and a 120 s fencing period that
 machines hold as their lease), and N simulated machines in one more process
 (`tether agent-sim`: the real agent's code with an executor that starts no process). Once every
 machine is up, it creates 2 entitlements per shard and submits jobs of `--job-tasks` tasks
-totalling `--tasks` through REST (16 requests in flight, over both frontends), and follows the
-task statuses in the store until every task runs:
+totalling `--tasks` through REST (16 requests in flight, over both frontends; with
+`--max-pending N`, none while over N submitted tasks do not run yet), and follows the task
+statuses in the store until every task runs:
 
 - `machines_up_s`: from starting the simulated machines until all are up;
 - `submit_s`: submitting every job;
@@ -27,6 +28,9 @@ task statuses in the store until every task runs:
 - `store_revisions_per_s`: store transactions committed per second meanwhile;
 - `cpu_ms_per_task`: CPU milliseconds per task meanwhile, summed over every process (from `/proc`);
 - `peak_rss_mib` and `cpu_s` (CPU seconds during the submission and start) per process.
+
+It gives up at `--timeout-s`, or once the machine's available memory falls below
+`--min-available-mib` (`gave_up` says which; the rest says how far it got).
 
 Prints one JSON line on stdout; progress goes to stderr.
 
@@ -38,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import itertools
 import json
 import os
 import signal
@@ -52,8 +54,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
-from benchkit import log, profiled, stop_on_signals
+from benchkit import first_done, log, memory_below, profiled, stop_on_signals
+from benchkit.scale import (
+    TASK_RESOURCES,
+    Running,
+    create_entitlements,
+    submit,
+    wait_for_machines,
+)
 
 # The region harness is test tooling (tests/support), shared with the end-to-end tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -69,17 +77,11 @@ from tests.support.harness import (
     tasks_of,
     wait_for,
 )
-from tether.store import EventType, Store, keys, open_store
+from tether.store import open_store
 
 SCALE_SHARDS = 4
 SCALE_FRONTENDS = 2
 ENTITLEMENTS_PER_SHARD = 2
-SUBMITTING_AT_ONCE = 16
-SUBMIT_ATTEMPTS = 10
-# A quarter of a simulated machine's CPU and an eighth of its memory each way: 100,000 tasks
-# fill 6,250 of 10,000 machines when packed.
-TASK_RESOURCES = {"cpu": 2000, "memory_mib": 4096}
-QUOTA_HEADROOM = 1.2
 # Leases long enough to outlast a process starved of CPU for seconds (some 20 processes share
 # two cores at full load): a lapsed lease costs a leader election and a full re-listing.
 SCALE_TIMINGS = {
@@ -107,6 +109,21 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--job-tasks", type=int, default=100, help="scale: tasks per job")
     parser.add_argument(
+        "--max-pending",
+        type=int,
+        metavar="TASKS",
+        help="scale: submit no job while more than this many submitted tasks do not run yet "
+        "(a client that paces itself; default: submit everything at once)",
+    )
+    parser.add_argument(
+        "--min-available-mib",
+        type=float,
+        default=1024,
+        metavar="MIB",
+        help="scale: give up once the machine's available memory falls below this, before the "
+        "kernel kills a process (the JSON says how far it got)",
+    )
+    parser.add_argument(
         "--timeout-s",
         type=float,
         default=900,
@@ -121,6 +138,11 @@ def parse_args() -> argparse.Namespace:
         "start, as DIR/<process>.svg (root, or ptrace allowed)",
     )
     args = parser.parse_args()
+    if args.max_pending is not None and args.max_pending < args.job_tasks:
+        parser.error(
+            f"--max-pending must be at least --job-tasks ({args.job_tasks}): a job "
+            "is submitted whole"
+        )
     if args.etcd:
         args.store = "etcd"
     return args
@@ -199,110 +221,6 @@ def measure_timings(region: LocalRegion, tasks: int) -> dict[str, Any]:
 # --- scale ------------------------------------------------------------------------------------
 
 
-async def machines_up(store: Store) -> int:
-    """How many machines are up, read page by page."""
-    up, start_after = 0, None
-    while True:
-        page = await store.range(keys.MACHINES, start_after=start_after, limit=5000)
-        up += sum(1 for kv in page.kvs if orjson.loads(kv.value)["state"] == "up")
-        if not page.more or not page.kvs:
-            return up
-        start_after = page.kvs[-1].key
-
-
-async def wait_for_machines(
-    store_url: str, machines: int, simulator: subprocess.Popen[bytes]
-) -> None:
-    async with open_store(store_url) as store:
-        reported = -1
-        while (up := await machines_up(store)) < machines:
-            if simulator.poll() is not None:
-                raise SystemExit(f"tether agent-sim exited with code {simulator.returncode}")
-            if up // 1000 != reported // 1000:
-                log(f"{up:,} of {machines:,} machines up")
-                reported = up
-            await asyncio.sleep(2)
-
-
-class Running:
-    """Tasks whose status says running, followed through a watch on `task-status/`."""
-
-    def __init__(self) -> None:
-        self.tasks: set[str] = set()
-        self._changed = asyncio.Event()
-
-    async def follow(self, store: Store, start_revision: int) -> None:
-        async with store.watch(keys.TASK_STATUS, start_revision=start_revision) as watch:
-            async for events in watch:
-                for event in events:
-                    put = event.type is EventType.PUT
-                    if put and orjson.loads(event.kv.value)["state"] == "running":
-                        self.tasks.add(event.kv.key)
-                    else:
-                        self.tasks.discard(event.kv.key)
-                self._changed.set()
-
-    async def wait_for(self, count: int, started: float, deadline: float) -> None:
-        """Returns once `count` tasks run or at `deadline`; logs the rate every 10 s."""
-        next_report = time.monotonic() + 10
-        while len(self.tasks) < count and time.monotonic() < deadline:
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1):
-                    await self._changed.wait()
-            if time.monotonic() >= next_report:
-                elapsed, running = time.monotonic() - started, len(self.tasks)
-                log(f"{running:,} tasks run after {elapsed:.0f} s ({running / elapsed:,.0f}/s)")
-                next_report += 10
-
-
-async def create_entitlements(http: httpx.AsyncClient, tasks: Counter[str]) -> None:
-    """Each entitlement with the quota for its `tasks` and some headroom."""
-    for name, count in tasks.items():
-        quota = {
-            resource: int(amount * count * QUOTA_HEADROOM)
-            for resource, amount in TASK_RESOURCES.items()
-        }
-        created = await http.post(
-            "/v1/entitlements",
-            json={"name": name, "quota": {"resources": quota}, "members": ["admin"]},
-        )
-        created.raise_for_status()
-
-
-async def submit(frontends: list[httpx.AsyncClient], jobs: list[dict[str, Any]]) -> int:
-    """Submits every job, SUBMITTING_AT_ONCE in flight, each to the next frontend. A job the
-    region could not take (503: its store did not answer in time) or whose answer was lost
-    (the connection broke) is sent again with the same Idempotency-Key, which makes that
-    safe. Returns how many were sent again."""
-    slots = asyncio.Semaphore(SUBMITTING_AT_ONCE)
-    targets = itertools.cycle(frontends)
-    retried = 0
-
-    async def one(job: dict[str, Any]) -> None:
-        nonlocal retried
-        headers = {"Idempotency-Key": job["name"]}
-        problem = ""
-        async with slots:
-            for _ in range(SUBMIT_ATTEMPTS):
-                try:
-                    response = await next(targets).post("/v1/jobs", json=job, headers=headers)
-                except httpx.TransportError as error:
-                    problem = repr(error)
-                else:
-                    if response.status_code in (200, 201):
-                        return
-                    problem = f"{response.status_code} {response.text}"
-                    if response.status_code != 503:
-                        break
-                retried += 1
-                await asyncio.sleep(1)
-        raise SystemExit(f"submitting {job['name']}: {problem}")
-
-    await asyncio.gather(*(one(job) for job in jobs))
-    return retried
-
-
 async def run_scale(
     region: LocalRegion, args: argparse.Namespace, pids: dict[str, int]
 ) -> dict[str, Any]:
@@ -340,11 +258,18 @@ async def run_scale(
             with profiled(python, args.profile):
                 cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                 started = time.monotonic()
-                log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks")
-                resubmitted = await submit(frontends, jobs)
-                submit_s = time.monotonic() - started
-                log(f"submitted in {submit_s:.1f} s; {len(running.tasks):,} tasks run")
-                await running.wait_for(args.tasks, started, started + args.timeout_s)
+                submitted: dict[str, Any] = {"submit_s": None, "retried": 0}
+
+                async def submit_and_wait() -> None:
+                    log(f"submitting {len(jobs):,} jobs of {args.job_tasks} tasks")
+                    submitted["retried"] = await submit(frontends, jobs, running, args.max_pending)
+                    submitted["submit_s"] = round(time.monotonic() - started, 1)
+                    log(f"submitted in {submitted['submit_s']} s; {len(running.tasks):,} run")
+                    await running.wait_for(args.tasks, started, started + args.timeout_s)
+
+                out_of_memory = await first_done(
+                    submit_and_wait(), memory_below(args.min_available_mib)
+                )
                 elapsed = time.monotonic() - started
             revisions = await store.revision() - first_revision
             cpu = {
@@ -355,16 +280,19 @@ async def run_scale(
         for http in frontends:
             await http.aclose()
     completed = len(running.tasks) >= args.tasks
+    gave_up = None if completed else "memory" if out_of_memory else "timeout"
     log(
         f"{len(running.tasks):,} tasks run after {elapsed:.1f} s"
-        + ("" if completed else " (gave up)")
+        + ("" if gave_up is None else f" (gave up: {gave_up})")
     )
     return {
         "jobs": len(jobs),
         "completed": completed,
+        "gave_up": gave_up,
         "tasks_running": len(running.tasks),
-        "submit_s": round(submit_s, 1),
-        "submissions_retried": resubmitted,
+        "submit_s": submitted["submit_s"],
+        "submissions_retried": submitted["retried"],
+        "max_pending": args.max_pending,
         "submit_to_all_running_s": round(elapsed, 1) if completed else None,
         "tasks_running_per_s": round(len(running.tasks) / elapsed),
         "store_revisions_per_s": round(revisions / elapsed),
@@ -394,7 +322,7 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
     try:
         started = time.monotonic()
         log(f"starting {args.machines:,} simulated machines (log: {log_path})")
-        asyncio.run(wait_for_machines(store_url, args.machines, simulator))
+        asyncio.run(wait_for_machines(store_url, args.machines, simulator, args.min_available_mib))
         up_s = time.monotonic() - started
         log(f"{args.machines:,} machines up after {up_s:.1f} s")
         pids = {**region.service_pids(), "agent-sim": simulator.pid}

@@ -1,14 +1,15 @@
-"""What every script under scripts/ shares: progress on stderr, a clean stop on a signal, and
-where its plots go."""
+"""What every script under scripts/ shares: progress on stderr, a clean stop on a signal, where
+its plots go, and the machine's available memory."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -25,6 +26,38 @@ source tree as it found it."""
 def log(message: str) -> None:
     """Progress for people, on stderr (stdout carries only the result's JSON line)."""
     print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def available_mib() -> float:
+    """The memory the machine can still give processes without swapping (MemAvailable), MiB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable line")
+
+
+async def memory_below(floor_mib: float, every_s: float = 2.0) -> float:
+    """Returns the available MiB once it falls below `floor_mib`: a run at the edge of the
+    machine stops and reports how far it got before the kernel's OOM killer picks a victim."""
+    while True:
+        available = available_mib()
+        if available < floor_mib:
+            return available
+        await asyncio.sleep(every_s)
+
+
+async def first_done(work: Awaitable[None], alarm: Awaitable[object]) -> bool:
+    """Runs `work` until it ends or `alarm` goes off (then cancels it); whether the alarm did."""
+    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(alarm)]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0].done():
+            tasks[0].result()  # raises its error, if it failed
+            return False
+        return True
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def default_plot(name: str) -> Path:

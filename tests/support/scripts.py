@@ -165,7 +165,10 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     ),
     SmokeRun(
         "bench_region.py",
-        ("--machines", "20", "--tasks", "40", "--job-tasks", "10", "--profile", "{out}/profiles"),
+        (
+            *("--machines", "20", "--tasks", "40", "--job-tasks", "10", "--max-pending", "20"),
+            *("--profile", "{out}/profiles"),
+        ),
         _keys(
             "machines_up_s",
             "submit_s",

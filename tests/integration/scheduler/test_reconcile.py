@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from tether.model import (
 )
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
+from tether.scheduler.state import ShardState
 from tether.store import EventType, Store, keys, open_store
 
 SHARD = "shard-0"
@@ -237,3 +239,24 @@ async def _deletion_revision(store: Store, key: str, start: int) -> int:
                 if event.kv.key == key and event.type is EventType.DELETE:
                     return event.revision
     raise AssertionError("watch ended")
+
+
+async def test_a_deposed_leader_keeps_nothing_of_its_term(
+    store: Store, allocator: FakeAllocator, scheduler: Scheduler
+) -> None:
+    # At scale a term's mirrors are gigabytes: a replica that stands by again must hold none.
+    await setup_region(store)
+    await put(store, keys.job("ads", "web"), make_job("ads", "web", 3))
+    await _placed(store, count=3)
+    assert _live(ShardState) == 1
+    await store.delete(keys.shard_leader(SHARD))  # a failover: the leader stands back
+
+    async def released() -> bool:
+        gc.collect()
+        return not scheduler.leading.is_set() and _live(ShardState) == 0
+
+    await eventually(released, timeout_s=5, what="the term's state collected")
+
+
+def _live(cls: type) -> int:
+    return sum(1 for thing in gc.get_objects() if type(thing) is cls)
