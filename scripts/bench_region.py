@@ -265,11 +265,13 @@ async def run_scale(
                     submitted["retried"] = await submit(frontends, jobs, running, args.max_pending)
                     submitted["submit_s"] = round(time.monotonic() - started, 1)
                     log(f"submitted in {submitted['submit_s']} s; {len(running.tasks):,} run")
-                    await running.wait_for(args.tasks, started, started + args.timeout_s)
+                    await running.wait_for(args.tasks, started + args.timeout_s)
 
+                reporter = asyncio.create_task(running.report(started))
                 out_of_memory = await first_done(
                     submit_and_wait(), memory_below(args.min_available_mib)
                 )
+                reporter.cancel()
                 elapsed = time.monotonic() - started
             revisions = await store.revision() - first_revision
             cpu = {

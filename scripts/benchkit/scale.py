@@ -79,18 +79,21 @@ class Running:
             self._changed.clear()
             await self._changed.wait()
 
-    async def wait_for(self, count: int, started: float, deadline: float) -> None:
-        """Returns once `count` tasks run or at `deadline`; logs the rate every 10 s."""
-        next_report = time.monotonic() + 10
+    async def wait_for(self, count: int, deadline: float) -> None:
+        """Returns once `count` tasks run or at `deadline` (monotonic)."""
         while len(self.tasks) < count and time.monotonic() < deadline:
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1):
                     await self._changed.wait()
-            if time.monotonic() >= next_report:
-                elapsed, running = time.monotonic() - started, len(self.tasks)
-                log(f"{running:,} tasks run after {elapsed:.0f} s ({running / elapsed:,.0f}/s)")
-                next_report += 10
+
+    async def report(self, started: float, every_s: float = 10.0) -> None:
+        """Logs how many tasks run, and the rate since `started` (monotonic), every `every_s`
+        until cancelled: submission and start overlap when the submitter paces itself."""
+        while True:
+            await asyncio.sleep(every_s)
+            elapsed, running = time.monotonic() - started, len(self.tasks)
+            log(f"{running:,} tasks run after {elapsed:.0f} s ({running / elapsed:,.0f}/s)")
 
 
 async def create_entitlements(http: httpx.AsyncClient, tasks: Counter[str]) -> None:

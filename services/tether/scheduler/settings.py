@@ -34,7 +34,16 @@ class SchedulerSettings(BaseSettings):
         "again (an admin adds shards with POST /admin/shards).",
     )
     resync_s: float = Field(
-        default=5.0, gt=0, description="Every job of the shard is reconciled at least this often."
+        default=5.0,
+        gt=0,
+        description="Pause between two sweeps that reconcile every job of the shard (a safety "
+        "net for missed changes).",
+    )
+    resync_tasks_per_s: float = Field(
+        default=2000.0,
+        gt=0,
+        description="How fast a sweep goes, in tasks a second: a sweep of a shard of 100,000 "
+        "tasks takes 50 s, so that the net costs a leader a bounded share of its CPU.",
     )
     place_retry_s: float = Field(
         default=2.0, gt=0, description="Tasks the allocator could not place are retried after it."

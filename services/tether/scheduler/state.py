@@ -236,9 +236,13 @@ class ShardState:
 
     def handles(self) -> Iterator[str]:
         """Every job of this shard."""
+        return (handle for handle, _ in self.sized_handles())
+
+    def sized_handles(self) -> Iterator[tuple[str, int]]:
+        """Every job of this shard, with the count of tasks it asks for."""
         for stored in list(self.jobs.items.values()):
             if self.owns(stored.value.handle):
-                yield stored.value.handle
+                yield stored.value.handle, stored.value.spec.count
 
     def view(self, handle: str) -> JobView | None:
         """A snapshot of one job's records, or None if the job is gone or not this shard's."""

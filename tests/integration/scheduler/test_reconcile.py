@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.integration.scheduler.fake_allocator import FakeAllocator
 from tests.integration.scheduler.helpers import make_job, make_machine, put, read
@@ -261,3 +263,38 @@ async def test_a_deposed_leader_keeps_nothing_of_its_term(
 
 def _live(cls: type) -> int:
     return sum(1 for thing in gc.get_objects() if type(thing) is cls)
+
+
+async def test_the_safety_net_sweeps_the_shard_at_a_bounded_pace(
+    store_url: str, store: Store, allocator: FakeAllocator
+) -> None:
+    # Two tasks at one a second: a sweep takes 2 s, so an idle job is reconciled every 2 s
+    # (without the pace, every resync_s: 20 times a second).
+    settings = FAST.model_copy(update={"resync_s": 0.05, "resync_tasks_per_s": 1})
+    await setup_region(store)
+    await put(store, keys.job("ads", "web"), make_job("ads", "web", 2))
+    replica = Scheduler(open_store(store_url), SHARD, settings)
+    await replica.start()
+    try:
+
+        async def placed() -> bool:
+            tasks = await tasks_of(store, "ads", "web")
+            return len(tasks) == 2 and all(t.state is TaskState.PLACED for t in tasks.values())
+
+        await eventually(placed, what="both tasks placed")
+        reconciled_at = [await _next_reconcile() for _ in range(3)]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(reconciled_at)]
+        assert min(gaps) >= 2 - 0.1, f"reconciled {gaps} s apart"
+    finally:
+        await replica.stop()
+
+
+async def _next_reconcile() -> float:
+    """When the next reconcile of any job in this process ends (monotonic)."""
+
+    def done() -> float:
+        return REGISTRY.get_sample_value("tether_scheduler_reconcile_duration_seconds_count") or 0
+
+    before = done()
+    await eventually(lambda: done() > before, timeout_s=10, what="a reconcile")
+    return time.monotonic()
