@@ -44,6 +44,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchkit import first_done, log, memory_below, profiled, stop_on_signals
+from benchkit import RESULTS_DIR, first_done, log, memory_below, profiled, stop_on_signals
 from benchkit.scale import (
     TASK_RESOURCES,
     Running,
@@ -348,6 +349,13 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
     }
 
 
+def keep_logs(logs: Path) -> None:
+    """Copies a failed run's region logs out of its temporary directory, which is removed."""
+    kept = RESULTS_DIR / f"bench_region-logs-{time.strftime('%Y%m%d-%H%M%S')}"
+    shutil.copytree(logs, kept, dirs_exist_ok=True)
+    log(f"the run failed; the region's logs are kept in {kept}")
+
+
 def main() -> None:
     stop_on_signals()
     args = parse_args()
@@ -373,6 +381,11 @@ def main() -> None:
                 if args.machines
                 else measure_timings(region, args.tasks)
             )
+        except (Exception, SystemExit) as failed:
+            # A signal's SystemExit carries an int: a stop asked for, not a failure.
+            if not (isinstance(failed, SystemExit) and isinstance(failed.code, int)):
+                keep_logs(region.state_dir / "logs")
+            raise
         finally:
             region.cleanup()
     benchmark = "region-scale" if args.machines else "region"
