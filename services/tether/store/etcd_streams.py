@@ -71,10 +71,15 @@ async def on_stream(step: Awaitable[T], dropped: Dropped) -> T:
         raise StoreUnavailable(f"the stream was dropped: {exc}") from None
 
 
+_OVERLOADED: Final = "etcdserver: too many requests"
+"""etcd's refusal while its apply backlog is over 5,000 entries (RESOURCE_EXHAUSTED): busy, not
+wrong, so a caller should try again later like any unavailable store."""
+
+
 def translate(exc: grpc.aio.AioRpcError, what: str) -> StoreError:
     """The store error a failed etcd call stands for."""
     code, details = exc.code(), exc.details() or ""
-    if code in RETRYABLE:
+    if code in RETRYABLE or (code is grpc.StatusCode.RESOURCE_EXHAUSTED and _OVERLOADED in details):
         return StoreUnavailable(f"etcd unavailable during {what}: {details or code.name}")
     if "required revision has been compacted" in details:
         return CompactedError(0, None)
