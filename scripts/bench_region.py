@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchkit import RESULTS_DIR, first_done, log, memory_below, profiled, stop_on_signals
+from benchkit import RESULTS_DIR, log, memory_below, profiled, stop_on_signals
 from benchkit.scale import (
     TASK_RESOURCES,
     Running,
@@ -78,6 +78,7 @@ from tests.support.harness import (
     tasks_of,
     wait_for,
 )
+from tether.aio import first_of
 from tether.store import open_store
 
 SCALE_SHARDS = 4
@@ -269,9 +270,8 @@ async def run_scale(
                     await running.wait_for(args.tasks, started + args.timeout_s)
 
                 reporter = asyncio.create_task(running.report(started))
-                out_of_memory = await first_done(
-                    submit_and_wait(), memory_below(args.min_available_mib)
-                )
+                finished = await first_of(submit_and_wait(), memory_below(args.min_available_mib))
+                out_of_memory = finished == 1
                 reporter.cancel()
                 elapsed = time.monotonic() - started
             revisions = await store.revision() - first_revision

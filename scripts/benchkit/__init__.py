@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -44,20 +44,6 @@ async def memory_below(floor_mib: float, every_s: float = 2.0) -> float:
         if available < floor_mib:
             return available
         await asyncio.sleep(every_s)
-
-
-async def first_done(work: Awaitable[None], alarm: Awaitable[object]) -> bool:
-    """Runs `work` until it ends or `alarm` goes off (then cancels it); whether the alarm did."""
-    tasks = [asyncio.ensure_future(work), asyncio.ensure_future(alarm)]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        if tasks[0].done():
-            tasks[0].result()  # raises its error, if it failed
-            return False
-        return True
-    finally:
-        for task in tasks:
-            task.cancel()
 
 
 def default_plot(name: str) -> Path:

@@ -1,11 +1,12 @@
-"""Asyncio helpers every layer shares (the store's background tasks and the services'):
-stopping background tasks, and a loop that runs every N seconds until stopped."""
+"""Asyncio helpers every layer shares (the store's background tasks, the services' and the
+scripts'): stopping background tasks, racing coroutines, and a loop that runs every N seconds
+until stopped."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
 
@@ -19,6 +20,21 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     for task in running:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def first_of(*waits: Coroutine[Any, Any, object]) -> int:
+    """Runs the coroutines until the first one finishes, cancels the rest and waits for them,
+    re-raises its error; returns its position among `waits`."""
+    tasks = [asyncio.create_task(wait) for wait in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+        return min(tasks.index(task) for task in done)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def wait_set(event: asyncio.Event, timeout_s: float) -> bool:

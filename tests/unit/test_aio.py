@@ -1,10 +1,13 @@
-"""The shared asyncio helpers: stopping background tasks, and loops that run every N seconds."""
+"""The shared asyncio helpers: stopping background tasks, racing coroutines, and loops that run
+every N seconds."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tether.aio import Periodic, cancel_and_wait, every, wait_set
+import pytest
+
+from tether.aio import Periodic, cancel_and_wait, every, first_of, wait_set
 
 
 async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
@@ -115,3 +118,25 @@ async def test_wait_set_says_whether_the_event_was_set_before_the_timeout() -> N
     asyncio.get_running_loop().call_soon(event.set)
     assert await wait_set(event, 10)
     assert event.is_set()  # it is the caller's to clear
+
+
+async def test_first_of_says_which_finished_and_stops_the_others() -> None:
+    released = asyncio.Event()
+    stopped: list[str] = []
+
+    async def waits_forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            stopped.append("forever")
+
+    assert await first_of(waits_forever(), released.wait(), asyncio.sleep(0)) == 2
+    assert stopped == ["forever"]  # cancelled and waited for before first_of returned
+
+
+async def test_first_of_raises_the_error_of_the_one_that_ended() -> None:
+    async def fails() -> None:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        await first_of(asyncio.sleep(3600), fails())

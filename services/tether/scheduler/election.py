@@ -8,14 +8,13 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
-from tether.aio import cancel_and_wait
+from tether.aio import cancel_and_wait, first_of
 from tether.model import ShardLeader, ShardReplica, from_json, to_json
 from tether.scheduler.liveness import LivenessSocket, until_dead
 from tether.store import (
@@ -250,16 +249,3 @@ def _leader_of(result: TxnResult) -> tuple[ShardLeader, KeyValue] | None:
         with contextlib.suppress(ValidationError):
             return from_json(ShardLeader, kv.value, stored=True), kv
     return None
-
-
-async def first_of(*waits: Coroutine[Any, Any, object]) -> None:
-    """Runs the coroutines until the first one finishes, cancels the rest, re-raises its error."""
-    tasks = [asyncio.create_task(wait) for wait in waits]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

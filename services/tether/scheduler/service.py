@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether import metrics
-from tether.aio import cancel_and_wait, every
+from tether.aio import cancel_and_wait, every, first_of
 from tether.model import (
     OperationState,
     RegionConfig,
@@ -24,7 +24,7 @@ from tether.model import (
 )
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
-from tether.scheduler.election import Election, Leadership, first_of
+from tether.scheduler.election import Election, Leadership
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, Outcome
 from tether.scheduler.plan import OperationWrite
 from tether.scheduler.reconciler import plan_job
