@@ -143,6 +143,7 @@ async def submit(
                     if response.status_code != 503:
                         break
                 retried += 1
+                log(f"sending {job['name']} again after {problem[:200]}")
                 await asyncio.sleep(1)
         finally:
             slots.release()
