@@ -10,16 +10,17 @@ import pytest
 from tether.aio import Periodic, cancel_and_wait, every, first_of, wait_set
 
 
+async def sleeper(name: str, finished: list[str]) -> None:
+    """Sleeps until cancelled; notes `name` in `finished` as it ends."""
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        finished.append(name)
+
+
 async def test_cancel_and_wait_stops_every_task_and_skips_none() -> None:
     finished: list[str] = []
-
-    async def sleeper(name: str) -> None:
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            finished.append(name)
-
-    tasks = [asyncio.create_task(sleeper(name)) for name in ("a", "b")]
+    tasks = [asyncio.create_task(sleeper(name, finished)) for name in ("a", "b")]
     await asyncio.sleep(0)
     await cancel_and_wait(tasks[0], None, tasks[1])
     assert sorted(finished) == ["a", "b"]
@@ -123,14 +124,7 @@ async def test_wait_set_says_whether_the_event_was_set_before_the_timeout() -> N
 async def test_first_of_says_which_finished_and_stops_the_others() -> None:
     released = asyncio.Event()
     stopped: list[str] = []
-
-    async def waits_forever() -> None:
-        try:
-            await asyncio.sleep(3600)
-        finally:
-            stopped.append("forever")
-
-    assert await first_of(waits_forever(), released.wait(), asyncio.sleep(0)) == 2
+    assert await first_of(sleeper("forever", stopped), released.wait(), asyncio.sleep(0)) == 2
     assert stopped == ["forever"]  # cancelled and waited for before first_of returned
 
 
