@@ -23,11 +23,13 @@ the region is saturated (every team has a job waiting). Prints one JSON line:
   fifo_deadline_miss_rate   the same arrivals in FIFO order
   queue_wait_p50_s/p99_s    per priority band (jobs still waiting count their wait so far)
   preemptions          jobs preempted, and by cause (priority, reclaim, fair-share)
-  placement_checks     preemptions proposed by quota and checked against the machines by the
-                       allocator's own check (in process); refused_by_placement of them freed
-                       quota but no machines the preemptor fits; spare_victims added to fit;
-                       placement_check_p99_ms what one check costs (sim_decision_p99_ms, a
-                       decider pass, leaves the checks out)
+  placement_checks     preemptions proposed by quota whose victims the allocator's own choice
+                       picked machine by machine (in process); refused_by_placement of them
+                       would free no machines the preemptor fits even with every candidate
+                       stopped; refused_by_rule, the machines' victims would break a rule (the
+                       rate limit, the fair-share cost limit, a side's fair share);
+                       placement_check_p99_ms what one choice costs
+                       (sim_decision_p99_ms, a decider pass, leaves the choices out)
   over_quota_passes    decider passes after which an entitlement held beyond its quota and
                        borrowing limit (QuotaTree.over_quota), in either run: must be 0
   admission_decision_p99_ms  a pass with 10,000 jobs queued in one entitlement (--deep-queue)
@@ -177,8 +179,10 @@ def main() -> None:
         "preempted_tasks": tally.preempted_tasks,
         "preemptions_by_cause": dict(sorted(tally.preempted_by_cause.items())),
         "placement_checks": len(tally.check_ms),
-        "refused_by_placement": tally.refused_by_placement,
-        "spare_victims": tally.spare_taken,
+        "refused_by_placement": tally.refused["placement"],
+        "refused_by_rule": {
+            rule: count for rule, count in sorted(tally.refused.items()) if rule != "placement"
+        },
         "over_quota_passes": tally.over_quota + fifo.tally.over_quota,
         "sim_decision_p99_ms": round(float(np.percentile(tally.decide_ms, 99)), 3),
         "placement_check_p99_ms": round(float(np.percentile(tally.check_ms or [0], 99)), 3),

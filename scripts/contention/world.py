@@ -21,12 +21,13 @@ from contention.workload import (
 )
 from tests.support.allocator_builders import Region
 from tether.allocator.index import FREE
-from tether.allocator.preemption import check_preemption
+from tether.allocator.preemption import PreemptionCandidate, choose_preemption
 from tether.model import Entitlement
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision
+from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
+from tether.scheduler.admission.victims import Candidate
 
 ARRIVE, FINISH, STOP = 0, 1, 2
 """Event kinds, in the order they are handled at one instant: a job that ends frees room for
@@ -72,10 +73,10 @@ class Tally:
     decide_ms: list[float] = field(default_factory=list)
     check_ms: list[float] = field(default_factory=list)
     """Each placement check of a proposal, as the allocator would take it."""
-    refused_by_placement: int = 0
-    """Proposals whose victims freed quota but not machines the preemptor fits."""
-    spare_taken: int = 0
-    """Victims the placement check added to the quota's."""
+    refused: Counter[str] = field(default_factory=Counter)
+    """Proposals not carried out, by the rule in the way (`Refusal.rule`): placement, their
+    candidates all stopped would free no machines the preemptor fits; the others, the victims
+    the machines need would break a quota rule."""
     over_quota: int = 0
     """Passes after which some entitlement held more than its quota and borrowing allow."""
     trace: list[tuple[float, dict[str, float]]] = field(default_factory=list)
@@ -201,28 +202,34 @@ class World:
             self._place(self.jobs[handle])
 
     def _preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
-        """What the decider does with a proposal, the allocator's placement check run in
+        """What the decider does with a proposal, the allocator's choice of victims run in
         process on the simulated region's index."""
-        if not self.queues.current(proposal):
+        standing = self.queues.standing(proposal)
+        if standing is None:
             return []
-        victims, spare = self.queues.stopped(proposal)
-        head = self.jobs[proposal.head].arrival.job
+        head = self.jobs[standing.head].arrival.job
+        offered = [PreemptionCandidate(*stopping) for stopping in self.queues.stopping(standing)]
         started = time.perf_counter()
-        fit = check_preemption(
+        choice = choose_preemption(
             self.region.index,
             self.region.cache,
             head,
             self.entitlements[head.spec.entitlement],
-            proposal.placing,
-            victims,
-            spare,
+            standing.placing,
+            offered,
+            standing.budget,
         )
         self.tally.check_ms.append((time.perf_counter() - started) * 1000)
-        if not fit.fits:
-            self.tally.refused_by_placement += 1
-            return self.queues.refuse(proposal, fit.reason, now)
-        self.tally.spare_taken += fit.spare_needed
-        return self.queues.preempt(proposal, now, fit.spare_needed)
+        if not choice.fits:
+            victims: list[Candidate] | Refusal = self.queues.placement_refusal(
+                standing, choice.reason
+            )
+        else:
+            victims = self.queues.victims(standing, choice.chosen)
+        if isinstance(victims, Refusal):
+            self.tally.refused[victims.rule] += 1
+            return self.queues.refuse(standing, victims, now)
+        return self.queues.preempt(standing, victims, now)
 
     def _placement_order(self, handle: str) -> tuple[int, float, float, str]:
         return self.queues.jobs[handle].admission.order()

@@ -110,6 +110,14 @@ PREEMPTIONS: Final = Counter(
     "fair share while a borrower below it waits).",
     ["reason"],
 )
+PREEMPTIONS_REFUSED: Final = Counter(
+    "tether_scheduler_preemptions_refused",
+    "Preemptions a decider proposed and did not carry out, by the rule in the way: placement "
+    "(the head's tasks would fit no machine even with every candidate stopped), rate-limit, cost "
+    "(a fair-share preemption would stop more than it starts) or fair-share (the victims would "
+    "take their side below it).",
+    ["rule"],
+)
 QUEUED_JOBS: Final = Gauge(
     "tether_scheduler_queued_jobs",
     "Jobs waiting in an entitlement's queue, on the leader that decides for its tree.",

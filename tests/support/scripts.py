@@ -120,7 +120,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
             "preemptions",
             "placement_checks",
             "refused_by_placement",
-            "spare_victims",
+            "refused_by_rule",
             "placement_check_p99_ms",
             "sim_decision_p99_ms",
             "over_quota_passes",

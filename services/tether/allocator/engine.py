@@ -36,7 +36,11 @@ from tether.allocator.group_commit import (
 from tether.allocator.index import DECOMMISSIONED, FREE, NONE, AllocationIndex, Header
 from tether.allocator.orphans import OrphanSweep
 from tether.allocator.placement import Planner
-from tether.allocator.preemption import PreemptionFit, Stopped, check_preemption
+from tether.allocator.preemption import (
+    PreemptionCandidate,
+    PreemptionChoice,
+    choose_preemption,
+)
 from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
 from tether.model.ephemeral import EphemeralResource
 from tether.store import Delete, Store, keys, mod_revision_is
@@ -282,17 +286,23 @@ class Engine:
         return explain(Planner(self._index, self.cache, job, entitlement))
 
     async def check_preemption(
-        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
-    ) -> PreemptionFit:
-        """Whether the job's tasks `indexes` would be placed once the victims' tasks stop, and
-        how many of the spare must stop too (`preemption.check_preemption`)."""
+        self,
+        job_handle: str,
+        indexes: Sequence[int],
+        candidates: Sequence[PreemptionCandidate],
+        budget: int,
+    ) -> PreemptionChoice:
+        """Which candidates must stop for the job's tasks `indexes` to be placed, at most
+        `budget` tasks stopped (`preemption.choose_preemption`)."""
         _check_unique(indexes)
-        for handle, _ in [*victims, *spare]:
-            _parse(handle)
+        for candidate in candidates:
+            _parse(candidate.job)
         job = await self._read_job(job_handle)
         _check_in_range(job, indexes)
         entitlement = await self._entitlement(job)
-        return check_preemption(self._index, self.cache, job, entitlement, indexes, victims, spare)
+        return choose_preemption(
+            self._index, self.cache, job, entitlement, indexes, candidates, budget
+        )
 
     async def ephemeral_state(
         self,

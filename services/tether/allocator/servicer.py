@@ -16,6 +16,7 @@ from tether.allocator.errors import (
     PreconditionFailed,
     TooManyConflicts,
 )
+from tether.allocator.preemption import PreemptionCandidate
 from tether.model import from_json, problems_text
 from tether.model.ephemeral import EphemeralResource
 from tether.proto.allocator.v1 import allocator_pb2 as pb
@@ -102,16 +103,19 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
         context: grpc.aio.ServicerContext[pb.CheckPreemptionRequest, pb.CheckPreemptionResponse],
     ) -> pb.CheckPreemptionResponse:
         try:
-            fit = await self._engine.check_preemption(
+            choice = await self._engine.check_preemption(
                 request.job_handle,
                 list(request.task_indexes),
-                [(tasks.job_handle, tasks.from_index) for tasks in request.victims],
-                [(tasks.job_handle, tasks.from_index) for tasks in request.spare],
+                [
+                    PreemptionCandidate(tasks.job_handle, tasks.from_index, tasks.tier)
+                    for tasks in request.candidates
+                ],
+                request.max_tasks,
             )
         except Exception as error:
             await _abort(context, error)
         return pb.CheckPreemptionResponse(
-            fits=fit.fits, spare_needed=fit.spare_needed, reason=fit.reason
+            fits=choice.fits, chosen=list(choice.chosen), reason=choice.reason
         )
 
     async def Explain(  # noqa: N802 (the generated servicer's method name)

@@ -50,16 +50,16 @@ class PlaceResult:
 
 @dataclass(frozen=True, slots=True)
 class PreemptionFit:
-    """Whether a preemption lets the preempting tasks be placed, with how many spare victims,
-    or why not."""
+    """Whether a preemption lets the preempting tasks be placed, with which of its candidates
+    stopped (positions), or why not."""
 
     fits: bool
-    spare_needed: int
+    chosen: tuple[int, ...]
     reason: str
 
 
-Stopped = Sequence[tuple[str, int]]
-"""(job handle, first task index stopped) per victim."""
+Stopping = Sequence[tuple[str, int, int]]
+"""(job handle, first task index stopped, tier) per candidate of a preemption."""
 
 
 class Allocator(Protocol):
@@ -78,7 +78,7 @@ class PreemptionCheck(Protocol):
     """What the admission decider needs from the allocator."""
 
     async def check_preemption(
-        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+        self, job_handle: str, indexes: Sequence[int], candidates: Stopping, budget: int
     ) -> PreemptionFit: ...
 
 
@@ -148,29 +148,25 @@ class AllocatorClient:
         return response.released
 
     async def check_preemption(
-        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+        self, job_handle: str, indexes: Sequence[int], candidates: Stopping, budget: int
     ) -> PreemptionFit:
-        """Asks whether the job's tasks `indexes` would be placed once the victims' tasks stop,
-        and how many of the spare must stop too."""
-
-        def tasks(stopped: Stopped) -> list[allocator_pb2.PreemptedTasks]:
-            return [
-                allocator_pb2.PreemptedTasks(job_handle=handle, from_index=first)
-                for handle, first in stopped
-            ]
-
+        """Asks which of the candidates must stop, at most `budget` tasks in all, for the job's
+        tasks `indexes` to be placed."""
         request = allocator_pb2.CheckPreemptionRequest(
             job_handle=job_handle,
             task_indexes=list(indexes),
-            victims=tasks(victims),
-            spare=tasks(spare),
+            candidates=[
+                allocator_pb2.PreemptedTasks(job_handle=handle, from_index=first, tier=tier)
+                for handle, first, tier in candidates
+            ],
+            max_tasks=budget,
         )
         response = await self._call(
             lambda stub: stub.CheckPreemption(request, timeout=self._timeout_s),
             "CheckPreemption",
             job_handle,
         )
-        return PreemptionFit(response.fits, response.spare_needed, response.reason)
+        return PreemptionFit(response.fits, tuple(response.chosen), response.reason)
 
     async def _call(
         self,

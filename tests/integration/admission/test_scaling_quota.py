@@ -35,7 +35,7 @@ from tether.model import (
 )
 from tether.model.admission import Admission
 from tether.model.quota_tree import QuotaTree
-from tether.scheduler.allocator_client import PreemptionFit, Stopped
+from tether.scheduler.allocator_client import PreemptionFit, Stopping
 from tether.scheduler.state import ShardState
 from tether.store import Delete, Store, keys, open_store
 
@@ -69,9 +69,9 @@ class FitsAnywhere:
     tests are about quota."""
 
     async def check_preemption(
-        self, job_handle: str, indexes: Sequence[int], victims: Stopped, spare: Stopped
+        self, job_handle: str, indexes: Sequence[int], candidates: Stopping, budget: int
     ) -> PreemptionFit:
-        return PreemptionFit(fits=True, spare_needed=0, reason="")
+        return PreemptionFit(fits=True, chosen=(), reason="")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""CheckPreemption on a replica over real gRPC: whether a job's tasks would find machines once
-some tasks stop, how many spare victims that takes, and its errors; it writes nothing."""
+"""CheckPreemption on a replica over real gRPC: which of some tasks must stop for a job's tasks
+to find machines, within a budget, and its errors; it writes nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from tether.store import Store
 
 
 def stopping(*tasks: tuple[str, int]) -> list[pb.PreemptedTasks]:
-    return [pb.PreemptedTasks(job_handle=handle, from_index=first) for handle, first in tasks]
+    return [
+        pb.PreemptedTasks(job_handle=handle, from_index=first, tier=0) for handle, first in tasks
+    ]
 
 
 async def web_on_three_machines(
@@ -41,21 +43,29 @@ async def test_a_preemption_that_empties_a_machine_lets_the_job_fit(
     assert not alone.fits
     assert "memory" in alone.reason
 
-    one_gone = await client.CheckPreemption(
-        pb.CheckPreemptionRequest(
-            job_handle="ads/big", task_indexes=[0, 1], victims=stopping(("ads/web", 2))
-        )
-    )
-    assert (one_gone.fits, one_gone.spare_needed) == (True, 0)
-
-    spare = await client.CheckPreemption(
+    # Each of web's tasks is alone on its machine: stopping any one empties it; the cheapest
+    # is one task, and of those the first offered.
+    one = await client.CheckPreemption(
         pb.CheckPreemptionRequest(
             job_handle="ads/big",
             task_indexes=[0, 1],
-            spare=stopping(("ads/web", 2), ("ads/web", 1), ("ads/web", 0)),
+            candidates=stopping(("ads/web", 2), ("ads/web", 1), ("ads/web", 0)),
+            max_tasks=3,
         )
     )
-    assert (spare.fits, spare.spare_needed) == (True, 1)
+    assert (one.fits, list(one.chosen)) == (True, [0])
+
+    # Within no task at all, nothing the candidates free helps.
+    none = await client.CheckPreemption(
+        pb.CheckPreemptionRequest(
+            job_handle="ads/big",
+            task_indexes=[0, 1],
+            candidates=stopping(("ads/web", 2)),
+            max_tasks=0,
+        )
+    )
+    assert not none.fits
+    assert "at most 0 tasks" in none.reason
     # Read-only: nothing placed, nothing released.
     assert await read_allocations(region) == before
 
@@ -80,7 +90,7 @@ async def test_errors_name_what_is_wrong(
     )
     code, message = await code_of(
         pb.CheckPreemptionRequest(
-            job_handle="ads/web", task_indexes=[0], victims=stopping(("no handle", 0))
+            job_handle="ads/web", task_indexes=[0], candidates=stopping(("no handle", 0))
         )
     )
     assert code is grpc.StatusCode.INVALID_ARGUMENT

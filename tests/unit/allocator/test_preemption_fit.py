@@ -1,6 +1,6 @@
-"""Checking a preemption against the real placement: the preempting job's tasks must find
-machines once the victims stop (their entitlement's machines, or machines of others left
-empty), within its constraints and as a gang; spare victims are added only as needed."""
+"""Choosing a preemption's victims by machine: the candidates whose stopping lets the preempting
+job's tasks be placed (their entitlement's machines, or machines of others left empty), the
+fewest tasks of the lowest tiers, within its constraints, its budget and as a gang."""
 
 from __future__ import annotations
 
@@ -9,167 +9,236 @@ from hypothesis import strategies as st
 
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
 from tether.allocator.index import FREE
-from tether.allocator.preemption import check_preemption
+from tether.allocator.preemption import PreemptionCandidate, PreemptionChoice, choose_preemption
 from tether.model import Constraint, ConstraintOp, Entitlement, Job, Placement, Resources
 
 TASK = Resources(cpu=1000, memory_mib=256)
+NO_LIMIT = 1000
 
 
-def layout(region: Region, owner: str, handle: str, machines: dict[str, list[int]]) -> None:
-    """Puts the job's tasks (of TASK) on the machines, owned by `owner`."""
-    for machine_id, indexes in machines.items():
-        tasks = [(handle, index, TASK) for index in indexes]
-        region.put_record(machine_id, allocation(machine_id, *tasks, owner=owner))
+def layout(region: Region, owner: str, machines: dict[str, list[tuple[str, int]]]) -> None:
+    """Puts tasks (job handle, index) of TASK on the machines, owned by `owner`."""
+    for machine_id, tasks in machines.items():
+        held = [(handle, index, TASK) for handle, index in tasks]
+        region.put_record(machine_id, allocation(machine_id, *held, owner=owner))
 
 
-def two_full_machines(owner: Entitlement, **attributes: str) -> Region:
-    """m1 and m2 (4 CPUs each) of `owner`, full with the 8 tasks of `<owner>/low`, the even
-    ones on m1 and the odd ones on m2."""
-    region = Region().entitle(owner, entitlement("idle"))
-    region.add(*(machine(m, attributes=attributes, msb=m) for m in ("m1", "m2")))
-    layout(region, owner.name, f"{owner.name}/low", {"m1": [0, 2, 4, 6], "m2": [1, 3, 5, 7]})
-    return region
+def whole(*handles: str, tier: int = 0) -> list[PreemptionCandidate]:
+    return [PreemptionCandidate(handle, 0, tier) for handle in handles]
 
 
 def high(owner: str = "ads", *, count: int = 1, cpu: int = 2000, **fields: object) -> Job:
     return job("high", entitlement=owner, count=count, cpu=cpu, memory=256, **fields)  # type: ignore[arg-type]
 
 
-def test_victims_spread_over_machines_do_not_make_room_for_a_bigger_task() -> None:
-    # Quota-wise two 1-CPU tasks make room for a 2-CPU one; on the machines they free one CPU
-    # on each of two machines, and the task fits neither.
-    ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads)
-    fit = check_preemption(region.index, region.cache, high(), ads, [0], [("ads/low", 6)])
-    assert not fit.fits
-    assert "cpu" in fit.reason
+def choose(
+    region: Region,
+    preemptor: Job,
+    owner: Entitlement,
+    candidates: list[PreemptionCandidate],
+    budget: int = NO_LIMIT,
+) -> PreemptionChoice:
+    indexes = list(range(preemptor.spec.count))
+    return choose_preemption(
+        region.index, region.cache, preemptor, owner, indexes, candidates, budget
+    )
 
 
-def test_spare_victims_are_added_until_the_task_fits_and_no_further() -> None:
+def chosen_jobs(choice: PreemptionChoice, candidates: list[PreemptionCandidate]) -> list[str]:
+    return [candidates[position].job for position in choice.chosen]
+
+
+def four_jobs_on_two_machines(owner: Entitlement, **attributes: str) -> Region:
+    """m1 and m2 (4 CPUs each) of `owner`, full: jobs a and b (two 1-CPU tasks each) on m1,
+    c and d on m2, except that a and c swapped a task, so that each of them spans both."""
+    region = Region().entitle(owner, entitlement("idle"))
+    region.add(*(machine(m, attributes=attributes, msb=m) for m in ("m1", "m2")))
+    name = owner.name
+    layout(
+        region,
+        name,
+        {
+            "m1": [(f"{name}/a", 0), (f"{name}/c", 1), (f"{name}/b", 0), (f"{name}/b", 1)],
+            "m2": [(f"{name}/c", 0), (f"{name}/a", 1), (f"{name}/d", 0), (f"{name}/d", 1)],
+        },
+    )
+    return region
+
+
+def test_the_victims_share_a_machine_where_the_candidates_order_would_spread_them() -> None:
+    # In their order, a and c come first: together they free 2 CPUs, one on each machine, and a
+    # 2-CPU task fits neither. b alone empties half of m1.
     ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads)
-    spare = [("ads/low", 5), ("ads/low", 4), ("ads/low", 2)]
-    fit = check_preemption(region.index, region.cache, high(), ads, [0], [("ads/low", 6)], spare)
-    # Tasks 5 and up: m1 keeps 0, 2 and 4 (1 CPU free), m2 keeps 1 and 3 (2 CPUs free).
-    assert (fit.fits, fit.spare_needed) == (True, 1)
+    region = four_jobs_on_two_machines(ads)
+    candidates = whole("ads/a", "ads/c", "ads/b", "ads/d")
+    choice = choose(region, high(), ads, candidates)
+    assert choice.fits
+    assert chosen_jobs(choice, candidates) in (["ads/b"], ["ads/d"])
+
+
+def test_a_lower_tier_goes_before_fewer_tasks() -> None:
+    ads = entitlement("ads", cpu=8000)
+    region = four_jobs_on_two_machines(ads)
+    # b and d cost two tasks each, a and c one each but a higher tier: a and c together free
+    # only one CPU a machine, so the cheapest choice within the lowest tier is b or d.
+    candidates = [*whole("ads/a", "ads/c", tier=1), *whole("ads/b", "ads/d", tier=0)]
+    assert chosen_jobs(choose(region, high(cpu=1000), ads, candidates), candidates) in (
+        ["ads/b"],
+        ["ads/d"],
+    )
+    # With the one-task jobs in the lowest tier, one of them is enough for a 1-CPU task.
+    candidates = [*whole("ads/a", "ads/c", tier=0), *whole("ads/b", "ads/d", tier=1)]
+    assert chosen_jobs(choose(region, high(cpu=1000), ads, candidates), candidates) in (
+        ["ads/a"],
+        ["ads/c"],
+    )
+
+
+def test_the_budget_bounds_the_tasks_stopped() -> None:
+    ads = entitlement("ads", cpu=8000)
+    region = four_jobs_on_two_machines(ads)
+    candidates = whole("ads/b", "ads/d")
+    assert choose(region, high(cpu=2000), ads, candidates, budget=2).fits
+    refused = choose(region, high(cpu=2000), ads, candidates, budget=1)
+    assert not refused.fits
+    assert "at most 1 tasks" in refused.reason
 
 
 def test_the_victims_free_the_entitlements_own_quota() -> None:
-    # The entitlement's quota is all in use by the victims' job: without counting what they
-    # free, no task of the preemptor would be allowed.
+    # The entitlement's quota is all in use by the candidates' jobs: without counting what
+    # they free, no task of the preemptor would be allowed.
     ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads)
-    fit = check_preemption(region.index, region.cache, high(cpu=1000), ads, [0], [("ads/low", 7)])
-    assert fit.fits
+    region = four_jobs_on_two_machines(ads)
+    candidates = whole("ads/d")
+    choice = choose(region, high(cpu=1000), ads, candidates)
+    assert (choice.fits, choice.chosen) == (True, (0,))
+
+
+def test_a_job_that_fits_already_needs_no_victim() -> None:
+    ads = entitlement("ads", cpu=8000)
+    region = Region().entitle(ads)
+    region.add(machine("m1"))
+    choice = choose(region, high(), ads, whole("ads/nothing"))
+    assert (choice.fits, choice.chosen) == (True, ())
 
 
 def test_machines_of_another_entitlement_help_only_when_left_empty() -> None:
     other, ads = entitlement("other"), entitlement("ads")
-    region = two_full_machines(other)
-    region.entitle(ads)
-    spread = check_preemption(region.index, region.cache, high(), ads, [0], [("other/low", 6)])
-    assert not spread.fits
-    # m2 holds the odd tasks: stopping all four of them empties it, and it joins the pool.
     region = Region().entitle(other, ads)
     region.add(machine("m1", msb="m1"), machine("m2", msb="m2"))
-    layout(region, "other", "other/low", {"m1": [0, 1, 2, 3], "m2": [4, 5, 6, 7]})
-    emptied = check_preemption(
-        region.index, region.cache, high(count=2), ads, [0, 1], [("other/low", 4)]
-    )
-    assert emptied.fits
-    left_one = check_preemption(
-        region.index, region.cache, high(count=2), ads, [0, 1], [("other/low", 5)]
-    )
-    assert not left_one.fits
+    # m1 holds four one-task jobs, m2 one job of four tasks and nothing else.
+    layout(region, "other", {"m1": [(f"other/s{n}", 0) for n in range(4)]})
+    layout(region, "other", {"m2": [("other/big", n) for n in range(4)]})
+    candidates = [*whole(*(f"other/s{n}" for n in range(4))), *whole("other/big")]
+    choice = choose(region, high(count=2), ads, candidates)
+    # Either machine, emptied, stops four tasks: the one job is fewer victims than four.
+    assert chosen_jobs(choice, candidates) == ["other/big"]
+    # Three of m1's four jobs leave it holding one task: no use to another entitlement.
+    partial = whole(*(f"other/s{n}" for n in range(3)))
+    assert not choose(region, high(count=2), ads, partial).fits
 
 
 def test_a_constraint_the_freed_machines_do_not_meet_is_named() -> None:
     ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads, zone="a")
+    region = four_jobs_on_two_machines(ads, zone="a")
     zone_b = Placement(constraints=[Constraint(attribute="zone", op=ConstraintOp.EQ, value="b")])
-    fit = check_preemption(
-        region.index,
-        region.cache,
-        high(cpu=1000, placement=zone_b),
-        ads,
-        [0],
-        [("ads/low", 0)],
-        [("ads/low", 0)],
-    )
-    assert not fit.fits
-    assert "zone" in fit.reason
+    candidates = whole("ads/a", "ads/b", "ads/c", "ads/d")
+    choice = choose(region, high(cpu=1000, placement=zone_b), ads, candidates)
+    assert not choice.fits
+    assert "zone" in choice.reason
 
 
 def test_a_gang_fits_whole_or_not_at_all() -> None:
     ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads)
+    region = four_jobs_on_two_machines(ads)
     gang = Placement(gang=True)
-    # Tasks 4 to 7 free 2 CPUs on each machine: room for two 2-CPU tasks, not three.
-    three = high(count=3, placement=gang)
-    fit = check_preemption(region.index, region.cache, three, ads, [0, 1, 2], [("ads/low", 4)])
-    assert not fit.fits
-    assert "gang" in fit.reason
-    two = high(count=2, placement=gang)
-    assert check_preemption(region.index, region.cache, two, ads, [0, 1], [("ads/low", 4)]).fits
+    # b and d free 2 CPUs on each machine: room for two 2-CPU tasks, not three.
+    candidates = whole("ads/b", "ads/d")
+    three = choose(region, high(count=3, placement=gang), ads, candidates)
+    assert not three.fits
+    assert "gang" in three.reason
+    two = choose(region, high(count=2, placement=gang), ads, candidates)
+    assert (two.fits, two.chosen) == (True, (0, 1))
 
 
-def test_the_check_changes_nothing() -> None:
+def test_the_choice_changes_nothing() -> None:
     ads = entitlement("ads", cpu=8000)
-    region = two_full_machines(ads)
+    region = four_jobs_on_two_machines(ads)
     used = region.index.used.copy()
-    held = region.index.held("ads/low")
-    check_preemption(region.index, region.cache, high(), ads, [0], [("ads/low", 0)])
+    held = region.index.held("ads/b")
+    choose(region, high(), ads, whole("ads/a", "ads/b"))
     assert (region.index.used == used).all()
-    assert region.index.held("ads/low") == held
+    assert region.index.held("ads/b") == held
     assert region.index.held("ads/high") == {}
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[list[list[int]], int, int, list[int]]:
-    """Machines (tasks of ads/low per machine, by index), the preemptor's task CPUs and count,
-    and the first indexes stopped by the victims then by each spare."""
-    per_machine = draw(st.lists(st.integers(0, 4), min_size=1, max_size=5))
-    machines, next_index = [], 0
-    for count in per_machine:
-        machines.append(list(range(next_index, next_index + count)))
-        next_index += count
-    order = draw(st.permutations([i for tasks in machines for i in tasks]))
-    # Renumber so that the task indexes are scattered over the machines.
-    renumbered = [[order.index(i) for i in tasks] for tasks in machines]
+def scenarios(draw: st.DrawFn) -> tuple[list[list[str]], int, int, list[int]]:
+    """Machines (the job of each 1-CPU task on it, of jobs j0..), the preemptor's task CPUs
+    and count, and each job's tier."""
+    jobs = draw(st.integers(1, 6))
+    machines = draw(
+        st.lists(st.lists(st.integers(0, jobs - 1), max_size=4), min_size=1, max_size=5)
+    )
     cpu = draw(st.sampled_from([500, 1000, 2000, 3000]))
     count = draw(st.integers(1, 3))
-    firsts = sorted(draw(st.lists(st.integers(0, next_index), min_size=1, max_size=4)))
-    return renumbered, cpu, count, firsts[::-1]
+    tiers = draw(st.lists(st.integers(0, 2), min_size=jobs, max_size=jobs))
+    return [[f"ads/j{n}" for n in tasks] for tasks in machines], cpu, count, tiers
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
-def test_when_the_check_says_it_fits_the_tasks_are_placed_once_the_victims_stop(
-    scenario: tuple[list[list[int]], int, int, list[int]],
+def test_the_chosen_victims_make_room_and_none_of_them_could_be_spared(
+    scenario: tuple[list[list[str]], int, int, list[int]],
 ) -> None:
-    machines, cpu, count, firsts = scenario
+    machines, cpu, count, tiers = scenario
     ads = entitlement("ads")
     region = Region().entitle(ads)
     region.add(*(machine(f"m{n}", msb=f"m{n}") for n in range(len(machines))))
-    layout(region, "ads", "ads/low", {f"m{n}": tasks for n, tasks in enumerate(machines)})
+    numbered: dict[str, int] = {}
+    for n, handles in enumerate(machines):
+        tasks = []
+        for handle in handles:
+            tasks.append((handle, numbered.get(handle, 0)))
+            numbered[handle] = numbered.get(handle, 0) + 1
+        layout(region, "ads", {f"m{n}": tasks})
+    candidates = [PreemptionCandidate(f"ads/j{n}", 0, tier) for n, tier in enumerate(tiers)]
     preemptor = high(count=count, cpu=cpu)
-    victims, spare = [("ads/low", firsts[0])], [("ads/low", first) for first in firsts[1:]]
-    indexes = list(range(count))
-    fit = check_preemption(region.index, region.cache, preemptor, ads, indexes, victims, spare)
-    if fit.spare_needed:
-        # No fewer spare would do.
-        fewer = spare[: fit.spare_needed - 1]
-        assert not check_preemption(
-            region.index, region.cache, preemptor, ads, indexes, victims, fewer
-        ).fits
-    # Stop the tasks for real, then place as Place does.
-    first = min(first for _, first in [*victims, *spare[: fit.spare_needed]])
+    choice = choose(region, preemptor, ads, candidates)
+    if choose(region, preemptor, ads, []).fits:
+        assert choice.chosen == ()
+    if not choice.fits:
+        assert not _fits_with_stopped(machines, candidates, preemptor, ads)
+    picked = {candidates[position].job for position in choice.chosen}
+    # Stop the chosen tasks for real, then place as Place does.
     index = region.index
-    for row, tasks in index.holding("ads/low", []).items():
-        stopped = [task for task in tasks if task >= first]
-        if stopped:
+    for handle in picked:
+        for row, held in index.holding(handle, []).items():
             region.revision += 1
-            header = FREE if int(index.task_count[row]) == len(stopped) else index.header(row)
-            index.remove(row, "ads/low", stopped, header, region.revision)
-    choice = region.choose(preemptor, ads, indexes)
-    assert fit.fits == (not choice.unplaced)
+            header = FREE if int(index.task_count[row]) == len(held) else index.header(row)
+            index.remove(row, handle, held, header, region.revision)
+    placed = region.choose(preemptor, ads, list(range(count)))
+    assert choice.fits == (not placed.unplaced)
+    if choice.fits and len(choice.chosen) > 1:
+        # Each victim was needed: with any one of them running again, the tasks fit no more.
+        for position in choice.chosen:
+            fewer = [c for p, c in enumerate(candidates) if p in choice.chosen and p != position]
+            assert not _fits_with_stopped(machines, fewer, preemptor, ads)
+
+
+def _fits_with_stopped(
+    machines: list[list[str]], stopped: list[PreemptionCandidate], preemptor: Job, ads: Entitlement
+) -> bool:
+    """Whether the preemptor fits a fresh copy of the region with only `stopped` gone."""
+    region = Region().entitle(ads)
+    region.add(*(machine(f"m{n}", msb=f"m{n}") for n in range(len(machines))))
+    gone = {candidate.job for candidate in stopped}
+    numbered: dict[str, int] = {}
+    for n, handles in enumerate(machines):
+        tasks = []
+        for handle in handles:
+            if handle not in gone:
+                tasks.append((handle, numbered.get(handle, 0)))
+            numbered[handle] = numbered.get(handle, 0) + 1
+        layout(region, "ads", {f"m{n}": tasks})
+    return not region.choose(preemptor, ads, list(range(preemptor.spec.count))).unplaced

@@ -3,6 +3,7 @@ preemption and requeueing, and the victims chosen (unit and property-based)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,8 +19,9 @@ from tether.model.admission import (
     PreemptionCause,
 )
 from tether.model.quota_tree import QuotaTree
+from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision
+from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
 from tether.scheduler.admission.victims import Candidate, choose_victims
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -79,9 +81,22 @@ class Harness:
         outcome = self.queues.decide(now)
         decisions = list(outcome.decisions)
         for proposal in outcome.proposals:
-            decisions += self.queues.preempt(proposal, now)
+            decisions += self.preempt(proposal, now)
         self.revision += 1
         return decisions
+
+    def preempt(
+        self, proposal: Proposal, now: datetime, chosen: Sequence[int] = ()
+    ) -> list[Decision]:
+        """What the decider does with a proposal, the allocator having found that the machines
+        need the candidates at `chosen` stopped (none: machines are plenty)."""
+        standing = self.queues.standing(proposal)
+        if standing is None:
+            return []
+        victims = self.queues.victims(standing, chosen)
+        if isinstance(victims, Refusal):
+            return self.queues.refuse(standing, victims, now)
+        return self.queues.preempt(standing, victims, now)
 
     def state(self, handle: str) -> tuple[AdmissionState, int]:
         admission = self.queues.jobs[handle].admission

@@ -164,11 +164,16 @@ class Pipeline:
         count rejects it. `pooled`: the rows come from a free-pool list, which the shared
         cached checks made and which a change to any of its machines' records drops
         (`ChoiceCache.pool_changed`): those checks are not applied again."""
+        room: I64 = np.where(self.accepted(rows, pooled=pooled), self.room(rows), 0)
+        return room
+
+    def accepted(self, rows: Rows, *, pooled: bool = False) -> Mask:
+        """Per row, whether every rule that does not count room accepts it (`pooled`: as in
+        `room_if_accepted`)."""
         # Called for every chunk of a free-pool list a plan reads: one mask, built in place.
         mask = accepted_by_all(self.unshared if pooled else self.cached, rows)
         mask &= self.masks(rows)
-        room: I64 = np.where(mask, self.room(rows), 0)
-        return room
+        return mask
 
     def prune_msbs(self, msbs: list[int]) -> list[int]:
         for rule in self.filters:

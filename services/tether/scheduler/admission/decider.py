@@ -17,8 +17,9 @@ from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.holding import holding_of
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision
+from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
 from tether.scheduler.admission.status import set_gauges, tree_statuses
+from tether.scheduler.admission.victims import Candidate
 from tether.scheduler.allocator_client import AllocatorError, PreemptionCheck
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
@@ -122,22 +123,28 @@ class Decider:
         self.passes += 1
 
     async def _preempt(self, proposal: Proposal, now: datetime) -> list[Decision]:
-        """Preempts for the proposal if the allocator says the head's tasks then find machines
-        (with spare victims if need be); notes on the head why not if they never would."""
-        if not self.queues.current(proposal):
+        """Preempts for the proposal the victims the allocator chose machine by machine, with
+        as many more as the quota needs; notes on the head why not if its tasks would never
+        find machines or the victims would break a rule."""
+        standing = self.queues.standing(proposal)
+        if standing is None:
             return []  # the next pass plans it again
-        victims, spare = self.queues.stopped(proposal)
         try:
             fit = await self._allocator.check_preemption(
-                proposal.head, proposal.placing, victims, spare
+                standing.head, standing.placing, self.queues.stopping(standing), standing.budget
             )
         except AllocatorError as error:
             # Not preempting blind: the next pass asks again.
-            _log.warning("preempting for %s waits: %s", proposal.head, error)
+            _log.warning("preempting for %s waits: %s", standing.head, error)
             return []
         if not fit.fits:
-            return self.queues.refuse(proposal, fit.reason, now)
-        return self.queues.preempt(proposal, now, fit.spare_needed)
+            victims: list[Candidate] | Refusal = self.queues.placement_refusal(standing, fit.reason)
+        else:
+            victims = self.queues.victims(standing, fit.chosen)
+        if isinstance(victims, Refusal):
+            metrics.PREEMPTIONS_REFUSED.labels(victims.rule).inc()
+            return self.queues.refuse(standing, victims, now)
+        return self.queues.preempt(standing, victims, now)
 
     # --- the queues' state from the mirrors ------------------------------------------------
 

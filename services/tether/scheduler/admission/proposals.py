@@ -1,9 +1,9 @@
-"""A proposed preemption (pure): the victims the quota needs, the spare ones the placement check
-may add, the tasks they stop as the allocator reads them, and a victim's record once preempted."""
+"""A proposed preemption (pure): the candidates the allocator chooses among machine by machine,
+the tasks each would stop as the allocator reads them, and a victim's record once preempted."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,56 +17,56 @@ from tether.model.admission import (
 from tether.model.quota_tree import Vector
 from tether.scheduler.admission.victims import Candidate
 
-Stopped = list[tuple[str, int]]
-"""(job handle, first task index stopped) per victim: what the allocator's placement check
-reads."""
+Stopping = tuple[str, int, int]
+"""(job handle, first task index stopped, tier) per candidate: what the allocator's choice
+reads. Lower tiers go first."""
 
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """Preempting `freed` would let `head` be admitted with `demand` more: its tasks `placing`.
-    Whether they then find machines is the allocator's to say; if only with more gone, the
-    first of `spare` are preempted too."""
+    """Preempting some of `candidates` would let `head` be admitted with `demand` more: its tasks
+    `placing`. Which of them must stop for those tasks to find machines is the allocator's to
+    say, at most `budget` tasks in all; the quota may need more (`AdmissionQueues.victims`)."""
 
     head: str
     demand: Vector
-    freed: list[Candidate]
+    candidates: list[Candidate]
+    budget: int
     placing: list[int] = field(default_factory=list)
-    spare: list[Candidate] = field(default_factory=list)
+    promised: list[Candidate] = field(default_factory=list)
+    """The fewest candidates the quota alone needs: later proposals of the same pass are
+    planned as if these went."""
 
-    @property
-    def victims(self) -> dict[str, int]:
-        """Job handle -> tasks taken off its admission."""
-        taken: dict[str, int] = {}
-        for victim in self.freed:
-            taken[victim.job] = taken.get(victim.job, 0) + victim.take
-        return taken
+    def stopping(self, admitted: Callable[[str], int]) -> list[Stopping]:
+        """The tasks each candidate would stop, given each job's `admitted` tasks now: a job's
+        tasks from its admission's size less what this and its earlier candidates take (a later
+        candidate of a job goes only with the earlier ones: `with_earlier`)."""
+        left = {candidate.job: admitted(candidate.job) for candidate in self.candidates}
+        tiers = {
+            tier: number for number, tier in enumerate(sorted({_tier(c) for c in self.candidates}))
+        }
+        stopping = []
+        for candidate in self.candidates:
+            left[candidate.job] -= candidate.take
+            stopping.append((candidate.job, max(left[candidate.job], 0), tiers[_tier(candidate)]))
+        return stopping
 
-    @property
-    def tasks(self) -> int:
-        """Tasks whose resources the preemption frees."""
-        return sum(victim.frees for victim in self.freed)
+    def with_earlier(self, positions: Iterable[int]) -> list[Candidate]:
+        """The candidates at `positions`, with every earlier candidate of the same jobs: the
+        tasks a later one stops are counted from the earlier ones' (`stopping`)."""
+        chosen = set(positions)
+        last = {self.candidates[p].job: p for p in sorted(chosen)}
+        return [
+            candidate
+            for position, candidate in enumerate(self.candidates)
+            if position in chosen or last.get(candidate.job, -1) > position
+        ]
 
-    def with_spare(self, count: int) -> Proposal:
-        """The proposal with its first `count` spare victims taken too."""
-        if not count:
-            return self
-        freed = [*self.freed, *self.spare[:count]]
-        return Proposal(self.head, self.demand, freed, self.placing)
 
-    def stopped(self, admitted: Callable[[str], int]) -> tuple[Stopped, Stopped]:
-        """The tasks the victims, then each spare, would stop, given each job's `admitted`
-        tasks now: a job's tasks from its admission's new size on."""
-        left = {victim.job: admitted(victim.job) for victim in [*self.freed, *self.spare]}
-
-        def stop(victims: list[Candidate]) -> Stopped:
-            stopped = []
-            for victim in victims:
-                left[victim.job] -= victim.take
-                stopped.append((victim.job, max(left[victim.job], 0)))
-            return stopped
-
-        return stop(self.freed), stop(self.spare)
+def _tier(candidate: Candidate) -> tuple[object, ...]:
+    """Elastic tasks above their job's minimum, then whole jobs; lower priorities first (the
+    rank without its tie-breaks)."""
+    return candidate.rank[:2]
 
 
 def preempted(

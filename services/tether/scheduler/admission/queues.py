@@ -3,8 +3,9 @@ the scheduler's decider and the contention simulator run exactly this.
 
 `put` and `remove` keep the state in step with the store (admission records, and how many
 tasks each job holds); `decide` admits what fits, in order, requeues preempted jobs whose tasks
-have stopped, and proposes preemptions for the heads that do not fit; `preempt` carries out a
-proposal once the placement check agrees. Every decision is applied to the state at once, as
+have stopped, and proposes preemptions for the heads that do not fit; once the allocator has
+chosen the victims the machines need, `victims` completes them for the quota and `preempt`
+carries the proposal out. Every decision is applied to the state at once, as
 if already written: a caller whose write fails puts the stored records back.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from tether.model import Entitlement
@@ -25,12 +26,16 @@ from tether.model.admission import (
     PreemptionCause,
 )
 from tether.model.quota_tree import QuotaTree, Vector, neg
-from tether.scheduler.admission.proposals import Proposal, Stopped, preempted
+from tether.scheduler.admission.proposals import Proposal, Stopping, preempted
 from tether.scheduler.admission.queued import QueuedJob
 from tether.scheduler.admission.victims import (
+    CANDIDATE_LIMIT,
+    FAIR_SHARE_COST_LIMIT,
+    Candidate,
+    below_fair_share,
     candidates,
     choose_victims,
-    spare_victims,
+    fair_share_cost,
 )
 
 QueueKey = tuple[bool, int, float, float, str]
@@ -47,6 +52,15 @@ class Decision:
 
     admission: Admission
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a proposal's preemption does not go ahead: the rule in the way (`placement`,
+    `rate-limit`, `cost`, `fair-share`) and the note for the head."""
+
+    rule: str
+    why: str
 
 
 @dataclass(slots=True)
@@ -171,54 +185,108 @@ class AdmissionQueues:
     def _promise(self, proposal: Proposal) -> list[tuple[str, Vector]]:
         """Shows the proposal's outcome in the tree; returns the changes (entitlement, amount
         used) that undo it when released."""
-        changes = [(victim.entitlement, neg(victim.amount())) for victim in proposal.freed]
+        changes = [(victim.entitlement, neg(victim.amount())) for victim in proposal.promised]
         changes.append((self.jobs[proposal.head].entitlement, proposal.demand))
         for entitlement, amount in changes:
             self.tree.use(entitlement, amount)
         return changes
 
-    def stopped(self, proposal: Proposal) -> tuple[Stopped, Stopped]:
-        """The tasks the proposal's victims, then each of its spare, would stop."""
-        return proposal.stopped(lambda handle: self.jobs[handle].admission.admitted)
-
-    def current(self, proposal: Proposal) -> bool:
-        """Whether the proposal still stands: an earlier one of the pass may have taken one of
-        its victims as a spare."""
-        return all(
-            (job := self.jobs.get(victim.job)) is not None
+    def standing(self, proposal: Proposal) -> Proposal | None:
+        """The proposal without the candidates earlier proposals of the pass preempted, or None
+        if none is left."""
+        left = [
+            candidate
+            for candidate in proposal.candidates
+            if (job := self.jobs.get(candidate.job)) is not None
             and job.admission.state is AdmissionState.ADMITTED
-            for victim in proposal.freed
+        ]
+        if not left:
+            return None
+        if len(left) == len(proposal.candidates):
+            return proposal
+        promised = [victim for victim in proposal.promised if victim in left]
+        return replace(proposal, candidates=left, promised=promised)
+
+    def stopping(self, proposal: Proposal) -> list[Stopping]:
+        """The tasks each of the proposal's candidates would stop, as the allocator reads them."""
+        return proposal.stopping(lambda handle: self.jobs[handle].admission.admitted)
+
+    def placement_refusal(self, proposal: Proposal, reason: str) -> Refusal:
+        """Why preempting would not help, when the head's tasks would fit no machine even with
+        every candidate stopped (the allocator's `reason`)."""
+        jobs = sorted({candidate.job for candidate in proposal.candidates})
+        named = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+        return Refusal(
+            "placement",
+            "preempting would not help: its tasks would not fit the machines even with the "
+            f"tasks of {named} stopped: {reason}",
         )
 
-    def refuse(self, proposal: Proposal, reason: str, now: datetime) -> list[Decision]:
-        """Notes on the head that preempting would free quota but not machines its tasks fit;
-        it is not proposed again for PLACEMENT_RECHECK."""
+    def victims(self, proposal: Proposal, chosen: Sequence[int]) -> list[Candidate] | Refusal:
+        """The victims of a proposal: the candidates at `chosen` (those the allocator found the
+        machines need, with the earlier candidates of their jobs), then the fewest more the
+        quota needs; or why there are none that keep every rule."""
         head = self.jobs[proposal.head]
-        jobs = sorted({*proposal.victims, *(spare.job for spare in proposal.spare)})
-        named = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
-        why = (
-            f"{self._why_waiting(head)}; preempting would not help: its tasks would not fit "
-            f"the machines even with the tasks of {named} stopped: {reason}"
+        pinned = proposal.with_earlier(chosen)
+        victims = choose_victims(
+            self.tree,
+            head.entitlement,
+            proposal.demand,
+            proposal.candidates,
+            proposal.budget,
+            pinned,
         )
+        if not victims:
+            return Refusal(
+                "rate-limit",
+                "preempting would wait: the candidates the machines need, and as many more as "
+                f"the quota needs, would stop more than {proposal.budget} task(s) or not make "
+                "room",
+            )
+        cost = fair_share_cost(self.tree, head.entitlement, proposal.demand, victims)
+        if cost > FAIR_SHARE_COST_LIMIT:
+            return Refusal(
+                "cost",
+                f"preempting would wait: the victims the machines need would stop {cost:.1f} "
+                f"times what it starts for fair share (at most {FAIR_SHARE_COST_LIMIT:g})",
+            )
+        side = below_fair_share(self.tree, victims)
+        if side is not None:
+            return Refusal(
+                "fair-share",
+                "preempting would wait: the victims the machines need would take "
+                f"{side} below its fair share",
+            )
+        return victims
+
+    def refuse(self, proposal: Proposal, refusal: Refusal, now: datetime) -> list[Decision]:
+        """Notes on the head why preempting does not go ahead; it is not proposed again for
+        PLACEMENT_RECHECK."""
+        head = self.jobs[proposal.head]
         self._refused[head.handle] = now + PLACEMENT_RECHECK
         outcome = Outcome()
-        self._note(head, why, now, outcome)
+        self._note(head, f"{self._why_waiting(head)}; {refusal.why}", now, outcome)
         return outcome.decisions
 
-    def preempt(self, proposal: Proposal, now: datetime, spare: int = 0) -> list[Decision]:
-        """Marks the proposal's victims, and its first `spare` spare victims, preempting (their
-        tasks are stopped with notice), and notes on the head what it waits for."""
-        proposal = proposal.with_spare(spare)
+    def preempt(
+        self, proposal: Proposal, victims: Sequence[Candidate], now: datetime
+    ) -> list[Decision]:
+        """Marks the `victims` preempting (their tasks are stopped with notice), and notes on
+        the head what it waits for."""
         head = self.jobs[proposal.head]
+        taken: dict[str, int] = {}
+        for victim in victims:
+            taken[victim.job] = taken.get(victim.job, 0) + victim.take
         decisions = []
-        causes = {victim.job: victim.cause for victim in proposal.freed}
-        for handle, take in sorted(proposal.victims.items()):
+        causes = {victim.job: victim.cause for victim in victims}
+        for handle, take in sorted(taken.items()):
             job = self.jobs[handle]
             changed = preempted(job.admission, take, causes[handle], proposal.head, now)
             decisions.append(self._apply(job, changed))
-        self._recent[head.entitlement].append((now, proposal.tasks))
-        victims = ", ".join(sorted(proposal.victims))
-        reason = f"preempting {proposal.tasks} task(s) of {victims}; admitted once they stop"
+        tasks = sum(victim.frees for victim in victims)
+        self._recent[head.entitlement].append((now, tasks))
+        named = ", ".join(sorted(taken))
+        reason = f"preempting {tasks} task(s) of {named}; admitted once they stop"
         outcome = Outcome()
         self._note(head, reason, now, outcome)
         return [*decisions, *outcome.decisions]
@@ -394,7 +462,7 @@ class AdmissionQueues:
                 f"preempting would wait: entitlement {head.entitlement} preempted its "
                 f"{entitlement.preemption.max_per_minute} tasks of the last minute"
             )
-        taken = {victim.job for proposal in earlier for victim in proposal.freed}
+        taken = {victim.job for proposal in earlier for victim in proposal.promised}
         # A job within its guarantee takes back what others borrowed; one that would borrow
         # itself only takes from borrowers above its weighted fair share.
         reclaims = self._within_guarantee(head)
@@ -422,7 +490,8 @@ class AdmissionQueues:
                 f"preempting would not help: all {len(found)} candidate(s) together "
                 f"(within {budget} tasks) would not make room"
             )
-        left = budget - sum(victim.frees for victim in victims)
-        spare = spare_victims(self.tree, found, victims, left)
+        # The quota's own choice is always offered, whatever the limit.
+        offered = [*victims, *(c for c in found if c not in victims)][:CANDIDATE_LIMIT]
+        offered.sort(key=lambda candidate: candidate.rank)
         placing = list(range(head.admission.admitted, head.admission.admitted + asked))
-        return Proposal(head.handle, demand, victims, placing, spare)
+        return Proposal(head.handle, demand, offered, budget, placing, victims)

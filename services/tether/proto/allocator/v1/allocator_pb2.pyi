@@ -395,7 +395,7 @@ Global___ExplainResponse: _TypeAlias = ExplainResponse  # noqa: Y015
 
 @_typing.final
 class PreemptedTasks(_message.Message):
-    """Tasks of a job that a preemption would stop: every task it holds whose index is
+    """Tasks of a job that a preemption may stop: every task it holds whose index is
     `from_index` or more (the job's admission shrinks to `from_index` tasks).
     """
 
@@ -403,19 +403,23 @@ class PreemptedTasks(_message.Message):
 
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     FROM_INDEX_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
     job_handle: _builtins.str
     """The job, `<entitlement>/<job name>`."""
     from_index: _builtins.int
     """The first task index stopped."""
+    tier: _builtins.int
+    """Lower tiers are stopped first; within a tier, whatever stops the fewest tasks."""
     def __init__(
         self,
         *,
         job_handle: _builtins.str = ...,
         from_index: _builtins.int = ...,
+        tier: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_index", b"from_index", "job_handle", b"job_handle"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_index", b"from_index", "job_handle", b"job_handle", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -423,43 +427,40 @@ Global___PreemptedTasks: _TypeAlias = PreemptedTasks  # noqa: Y015
 
 @_typing.final
 class CheckPreemptionRequest(_message.Message):
-    """Asks whether a job's tasks would fit on the machines were some tasks of other jobs gone.
-    Read-only: nothing is placed or released.
+    """Asks which of some tasks of other jobs must stop for a job's tasks to fit on the machines:
+    chosen machine by machine (the fewest tasks stopped, of the lowest tiers). Read-only:
+    nothing is placed or released.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     TASK_INDEXES_FIELD_NUMBER: _builtins.int
-    VICTIMS_FIELD_NUMBER: _builtins.int
-    SPARE_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    MAX_TASKS_FIELD_NUMBER: _builtins.int
     job_handle: _builtins.str
     """The job that would preempt, `<entitlement>/<job name>`."""
+    max_tasks: _builtins.int
+    """The most tasks it may stop in all (its entitlement's preemption rate limit)."""
     @_builtins.property
     def task_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Its tasks that must all find a machine (those its admission would add)."""
 
     @_builtins.property
-    def victims(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptedTasks]:
-        """The tasks the preemption stops whatever the answer (they make room in its quota)."""
-
-    @_builtins.property
-    def spare(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptedTasks]:
-        """More tasks it may stop, in the order it would take them, if the victims alone leave no
-        room on the machines. The answer says how many of these it needs.
-        """
+    def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptedTasks]:
+        """The tasks it may stop, the preferred victims first."""
 
     def __init__(
         self,
         *,
         job_handle: _builtins.str = ...,
         task_indexes: _abc.Iterable[_builtins.int] | None = ...,
-        victims: _abc.Iterable[Global___PreemptedTasks] | None = ...,
-        spare: _abc.Iterable[Global___PreemptedTasks] | None = ...,
+        candidates: _abc.Iterable[Global___PreemptedTasks] | None = ...,
+        max_tasks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_handle", b"job_handle", "spare", b"spare", "task_indexes", b"task_indexes", "victims", b"victims"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "job_handle", b"job_handle", "max_tasks", b"max_tasks", "task_indexes", b"task_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -472,26 +473,28 @@ class CheckPreemptionResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FITS_FIELD_NUMBER: _builtins.int
-    SPARE_NEEDED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CHOSEN_FIELD_NUMBER: _builtins.int
     fits: _builtins.bool
-    """Whether every task of task_indexes fits with the victims and the first `spare_needed`
-    of spare gone.
-    """
-    spare_needed: _builtins.int
-    """How many of spare must go too (0 when the victims are enough or when nothing fits)."""
+    """Whether every task of task_indexes fits once the chosen candidates stop."""
     reason: _builtins.str
-    """Why the tasks do not fit even with every victim and spare gone, for people."""
+    """Why the tasks do not fit even with every candidate stopped, for people."""
+    @_builtins.property
+    def chosen(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Positions in `candidates` of those that must stop, ascending (empty when the tasks fit
+        without stopping any, or do not fit).
+        """
+
     def __init__(
         self,
         *,
         fits: _builtins.bool = ...,
-        spare_needed: _builtins.int = ...,
         reason: _builtins.str = ...,
+        chosen: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fits", b"fits", "reason", b"reason", "spare_needed", b"spare_needed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "fits", b"fits", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
