@@ -29,6 +29,7 @@ from tether.model import (
     to_json,
 )
 from tether.model.ephemeral import EphemeralResource
+from tether.model.machine import Harvest
 from tether.store import KeyValue, Store, keys
 
 BIG = 10**9
@@ -51,6 +52,7 @@ def machine(
     hardware: str = "std",
     attributes: dict[str, str] | None = None,
     profile: str | None = None,
+    harvest: Harvest | None = None,
 ) -> Machine:
     return Machine(
         id=machine_id,
@@ -61,6 +63,7 @@ def machine(
         attributes=attributes or {},
         host_profile_current=profile,
         state=state,
+        harvest=harvest,
     )
 
 

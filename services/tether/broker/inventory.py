@@ -13,9 +13,11 @@ INVENTORY_FIELDS: Final = (
     "capacity",
     "attributes",
     "host_profile_current",
+    "harvest",
 )
 """What an agent announces and the broker copies (the agent is the authority on the profile it
-has switched to); every other field belongs to someone else."""
+has switched to and on a harvest machine's usable share); every other field belongs to someone
+else."""
 
 
 class HeartbeatMismatch(ValueError):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from tether.model.base import AttributeKey, AttributeValue, Name, TetherModel, Timestamp
-from tether.model.resources import Resources
+from tether.model.resources import Resources, quantity_text
 from tether.model.topology import Topology
 
 
@@ -21,6 +21,18 @@ class MachineState(enum.StrEnum):
     DOWN = "down"
     DECOMMISSIONED = "decommissioned"
     """Taken out of the region for good (until the decommission is undone); holds no task."""
+
+
+class Harvest(TetherModel):
+    """A harvest machine's share of its hardware, as its agent reports it: other tenants'
+    demand moves it at run time, and the host may take the machine back with a short warning."""
+
+    usable: Resources
+    """What the region's tasks may use now: at most the machine's `capacity` in every
+    dimension. Tasks beyond it move off, the lowest priority first."""
+    evict_by: Timestamp | None = None
+    """The host takes the machine back at this moment (an eviction notice): it takes no new
+    task, and its tasks move off before."""
 
 
 class Machine(TetherModel):
@@ -38,3 +50,23 @@ class Machine(TetherModel):
     down_since: Timestamp | None = None
     """When the health checker marked the machine down (None while it is not down, or when
     someone else did): the start of the wait before its at-most-once tasks run elsewhere."""
+    harvest: Harvest | None = None
+    """A harvest machine's usable share and eviction notice (None: a regular machine, all of
+    its capacity the region's)."""
+
+    @model_validator(mode="after")
+    def _harvest_within_capacity(self) -> Machine:
+        if self.harvest is not None and not self.harvest.usable.fits_in(self.capacity):
+            hardware = self.capacity.amounts()
+            beyond = ", ".join(
+                f"{label} {quantity_text(label, amount)} of "
+                + quantity_text(label, hardware.get(label, 0))
+                for label, amount in self.harvest.usable.amounts().items()
+                if amount > hardware.get(label, 0)
+            )
+            raise ValueError(f"harvest.usable exceeds the machine's capacity: {beyond}")
+        return self
+
+    def usable(self) -> Resources:
+        """What the region's tasks may use of the machine."""
+        return self.capacity if self.harvest is None else self.harvest.usable

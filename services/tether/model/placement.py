@@ -156,3 +156,7 @@ class Placement(TetherModel):
     affinities: list[Affinity] = Field(default_factory=list)
     gang: bool = False
     """Place all tasks or none."""
+    harvest: bool = False
+    """Whether tasks may run on harvest machines: their usable share shrinks at run time and
+    their host may take them back with a short warning; the tasks that no longer fit move off
+    with notice, through the job's TaskController."""

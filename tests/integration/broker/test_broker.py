@@ -7,10 +7,11 @@ import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 
 from tests.support.allocations import put_allocation
-from tests.support.machines import heartbeating, make_machine, read_machine
+from tests.support.machines import heartbeat_of, heartbeating, make_machine, read_machine
 from tests.support.waiting import eventually
 from tether.broker.service import Broker
 from tether.broker.settings import BrokerSettings
@@ -26,6 +27,7 @@ from tether.model import (
     from_json,
     to_json,
 )
+from tether.model.machine import Harvest
 from tether.store import Delete, Put, Store, keys, open_store
 
 TIMEOUT_S = 5.0
@@ -45,6 +47,16 @@ async def broker(store_url: str) -> AsyncIterator[Broker]:
 async def read_allocation(store: Store, machine_id: str) -> Allocation | None:
     kv = await store.get(keys.allocation(machine_id))
     return None if kv is None else from_json(Allocation, kv.value, stored=True)
+
+
+async def handled(broker: Broker, revision: int) -> None:
+    """Waits until the broker has handled every heartbeat up to `revision`."""
+    await eventually(
+        lambda: broker.heartbeats_handled,
+        lambda handled: handled >= revision,
+        timeout_s=TIMEOUT_S,
+        what=f"the broker to handle the heartbeats up to revision {revision}",
+    )
 
 
 @pytest.mark.usefixtures("broker")
@@ -126,16 +138,35 @@ async def test_other_datacenters_and_malformed_heartbeats_are_skipped(
             # to which it has handled heartbeats does.
             heartbeats = (await store.range(keys.HEARTBEATS)).kvs
             last = max(kv.mod_revision for kv in heartbeats)
-            await eventually(
-                lambda: broker.heartbeats_handled,
-                lambda handled: handled >= last,
-                timeout_s=TIMEOUT_S,
-                what=f"the broker to handle the heartbeats up to revision {last}",
-            )
+            await handled(broker, last)
     assert await store.get(keys.machine("m2")) is None
     assert await store.get(keys.allocation("m2")) is None
     assert await store.get(keys.machine("garbage")) is None
     assert "ignoring malformed heartbeat of machine garbage" in caplog.text
+
+
+async def test_a_harvest_report_is_recorded_and_a_bad_one_refused_and_logged(
+    store: Store, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    half = Harvest(usable=Resources(cpu=2000, memory_mib=4096, disk_gib=100))
+    async with heartbeating(store, make_machine("m1", harvest=half)) as keeper:
+        machine = await eventually(
+            lambda: read_machine(store, "m1"), bool, timeout_s=TIMEOUT_S, what="machine m1"
+        )
+        assert machine is not None
+        assert machine.harvest == half
+        # Reports the model refuses, as a broken agent could put them: more than the
+        # hardware's, and a negative amount.
+        good = orjson.loads(to_json(heartbeat_of(make_machine("m1", harvest=half))))
+        for cpu in (8000, -1):
+            bad = good | {"machine": good["machine"] | {"harvest": {"usable": {"cpu": cpu}}}}
+            with caplog.at_level(logging.ERROR, logger="tether.broker"):
+                put = await store.put(keys.heartbeat("m1"), orjson.dumps(bad), lease=keeper.lease)
+                await handled(broker, put)
+            assert "ignoring malformed heartbeat of machine m1" in caplog.text
+            caplog.clear()
+            # Nothing changed: the record keeps the last good report.
+            assert await read_machine(store, "m1") == machine
 
 
 @pytest.mark.usefixtures("broker")

@@ -3,6 +3,8 @@ rank of the machines holding the job's tasks."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from tests.support.allocator_builders import Region, allocation, entitlement, job, machine
 from tether.allocator.rules.preferences import effective_weights
 from tether.model import (
@@ -14,12 +16,21 @@ from tether.model import (
     Preference,
     Resources,
 )
+from tether.model.machine import Harvest
+
+SOON = datetime(2030, 1, 1, tzinfo=UTC)
+WHOLE = Resources(cpu=4000, memory_mib=4096)
+"""All of a `machine()`'s capacity."""
 
 
 def test_every_rule_counts_what_it_rejected() -> None:
     ads = entitlement(allowed_dcs=["dc1"])
     region = Region().add(
         machine("down", state=MachineState.DOWN),
+        machine(
+            "evicted", harvest=Harvest(usable=Resources(cpu=4000, memory_mib=4096), evict_by=SOON)
+        ),
+        machine("harvest", harvest=Harvest(usable=Resources(cpu=4000, memory_mib=4096))),
         machine("far", dc="dc2"),
         machine("gpu", hardware="gpu"),
         machine("zone-b", attributes={"zone": "b"}),
@@ -40,9 +51,11 @@ def test_every_rule_counts_what_it_rejected() -> None:
         affinities=[Affinity(job="ads/db", anti=True)],
     )
     explanation = region.explain(job(placement=placement), ads)
-    assert explanation.considered == 10
+    assert explanation.considered == 12
     assert [(o.rule, o.rejected) for o in explanation.outcomes] == [
         ("state up", 1),
+        ("no eviction notice", 1),
+        ("not a harvest machine", 1),
         ("datacenter", 1),
         ("hardware type", 1),
         ("constraint zone != b", 1),
@@ -54,14 +67,14 @@ def test_every_rule_counts_what_it_rejected() -> None:
         ("quota", 0),
     ]
     assert explanation.fitting == 2
-    assert sum(o.rejected for o in explanation.outcomes) + explanation.fitting == 10
+    assert sum(o.rejected for o in explanation.outcomes) + explanation.fitting == 12
     details = {o.rule: o.detail for o in explanation.outcomes}
     assert details["state up"] == "1 down"
     assert details["datacenter"] == "entitlement ads allows dc1"
     assert details["hardware type"] == "allowed: std"
     assert details["entitlement free pool or ads"] == "assigned to ml"
     # (The memory rule's detail: see test_regressions.)
-    assert explanation.summary.startswith("2 of 10 machines fit; 1 of 10 machines: ")
+    assert explanation.summary.startswith("2 of 12 machines fit; 1 of 12 machines: ")
 
 
 def test_exhausted_quota_rejects_every_machine() -> None:

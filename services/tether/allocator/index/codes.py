@@ -18,6 +18,9 @@ STATE_CODES: Final = {
     MachineState.DECOMMISSIONED: 4,
 }
 UP: Final = STATE_CODES[MachineState.UP]
+REGULAR, HARVEST, EVICTING = 0, 1, 2
+"""Harvest codes: a regular machine, a harvest machine (its usable share is its capacity in the
+columns), one whose host takes it back soon (an eviction notice)."""
 DECOMMISSIONED: Final = STATE_CODES[MachineState.DECOMMISSIONED]
 
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from tether.allocator.index.codes import ABSENT, NONE, Codes
+from tether.allocator.index.codes import ABSENT, NONE, REGULAR, Codes
 from tether.model import Resources
 from tether.model.resources import EXTRA_PREFIX
 
@@ -34,6 +34,7 @@ _FILL: Final[dict[str, Any]] = {
     "used": 0,
     "free": 0,
     "state": ABSENT,
+    "harvest": REGULAR,
     "dc": NONE,
     "msb": NONE,
     "rack": NONE,
@@ -51,9 +52,10 @@ _FILL: Final[dict[str, Any]] = {
 
 
 class Columns:
-    """Per row: the machine record's facts (capacity, state, topology codes, hardware type,
-    current host profile, attributes) and the allocation record's (owner, target profile,
-    revision, idle since, readable, resources used, task count)."""
+    """Per row: the machine record's facts (capacity, a harvest machine's usable share in its
+    place, state, harvest, topology codes, hardware type, current host profile, attributes) and
+    the allocation record's (owner, target profile, revision, idle since, readable, resources
+    used, task count)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
@@ -73,6 +75,8 @@ class Columns:
         """`capacity - used`, kept with them: placement reads rows of it at random, and one
         gather costs half of two."""
         self.state: npt.NDArray[np.int8] = np.full(rows, ABSENT, np.int8)
+        self.harvest: npt.NDArray[np.int8] = np.full(rows, REGULAR, np.int8)
+        """REGULAR, HARVEST or EVICTING (`codes`)."""
         self.dc: I32 = np.full(rows, NONE, np.int32)
         self.msb: I32 = np.full(rows, NONE, np.int32)
         self.rack: I32 = np.full(rows, NONE, np.int32)

@@ -5,12 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
 from pydantic import ValidationError
 
-from tether.allocator.index.codes import ABSENT, NONE, STATE_CODES, Codes
+from tether.allocator.index.codes import (
+    ABSENT,
+    EVICTING,
+    HARVEST,
+    NONE,
+    REGULAR,
+    STATE_CODES,
+    Codes,
+)
 from tether.allocator.index.columns import RESOURCE_FIELDS, Columns
 from tether.allocator.index.ownership import Ownership
 from tether.allocator.index.topology import Topology
@@ -25,12 +34,14 @@ class MachineInfo:
     """The static part of a machine record, as the columns keep it."""
 
     state: int
+    harvest: int
     dc: int
     msb: int
     rack: int
     hardware: int
     profile: int
     capacity: dict[str, int]
+    """A harvest machine's usable share."""
     attributes: dict[str, str]
 
 
@@ -49,9 +60,16 @@ class MachineReader:
             data = orjson.loads(value)
             topology = data["topology"]
             dc, msb, rack = topology["dc"], topology["msb"], topology["rack"]
-            capacity = data["capacity"]
-            amounts = {label: int(capacity.get(field, 0)) for field, label in RESOURCE_FIELDS}
-            amounts.update({EXTRA_PREFIX + k: int(v) for k, v in capacity.get("extra", {}).items()})
+            amounts = _amounts(data["capacity"])
+            harvest = data.get("harvest")
+            if harvest is None:
+                harvest_code = REGULAR
+            else:
+                usable = _amounts(harvest["usable"])
+                if any(amount > amounts.get(label, 0) for label, amount in usable.items()):
+                    raise ValueError("malformed")
+                amounts = {label: usable.get(label, 0) for label in amounts}
+                harvest_code = HARVEST if harvest.get("evict_by") is None else EVICTING
             state = STATE_CODES[MachineState(data.get("state", "up"))]
             attributes = dict(data.get("attributes") or {})
             hardware = data["hardware_type"]
@@ -76,6 +94,7 @@ class MachineReader:
         dc_code, msb_code, rack_code = self.topology.codes(dc, msb, rack)
         return MachineInfo(
             state=state,
+            harvest=harvest_code,
             dc=dc_code,
             msb=msb_code,
             rack=rack_code,
@@ -84,6 +103,13 @@ class MachineReader:
             capacity=amounts,
             attributes=attributes,
         )
+
+
+def _amounts(resources: dict[str, Any]) -> dict[str, int]:
+    """Dimension label -> amount of the JSON data of `Resources`."""
+    amounts = {label: int(resources.get(field, 0)) for field, label in RESOURCE_FIELDS}
+    amounts.update({EXTRA_PREFIX + k: int(v) for k, v in resources.get("extra", {}).items()})
+    return amounts
 
 
 class MachineRecords:
@@ -109,11 +135,12 @@ class MachineRecords:
         old_msb, old_hardware = int(columns.msb[row]), int(columns.hw[row])
         if info is None:
             columns.state[row] = ABSENT
+            columns.harvest[row] = REGULAR
             columns.capacity[row] = 0
             columns.free[row] = -columns.used[row]
             columns.set_attributes(row, {})
         else:
-            columns.state[row] = info.state
+            columns.state[row], columns.harvest[row] = info.state, info.harvest
             columns.dc[row], columns.msb[row], columns.rack[row] = info.dc, info.msb, info.rack
             columns.hw[row], columns.profile[row] = info.hardware, info.profile
             dimensions = [columns.dimension(label) for label in info.capacity]
@@ -147,6 +174,7 @@ class MachineRecords:
         at = np.array(rows, np.intp)
         columns.digest[at] = digests
         columns.state[at] = [info.state for info in infos]
+        columns.harvest[at] = [info.harvest for info in infos]
         columns.dc[at] = [info.dc for info in infos]
         columns.msb[at] = [info.msb for info in infos]
         columns.rack[at] = [info.rack for info in infos]

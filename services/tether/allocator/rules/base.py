@@ -36,6 +36,8 @@ class Fact(enum.Enum):
     PROFILE = "host profile"
     ATTRIBUTES = "attributes"
     CAPACITY = "capacity"
+    HARVEST = "harvest"
+    """Whether it is a harvest machine, and one its host takes back soon."""
     OWNER = "owner"
     """The entitlement holding the machine (allocation record)."""
     RECORD = "record"
@@ -47,7 +49,15 @@ class Fact(enum.Enum):
 
 
 RECORD_FACTS = frozenset(
-    {Fact.STATE, Fact.TOPOLOGY, Fact.HARDWARE, Fact.PROFILE, Fact.ATTRIBUTES, Fact.CAPACITY}
+    {
+        Fact.STATE,
+        Fact.TOPOLOGY,
+        Fact.HARDWARE,
+        Fact.PROFILE,
+        Fact.ATTRIBUTES,
+        Fact.CAPACITY,
+        Fact.HARVEST,
+    }
 )
 
 

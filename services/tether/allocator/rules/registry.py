@@ -9,6 +9,7 @@ from tether.allocator.rules import (
     datacenter,
     ephemeral,
     hardware,
+    harvest,
     host_profile,
     ownership,
     preferences,
@@ -21,6 +22,7 @@ from tether.allocator.rules.base import Filter, Scorer
 
 FILTERS: tuple[Filter, ...] = (
     state.StateUp(),
+    harvest.Harvest(),
     datacenter.Datacenter(),
     hardware.HardwareType(),
     constraints.Constraints(),
