@@ -154,6 +154,16 @@ BROKER_STATE_CHANGES: Final = Counter(
     "Machine state changes the broker wrote for maintenance, by new state.",
     ["state"],
 )
+BROKER_HARVEST_NOTICES: Final = Counter(
+    "tether_broker_harvest_notices_total",
+    "Notices the broker wrote from harvest machines' reports, by kind: eviction (the host takes "
+    "the machine back) or harvest-shrink (its usable share no longer holds its tasks).",
+    ["kind"],
+)
+BROKER_HARVEST_DISPLACED: Final = Counter(
+    "tether_broker_harvest_displaced_tasks_total",
+    "Tasks harvest-shrink notices named to move off their machine, the lowest priority first.",
+)
 BROKER_MACHINES_RECORDED: Final = Counter(
     "tether_broker_machines_recorded_total",
     "Machine records the broker created (new) or updated (inventory) from heartbeats.",

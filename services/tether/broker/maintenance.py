@@ -34,7 +34,8 @@ def maintenance_state(
     From the moment maintenance is scheduled until it starts, the machine drains: it takes no
     new tasks and keeps running the ones it has, which their controllers may move early. From
     the start to the end of the window it is in maintenance; afterwards it is up again. A drain
-    keeps it draining for the whole window. A decommission keeps it draining until its start,
+    or an eviction keeps it draining for the whole window; a harvest shrink leaves it up (only
+    the tasks it names move). A decommission keeps it draining until its start,
     then until its last task is gone, and from then on it is decommissioned, past the end of
     the window too (only deleting the notice returns it). A down machine is the health
     checker's: it comes back up through its heartbeat, not through us; only an empty one whose
@@ -53,6 +54,8 @@ def maintenance_state(
 def _called_for(
     notice: AdvanceNotice, current: MachineState, now: datetime, empty: bool
 ) -> MachineState:
+    if notice.kind is MaintenanceKind.HARVEST_SHRINK:
+        return MachineState.UP  # only the tasks it names move; the rest of the machine serves
     if now < notice.start:
         return MachineState.DRAINING
     if notice.kind is MaintenanceKind.DECOMMISSION:
@@ -61,9 +64,8 @@ def _called_for(
         return MachineState.DECOMMISSIONED if done else MachineState.DRAINING
     if now >= notice.end:
         return MachineState.UP
-    return (
-        MachineState.DRAINING if notice.kind is MaintenanceKind.DRAIN else MachineState.MAINTENANCE
-    )
+    draining = notice.kind in (MaintenanceKind.DRAIN, MaintenanceKind.EVICTION)
+    return MachineState.DRAINING if draining else MachineState.MAINTENANCE
 
 
 def awaits_empty(current: MachineState, notices: Iterable[AdvanceNotice], now: datetime) -> bool:

@@ -15,6 +15,7 @@ import pydantic
 
 from tether import metrics
 from tether.aio import cancel_and_wait
+from tether.broker.harvest_notices import HarvestNotices
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.maintenance import (
     MAINTAINED_STATES,
@@ -79,6 +80,7 @@ class Broker(Service):
         self._heartbeats = PrefixMirror(store, keys.HEARTBEATS, self._heartbeats_changed)
         self._machines = PrefixMirror(store, keys.MACHINES, self._machines_changed)
         self._notices = PrefixMirror(store, keys.MAINTENANCE, self._notices_changed)
+        self._harvest = HarvestNotices(store, self._notices, settings.harvest_notice_s)
         # Machines some notice names: a change to one of them (it appeared, or came back up
         # from down in the middle of its window) is decided on again.
         self._noticed: set[str] = set()
@@ -285,6 +287,12 @@ class Broker(Service):
         announced = self._announced(machine_id)
         if announced is None:
             return
+        if await self._record(machine_id, announced):
+            await self._harvest.apply(announced)
+
+    async def _record(self, machine_id: str, announced: Machine) -> bool:
+        """Writes the machine record the announcement calls for; whether the record now says
+        what was announced."""
         machine_key, allocation_key = keys.machine(machine_id), keys.allocation(machine_id)
         recorded_kv = self._machines.items.get(machine_key)
         # Allocations are not mirrored: assume none until a failed compare says otherwise.
@@ -298,10 +306,10 @@ class Broker(Service):
                 except pydantic.ValidationError as error:
                     # Never overwrite a record we cannot read: an operator has to look at it.
                     _log.error("leaving malformed machine record %s alone: %s", machine_id, error)
-                    return
+                    return False
             record = record_for(announced, recorded)
             if record is None:
-                return
+                return True
             compares = [
                 mod_revision_is(machine_key, recorded_kv.mod_revision if recorded_kv else 0)
             ]
@@ -324,7 +332,7 @@ class Broker(Service):
                 else:
                     _log.info("machine %s: inventory updated", machine_id)
                     self._warn_if_overcommitted(record, result.kvs(1))
-                return
+                return True
             # Someone else wrote meanwhile: decide again on what is there now.
             recorded_kv, allocation_kv = result.kv(0), result.kv(1)
             allocation_revision = allocation_kv.mod_revision if allocation_kv else 0
@@ -333,10 +341,14 @@ class Broker(Service):
             machine_id,
             MAX_ATTEMPTS,
         )
+        return False
 
     def _warn_if_overcommitted(self, record: Machine, entries: Sequence[KeyValue]) -> None:
-        """Warns when the machine's allocation `entries` hold more than its capacity."""
+        """Warns when the machine's allocation `entries` hold more than its capacity (a harvest
+        machine's shrink is no surprise: its notice moves the tasks)."""
         # The update stands regardless: the allocator sees no free space and places nothing more.
+        if record.harvest is not None:
+            return
         used = ZERO
         for kv in entries:
             try:

@@ -20,3 +20,10 @@ class BrokerSettings(BaseSettings):
         description="TTL of the lease the broker's registration lives on: a dead broker is "
         "listed that long.",
     )
+    harvest_notice_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Notice the tasks a harvest machine's shrink leaves without room get to move "
+        "off it (through their TaskController), from the report that shrank it.",
+    )

@@ -7,7 +7,7 @@ import hashlib
 from datetime import datetime, timedelta
 from typing import Annotated, Final
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from tether.model.base import Identifier, NameList, TetherModel, Timestamp
 
@@ -30,10 +30,19 @@ class MaintenanceKind(enum.StrEnum):
     DECOMMISSION = "decommission"
     """An admin retires the machine: draining until the start, then decommissioned once no
     task is left on it, for good (the notice is never over) until undone."""
+    EVICTION = "eviction"
+    """A harvest machine's host takes it back at the start (its agent reported the notice):
+    draining from the notice on, its tasks moved by the start. The broker writes and deletes
+    it."""
+    HARVEST_SHRINK = "harvest-shrink"
+    """A harvest machine's usable share no longer holds its tasks: the `tasks` the notice
+    names move off by the start; the machine stays up. The broker writes and deletes it."""
 
 
 DRAIN_KINDS: Final = frozenset({MaintenanceKind.DRAIN, MaintenanceKind.DECOMMISSION})
 """Kinds only an admin asks for, one notice per machine (`drain_id`), not planned maintenance."""
+HARVEST_KINDS: Final = frozenset({MaintenanceKind.EVICTION, MaintenanceKind.HARVEST_SHRINK})
+"""Kinds only the broker writes, from a harvest machine's reports, one notice per machine."""
 
 
 class PlannedMaintenanceKind(enum.StrEnum):
@@ -50,7 +59,7 @@ def drain_id(kind: MaintenanceKind, machine_id: str) -> str:
     """The id of the machine's drain or decommission notice, `<kind>-<machine>`: the same for
     every request, so that a repeated one finds the first. A machine id too long for an
     `Identifier` is cut and completed with a digest of the whole."""
-    if kind not in DRAIN_KINDS:
+    if kind not in DRAIN_KINDS | HARVEST_KINDS:
         raise ValueError(f"{kind} is planned maintenance, not a drain")
     whole = f"{kind.value}-{machine_id}"
     if len(whole) <= _ID_MAX:
@@ -68,6 +77,15 @@ class AdvanceNotice(TetherModel):
     duration_s: int = Field(gt=0, le=MAX_MAINTENANCE_S)
     kind: MaintenanceKind
     reason: str = ""
+    tasks: list[Annotated[str, StringConstraints(min_length=1, max_length=512)]] = Field(
+        default_factory=list
+    )
+    """Only these tasks move (`<entitlement>/<job>/<index>`); empty: every task on the
+    machines."""
+
+    def names(self, task: str) -> bool:
+        """Whether the task (`<entitlement>/<job>/<index>`) must move for this notice."""
+        return not self.tasks or task in self.tasks
 
     @property
     def end(self) -> datetime:

@@ -106,11 +106,14 @@ def maintenance_id(notice: AdvanceNotice, index: int, attempt: int) -> str:
     return f"maintenance-{digest}-t{index}"
 
 
-def next_maintenance(view: JobView, machine: str | None, now: datetime) -> AdvanceNotice | None:
-    """The machine's maintenance that is not over yet and starts first."""
-    if machine is None:
+def next_maintenance(view: JobView, task: Task, now: datetime) -> AdvanceNotice | None:
+    """The maintenance of the task's machine that is not over yet, moves the task (a harvest
+    shrink names the tasks it moves) and starts first."""
+    if task.machine is None:
         return None
-    return next((n for n in view.maintenance.get(machine, ()) if now < n.end), None)
+    task_id = f"{view.job.value.handle}/{task.index}"
+    notices = view.maintenance.get(task.machine, ())
+    return next((n for n in notices if now < n.end and n.names(task_id)), None)
 
 
 def awaits_stop(view: JobView, stored_task: Stored[Task]) -> bool:
@@ -200,7 +203,7 @@ def _proposals(view: JobView, stored_task: Stored[Task], now: datetime) -> list[
                 target_version=version,
             )
         )
-    notice = next_maintenance(view, task.machine, now)
+    notice = next_maintenance(view, task, now)
     if notice is not None:
         reason = (
             f"{notice.kind} maintenance of machine {task.machine} from "
@@ -246,7 +249,7 @@ def _applies(
             and is_healthy(task, view.statuses.get(task.index))
         )
     if operation.notice is not None:
-        notice = next_maintenance(view, task.machine, now)
+        notice = next_maintenance(view, task, now)
         return notice is not None and notice.id == operation.notice
     return True
 

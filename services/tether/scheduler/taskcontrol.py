@@ -59,6 +59,8 @@ _MAINTENANCE_KINDS: Mapping[MaintenanceKind, pb.MaintenanceKind.ValueType] = {
     MaintenanceKind.POWER: pb.MAINTENANCE_KIND_POWER,
     MaintenanceKind.DRAIN: pb.MAINTENANCE_KIND_DRAIN,
     MaintenanceKind.DECOMMISSION: pb.MAINTENANCE_KIND_DECOMMISSION,
+    MaintenanceKind.EVICTION: pb.MAINTENANCE_KIND_EVICTION,
+    MaintenanceKind.HARVEST_SHRINK: pb.MAINTENANCE_KIND_HARVEST_SHRINK,
 }
 COMPLETED = frozenset({OperationState.DONE, OperationState.CANCELLED})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -31,17 +30,6 @@ from tether.model.machine import Harvest
 from tether.store import Delete, Put, Store, keys, open_store
 
 TIMEOUT_S = 5.0
-
-
-@pytest.fixture
-async def broker(store_url: str) -> AsyncIterator[Broker]:
-    """A broker of dc1 on its own connection to the store, as if it were its own process."""
-    service = Broker(open_store(store_url), BrokerSettings(dc="dc1"))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 async def read_allocation(store: Store, machine_id: str) -> Allocation | None:

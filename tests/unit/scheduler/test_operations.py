@@ -109,6 +109,21 @@ def test_tasks_on_machines_with_maintenance_ahead_get_a_move_due_at_its_start() 
     assert not plan.writes
 
 
+def test_a_harvest_shrink_moves_only_the_tasks_it_names() -> None:
+    # Tasks 0 and 2 run on m1; the shrink leaves room for task 0 only.
+    shrink = notice("m1").model_copy(
+        update={"kind": MaintenanceKind.HARVEST_SHRINK, "tasks": ["ads/web/2"]}
+    )
+    plan = plan_job(region_view(4, shrink), NOW)
+    [operation] = [w.operation for w in plan.operations]
+    assert (operation.kind, operation.tasks, operation.deadline) == (
+        OperationKind.MOVE,
+        [2],
+        START,
+    )
+    assert "harvest-shrink" in operation.reason
+
+
 def test_an_approved_move_releases_the_task_from_its_machine_and_is_done() -> None:
     view = region_view(2, notice("m1"))
     view = with_operations(view, move(view, 0, OperationState.APPROVED, notice("m1")))

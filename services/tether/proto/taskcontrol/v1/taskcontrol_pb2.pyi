@@ -194,6 +194,10 @@ class _MaintenanceKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Maint
     """An admin drains the machine: it takes no new tasks, and its tasks move off it by the start."""
     MAINTENANCE_KIND_DECOMMISSION: _MaintenanceKind.ValueType  # 6
     """An admin retires the machine: its tasks move off it by the start, and it does not come back."""
+    MAINTENANCE_KIND_EVICTION: _MaintenanceKind.ValueType  # 7
+    """A harvest machine's host takes it back at the start: its tasks move off it by then."""
+    MAINTENANCE_KIND_HARVEST_SHRINK: _MaintenanceKind.ValueType  # 8
+    """A harvest machine's usable share shrank: the tasks named move off it by the start."""
 
 class MaintenanceKind(_MaintenanceKind, metaclass=_MaintenanceKindEnumTypeWrapper):
     """Why machines go into planned maintenance."""
@@ -212,6 +216,10 @@ MAINTENANCE_KIND_DRAIN: MaintenanceKind.ValueType  # 5
 """An admin drains the machine: it takes no new tasks, and its tasks move off it by the start."""
 MAINTENANCE_KIND_DECOMMISSION: MaintenanceKind.ValueType  # 6
 """An admin retires the machine: its tasks move off it by the start, and it does not come back."""
+MAINTENANCE_KIND_EVICTION: MaintenanceKind.ValueType  # 7
+"""A harvest machine's host takes it back at the start: its tasks move off it by then."""
+MAINTENANCE_KIND_HARVEST_SHRINK: MaintenanceKind.ValueType  # 8
+"""A harvest machine's usable share shrank: the tasks named move off it by the start."""
 Global___MaintenanceKind: _TypeAlias = MaintenanceKind  # noqa: Y015
 
 @_typing.final
