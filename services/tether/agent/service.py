@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -15,6 +15,7 @@ from tether import metrics
 from tether.agent.assignments import SharedTemplates, assignment_at, task_at, task_environment
 from tether.agent.executor import Executor, ProcessExecutor
 from tether.agent.fence import AttemptFence
+from tether.agent.harvest import harvest_at, replay
 from tether.agent.logserver import log_server
 from tether.agent.observer import NEVER_RAN, Observer
 from tether.agent.profile import HostProfiles
@@ -31,6 +32,7 @@ from tether.model import (
     Machine,
     TaskState,
 )
+from tether.model.machine import HarvestStep
 from tether.service import RegionError, Service, read_region
 from tether.store import (
     Store,
@@ -66,6 +68,7 @@ class Agent(Service):
         executor: Executor | None = None,
         owns_store: bool = True,
         templates: SharedTemplates | None = None,
+        harvest: Sequence[HarvestStep] = (),
     ) -> None:
         self.name = f"agent {machine.id}"
         self.machine = machine
@@ -91,6 +94,8 @@ class Agent(Service):
             store, settings.lease_ttl_s, self._heartbeat, self._fence.renewed
         )
         self._templates = templates or SharedTemplates()
+        self._harvest = list(harvest)
+        """A harvest machine's capacity trace (none: a regular machine)."""
         self._desired: dict[TaskRef, Assignment] = {}
         """The valid assignments of this machine, by task, as of the mirror."""
         self._attempts: dict[TaskRef, dict[int, Attempt]] = {}
@@ -121,6 +126,12 @@ class Agent(Service):
             self.address = f"http://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
         self.machine = _with_profile(self.machine, self._profiles.load())
+        started = time.monotonic()
+        if self._harvest:
+            # A harvest machine from its first heartbeat: whole until the trace says otherwise.
+            self.machine = harvest_at(self.machine, HarvestStep(at_s=0), self._started_at)
+            while self._harvest and self._harvest[0].at_s == 0:
+                self.machine = harvest_at(self.machine, self._harvest.pop(0), self._started_at)
         fencing_s = (await read_region(self._store)).fencing_s
         if fencing_s < self._settings.lease_ttl_s:
             raise RegionError(
@@ -146,6 +157,13 @@ class Agent(Service):
                 name=f"{self.name} reconcile",
             ),
         ]
+        if self._harvest:
+            self._workers.append(
+                asyncio.create_task(
+                    replay(self._harvest, started, self._harvest_changed),
+                    name=f"{self.name} harvest trace",
+                )
+            )
 
     async def stop(self) -> None:
         """Stops watching, serving and heartbeating; the tasks keep running."""
@@ -166,6 +184,11 @@ class Agent(Service):
         return AgentHeartbeat(
             machine=self.machine, address=self.address, pid=os.getpid(), started_at=self._started_at
         )
+
+    async def _harvest_changed(self, step: HarvestStep) -> None:
+        """Announces the trace's next step: the broker moves what no longer fits."""
+        self.machine = harvest_at(self.machine, step, datetime.now(UTC))
+        await self._registration.announce()
 
     async def _registered_again(self) -> None:
         """After a new lease: the fence holds what the store still assigns here."""

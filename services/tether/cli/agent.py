@@ -10,6 +10,7 @@ from typing import Any, Final
 import pydantic
 import typer
 
+from tether.agent.harvest import HarvestTraceError, read_trace
 from tether.agent.service import Agent
 from tether.agent.settings import AgentSettings
 from tether.cli.serving import LogLevel, load_settings, metrics_port_option, serve
@@ -94,6 +95,14 @@ def agent(
         help="Where task files, logs and sandboxes live (else TETHER_AGENT_WORK_DIR).",
         show_default=".tether/agents/<machine id>",
     ),
+    harvest_trace: Path | None = typer.Option(
+        None,
+        "--harvest-trace",
+        help="Make this a harvest machine that replays the capacity trace FILE: JSON Lines of "
+        '{"at_s": seconds after start, "usable": {"cpu": ..., ...}, "evict_in_s": seconds}; '
+        "tasks that no longer fit move off with notice.",
+        show_default=False,
+    ),
     metrics_port: int = metrics_port_option("agent"),
     url: str | None = StoreUrl,
     log_level: str = LogLevel,
@@ -121,4 +130,11 @@ def agent(
             "attributes": parse_attributes(attribute),
         }
     )
-    serve(lambda store: Agent(machine, settings, store), url, log_level, metrics_port)
+    try:
+        steps = [] if harvest_trace is None else read_trace(harvest_trace, machine.capacity)
+    except HarvestTraceError as error:
+        typer.echo(f"error: --harvest-trace: {error}", err=True)
+        raise typer.Exit(2) from None
+    serve(
+        lambda store: Agent(machine, settings, store, harvest=steps), url, log_level, metrics_port
+    )

@@ -35,6 +35,28 @@ class Harvest(TetherModel):
     task, and its tasks move off before."""
 
 
+def beyond_capacity(usable: Resources, capacity: Resources) -> str:
+    """Every dimension in which `usable` exceeds `capacity`, e.g. "cpu 5000 millicores of 4000
+    millicores" (empty when it fits)."""
+    hardware = capacity.amounts()
+    return ", ".join(
+        f"{label} {quantity_text(label, amount)} of {quantity_text(label, hardware.get(label, 0))}"
+        for label, amount in usable.amounts().items()
+        if amount > hardware.get(label, 0)
+    )
+
+
+class HarvestStep(TetherModel):
+    """One change in a harvest machine's capacity trace (`tether agent --harvest-trace`), from
+    `at_s` seconds after its agent starts."""
+
+    at_s: float = Field(ge=0, allow_inf_nan=False)
+    usable: Resources | None = None
+    """The new usable share (None: as before)."""
+    evict_in_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """An eviction notice: the host takes the machine back this many seconds later."""
+
+
 class Machine(TetherModel):
     """A machine as the resource broker records it."""
 
@@ -57,13 +79,7 @@ class Machine(TetherModel):
     @model_validator(mode="after")
     def _harvest_within_capacity(self) -> Machine:
         if self.harvest is not None and not self.harvest.usable.fits_in(self.capacity):
-            hardware = self.capacity.amounts()
-            beyond = ", ".join(
-                f"{label} {quantity_text(label, amount)} of "
-                + quantity_text(label, hardware.get(label, 0))
-                for label, amount in self.harvest.usable.amounts().items()
-                if amount > hardware.get(label, 0)
-            )
+            beyond = beyond_capacity(self.harvest.usable, self.capacity)
             raise ValueError(f"harvest.usable exceeds the machine's capacity: {beyond}")
         return self
 

@@ -107,6 +107,8 @@ class MaintenanceView(View):
     kind: MaintenanceKind
     reason: str
     phase: MaintenancePhase
+    tasks: list[str]
+    """Only these tasks move (a harvest machine's shrink); empty: every task on the machines."""
 
     @classmethod
     def of(cls, notice: AdvanceNotice, now: datetime) -> MaintenanceView:
@@ -125,6 +127,7 @@ class MaintenanceView(View):
             kind=notice.kind,
             reason=notice.reason,
             phase=phase,
+            tasks=list(notice.tasks),
         )
 
 
