@@ -110,6 +110,13 @@ PREEMPTIONS: Final = Counter(
     "fair share while a borrower below it waits).",
     ["reason"],
 )
+TASK_MOVES: Final = Counter(
+    "tether_scheduler_task_moves",
+    "Tasks a leader moved off their machine, by the kind of notice that asked (reboot, "
+    "hardware, network, power, drain, decommission, eviction, harvest-shrink; other: a notice "
+    "withdrawn meanwhile).",
+    ["notice"],
+)
 PREEMPTIONS_REFUSED: Final = Counter(
     "tether_scheduler_preemptions_refused",
     "Preemptions a decider proposed and did not carry out, by the rule in the way: placement "
@@ -154,6 +161,11 @@ BROKER_STATE_CHANGES: Final = Counter(
     "Machine state changes the broker wrote for maintenance, by new state.",
     ["state"],
 )
+BROKER_HARVEST_CHANGES: Final = Counter(
+    "tether_broker_harvest_changes_total",
+    "Reports of harvest machines that changed their usable share, by change (shrink, grow).",
+    ["change"],
+)
 BROKER_HARVEST_NOTICES: Final = Counter(
     "tether_broker_harvest_notices_total",
     "Notices the broker wrote from harvest machines' reports, by kind: eviction (the host takes "
@@ -163,6 +175,10 @@ BROKER_HARVEST_NOTICES: Final = Counter(
 BROKER_HARVEST_DISPLACED: Final = Counter(
     "tether_broker_harvest_displaced_tasks_total",
     "Tasks harvest-shrink notices named to move off their machine, the lowest priority first.",
+)
+BROKER_HARVEST_LOST: Final = Counter(
+    "tether_broker_harvest_lost_tasks_total",
+    "Tasks still on a harvest machine when its eviction was due: the host took them down.",
 )
 BROKER_MACHINES_RECORDED: Final = Counter(
     "tether_broker_machines_recorded_total",

@@ -87,6 +87,17 @@ def harvest_notices(
     return wanted
 
 
+def capacity_change(before: Machine | None, after: Machine) -> str | None:
+    """How a report changed a harvest machine's usable share: "shrink" (any dimension less),
+    "grow", or None (unchanged, or not a harvest machine)."""
+    if after.harvest is None or before is None:
+        return None
+    old, new = before.usable().amounts(), after.usable().amounts()
+    if old == new:
+        return None
+    return "shrink" if any(new.get(label, 0) < amount for label, amount in old.items()) else "grow"
+
+
 def _job(task: str) -> str:
     """The job handle of a task id `<entitlement>/<job>/<index>`."""
     return task.rsplit("/", 1)[0]

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -15,6 +15,7 @@ import pydantic
 
 from tether import metrics
 from tether.aio import cancel_and_wait
+from tether.broker.harvest import capacity_change
 from tether.broker.harvest_notices import HarvestNotices
 from tether.broker.inventory import HeartbeatMismatch, announced_machine, record_for
 from tether.broker.maintenance import (
@@ -32,6 +33,7 @@ from tether.model import (
     Allocation,
     BrokerRegistration,
     Machine,
+    MaintenanceKind,
     Resources,
     from_json,
     to_json,
@@ -86,6 +88,8 @@ class Broker(Service):
         self._noticed: set[str] = set()
         self._maintenance_due = True
         self._maintenance_timer: asyncio.TimerHandle | None = None
+        self._evicted: set[tuple[str, datetime]] = set()
+        """Eviction notices (id, start) whose tasks left behind were counted."""
         self._pending: set[str] = set()
         self._queued_revision = 0
         """The heartbeats mirror's revision when machines were last queued in `_pending`."""
@@ -223,7 +227,9 @@ class Broker(Service):
                 by_machine.setdefault(machine_id, []).append(notice)
         self._noticed = set(by_machine)
         emptying = False
-        for machine_id, (machine, revision) in self._machines_of_dc(set(by_machine)).items():
+        mine = self._machines_of_dc(set(by_machine))
+        await self._count_lost(scheduled, mine, now)
+        for machine_id, (machine, revision) in mine.items():
             notices = by_machine.get(machine_id, [])
             key = keys.machine(machine_id)
             compares = [mod_revision_is(key, revision)]
@@ -256,6 +262,30 @@ class Broker(Service):
         if upcoming is not None:
             self._maintenance_changes_at(upcoming)
         self.maintained_revision = seen
+
+    async def _count_lost(
+        self, scheduled: list[tuple[AdvanceNotice, int]], mine: Mapping[str, object], now: datetime
+    ) -> None:
+        """Counts the tasks still on this datacenter's machines when their eviction is due: the
+        host takes them down with the machine (once per notice)."""
+        for notice, _ in scheduled:
+            due = (notice.id, notice.start)
+            if (
+                notice.kind is not MaintenanceKind.EVICTION
+                or now < notice.start
+                or due in self._evicted
+            ):
+                continue
+            self._evicted.add(due)
+            for machine_id in set(notice.machines) & set(mine):
+                entries = await self._store.range(keys.allocation_entries(machine_id))
+                if entries.kvs:
+                    metrics.BROKER_HARVEST_LOST.inc(len(entries.kvs))
+                    _log.warning(
+                        "machine %s: evicted with %d task(s) still on it",
+                        machine_id,
+                        len(entries.kvs),
+                    )
 
     async def _allocation_of(self, machine_id: str) -> tuple[int, bool]:
         """The mod revision of the machine's allocation record, and whether no task is
@@ -332,6 +362,9 @@ class Broker(Service):
                 else:
                     _log.info("machine %s: inventory updated", machine_id)
                     self._warn_if_overcommitted(record, result.kvs(1))
+                change = capacity_change(recorded, record)
+                if change is not None:
+                    metrics.BROKER_HARVEST_CHANGES.labels(change).inc()
                 return True
             # Someone else wrote meanwhile: decide again on what is there now.
             recorded_kv, allocation_kv = result.kv(0), result.kv(1)

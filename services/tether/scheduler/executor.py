@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from tether.model import ControlStatus, from_json, parse_job_handle, to_json
+from tether import metrics
+from tether.model import ControlStatus, OperationKind, from_json, parse_job_handle, to_json
 from tether.model.admission import AdmissionState
 from tether.model.ephemeral import EphemeralResource
 from tether.scheduler.allocator_client import Allocator, AllocatorError
@@ -92,6 +93,7 @@ class Executor:
                 return_emptied=preempted_for_another(view),
             )
             outcome.tasks_revision = await self.commit(job.handle, plan.release)
+            _count_moves(view, plan.release)
         if plan.writes:
             outcome.tasks_revision = max(
                 outcome.tasks_revision, await self.commit(job.handle, plan.writes)
@@ -348,3 +350,17 @@ def preempted_for_another(view: JobView) -> bool:
         return False
     by = admission.preempted_by
     return by is not None and parse_job_handle(by)[0] != view.job.value.spec.entitlement
+
+
+def _count_moves(view: JobView, released: Sequence[TaskWrite]) -> None:
+    """The moves the released tasks made, by the kind of notice that asked for them (planned
+    maintenance, a drain, a harvest machine's shrink or eviction)."""
+    kinds = {
+        notice.id: notice.kind.value for notices in view.maintenance.values() for notice in notices
+    }
+    for write in released:
+        done = write.operation
+        if done is not None and done.operation.kind is OperationKind.MOVE:
+            notice = done.operation.notice
+            # A notice deleted since the move was proposed: its kind is gone with it.
+            metrics.TASK_MOVES.labels(kinds.get(notice or "", "other")).inc()

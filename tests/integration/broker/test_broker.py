@@ -10,6 +10,8 @@ import orjson
 import pytest
 
 from tests.support.allocations import put_allocation
+from tests.support.brokers import TIMEOUT_S, handled
+from tests.support.brokers import broker as broker
 from tests.support.machines import heartbeat_of, heartbeating, make_machine, read_machine
 from tests.support.waiting import eventually
 from tether.broker.service import Broker
@@ -29,22 +31,10 @@ from tether.model import (
 from tether.model.machine import Harvest
 from tether.store import Delete, Put, Store, keys, open_store
 
-TIMEOUT_S = 5.0
-
 
 async def read_allocation(store: Store, machine_id: str) -> Allocation | None:
     kv = await store.get(keys.allocation(machine_id))
     return None if kv is None else from_json(Allocation, kv.value, stored=True)
-
-
-async def handled(broker: Broker, revision: int) -> None:
-    """Waits until the broker has handled every heartbeat up to `revision`."""
-    await eventually(
-        lambda: broker.heartbeats_handled,
-        lambda handled: handled >= revision,
-        timeout_s=TIMEOUT_S,
-        what=f"the broker to handle the heartbeats up to revision {revision}",
-    )
 
 
 @pytest.mark.usefixtures("broker")

@@ -4,11 +4,17 @@ withdraws both."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 
-from tests.integration.broker.test_broker import TIMEOUT_S, handled
+import pytest
+from prometheus_client import REGISTRY
+
 from tests.support.allocations import put_allocation
 from tests.support.allocator_builders import job, put_job
+from tests.support.brokers import TIMEOUT_S, handled
+from tests.support.brokers import broker as broker
 from tests.support.machines import heartbeat_of, heartbeating, make_machine, read_machine
 from tests.support.waiting import eventually
 from tether.broker.service import Broker
@@ -105,3 +111,32 @@ async def test_a_shrink_moves_the_lowest_priority_and_an_eviction_drains_the_mac
             timeout_s=TIMEOUT_S,
             what="m1 up again",
         )
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_tasks_left_on_a_machine_when_its_eviction_is_due_are_counted_lost(
+    store: Store, broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    lost, evictions = (
+        "tether_broker_harvest_lost_tasks_total",
+        "tether_broker_harvest_notices_total",
+    )
+    before = sample(lost), sample(evictions, kind="eviction")
+    await put_allocation(
+        store, Allocation(machine="m1", entitlement="ads"), {"ads/web/0": Resources(cpu=1000)}
+    )
+    # No scheduler runs here: nothing moves the task before the host takes the machine.
+    evict_by = datetime.now(UTC) + timedelta(seconds=1)
+    with caplog.at_level(logging.WARNING, logger="tether.broker"):
+        async with heartbeating(store, harvest_machine(4000, evict_by)):
+            await eventually(
+                lambda: asyncio.sleep(0, sample(lost)),
+                lambda counted: counted == before[0] + 1,
+                timeout_s=TIMEOUT_S,
+                what="the task left on m1 counted lost",
+            )
+    assert sample(evictions, kind="eviction") == before[1] + 1
+    assert "machine m1: evicted with 1 task(s) still on it" in caplog.text

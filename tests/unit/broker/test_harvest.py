@@ -9,9 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.machines import make_machine
-from tether.broker.harvest import displaced, harvest_notices
+from tether.broker.harvest import capacity_change, displaced, harvest_notices
 from tether.broker.maintenance import maintenance_state
-from tether.model import AdvanceNotice, MachineState, MaintenanceKind, Resources, drain_id
+from tether.model import (
+    AdvanceNotice,
+    Machine,
+    MachineState,
+    MaintenanceKind,
+    Resources,
+    drain_id,
+)
 from tether.model.machine import Harvest
 from tether.model.resources import ZERO
 
@@ -114,3 +121,18 @@ def test_an_eviction_drains_the_machine_and_a_shrink_leaves_it_up() -> None:
     assert not AdvanceNotice.model_validate({**shrink.model_dump(), "tasks": ["a/b/1"]}).names(
         "a/b/0"
     )
+
+
+def test_a_report_counts_as_a_shrink_or_a_growth_of_the_usable_share() -> None:
+    def share(millicores: int, memory: int = 8192) -> Machine:
+        usable = Resources(cpu=millicores, memory_mib=memory)
+        return make_machine("m1", harvest=Harvest(usable=usable))
+
+    assert capacity_change(share(2000), share(1000)) == "shrink"
+    assert capacity_change(share(1000), share(2000)) == "grow"
+    # Less of one dimension is a shrink, whatever the others did.
+    assert capacity_change(share(1000, 8192), share(2000, 4096)) == "shrink"
+    assert capacity_change(share(1000), share(1000)) is None
+    assert capacity_change(None, share(1000)) is None
+    assert capacity_change(make_machine("m1"), share(1000)) == "shrink"
+    assert capacity_change(share(1000), make_machine("m1")) is None
