@@ -156,6 +156,10 @@ class Placement(TetherModel):
     affinities: list[Affinity] = Field(default_factory=list)
     gang: bool = False
     """Place all tasks or none."""
+    min_worker_set: bool = False
+    """Keep the tasks on as few machines as hold them (Min-Worker-Set): machines already running
+    the job's tasks rank first, before any preference, so a service that scales up starts few
+    cold instances. A spread of `max_skew` below the count still spreads them."""
     harvest: bool = False
     """Whether tasks may run on harvest machines: their usable share shrinks at run time and
     their host may take them back with a short warning; the tasks that no longer fit move off

@@ -11,6 +11,7 @@ from tether.allocator.rules import (
     hardware,
     harvest,
     host_profile,
+    min_worker_set,
     ownership,
     preferences,
     readable,
@@ -35,6 +36,7 @@ FILTERS: tuple[Filter, ...] = (
 """Hard rules: a machine any of them rejects takes no task of the job."""
 
 SCORERS: tuple[Scorer, ...] = (
+    min_worker_set.MinWorkerSet(),
     preferences.Preferences(),
     host_profile.HostProfile(),
 )
