@@ -286,6 +286,7 @@ def _machines(region: Region) -> Iterator[tuple[str, dict[str, Any]]]:
                     "host_profile_current": rack.profile,
                     "state": state,
                     "down_since": None,
+                    "harvest": None,
                 },
             )
 

@@ -1,0 +1,1 @@
+"""The harvest simulator's parts: capacity traces of harvest machines."""
