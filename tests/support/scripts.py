@@ -128,6 +128,24 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         ),
     ),
     SmokeRun(
+        "sim_harvest.py",
+        (
+            *("--machines", "8", "--services", "3", "--hours", "0.05"),
+            *("--evictions-per-hour", "20", "--plot", "{out}/harvest.png"),
+        ),
+        _keys(
+            "success_rate_mws",
+            "success_rate_spread",
+            "success_rate_mws_no_notice",
+            "cold_starts_mws",
+            "cold_starts_spread",
+            "moved_mws",
+            "killed_mws_no_notice",
+            "shrinks",
+            "evictions",
+        ),
+    ),
+    SmokeRun(
         "sim_gavel.py",
         ("--experiment", "traces"),
         _keys("trace_errors", "makespan_ratio_agnostic_over_aware"),
