@@ -128,6 +128,11 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         ),
     ),
     SmokeRun(
+        "harvest_traces.py",
+        ("--machines", "6", "--hours", "4", "--out", "{out}/traces"),
+        _keys("harvest_machines", "steps", "evictions", "long_interval_share", "out"),
+    ),
+    SmokeRun(
         "sim_harvest.py",
         (
             *("--machines", "8", "--services", "3", "--hours", "0.05"),
@@ -460,10 +465,11 @@ def smoke(run: SmokeRun, tmp_path: Path, *, timeout_s: float) -> dict[str, Any]:
     for path in run.outputs(out):
         if path.suffix:
             assert path.read_bytes().startswith(b"\x89PNG"), path
-        else:  # a directory of flame graphs
-            graphs = list(path.glob("*.svg"))
-            assert graphs, f"no flame graph in {path}"
+        else:  # a directory of flame graphs, or of capacity traces
+            graphs, traces = list(path.glob("*.svg")), list(path.glob("*.jsonl"))
+            assert graphs or traces, f"no flame graph or trace in {path}"
             assert all(b"<svg" in graph.read_bytes()[:1000] for graph in graphs), graphs
+            assert all(trace.read_bytes().startswith(b'{"at_s"') for trace in traces), traces
     assert leftovers(directory) == []
     return result
 

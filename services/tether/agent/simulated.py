@@ -7,7 +7,7 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +30,7 @@ from tether.model import (
     Topology,
 )
 from tether.model.accelerator import ProfileError, ThroughputProfile
+from tether.model.machine import HarvestStep
 from tether.service import RegionError, Service, read_region
 from tether.store import Store, StoreError, keys
 
@@ -272,7 +273,8 @@ class AgentFleet(Service):
     still starting; `started` is set once all run. Each agent's work dir is
     `settings.work_dir / <machine id>` (only a host profile switch writes there). The fleet
     closes the stores on `stop()`. With a throughput `profile`, accelerator tasks make steps
-    at its speed for their machine's `gpu_type` (`SimulatedExecutor`).
+    at its speed for their machine's `gpu_type` (`SimulatedExecutor`). The machines `harvest`
+    names are harvest machines replaying their capacity traces.
 
     The agents' heartbeat lease lasts `lease_ttl_s` (it replaces `settings.lease_ttl_s`), by
     default the region's fencing period: the longest that keeps at-most-once tasks safe, and
@@ -292,9 +294,12 @@ class AgentFleet(Service):
         progress: Callable[[str], None] | None = None,
         profile: ThroughputProfile | None = None,
         lease_ttl_s: int | None = None,
+        harvest: Mapping[str, Sequence[HarvestStep]] | None = None,
     ) -> None:
         if not stores:
             raise ValueError("a fleet needs at least one store")
+        self.harvest = dict(harvest or {})
+        """Machine id -> the capacity trace it replays (a harvest machine)."""
         self.machines = list(machines)
         self._settings = settings
         self._stores = list(stores)
@@ -348,6 +353,7 @@ class AgentFleet(Service):
                         executor=executor,
                         owns_store=False,
                         templates=self._templates,
+                        harvest=self.harvest.get(machine.id, ()),
                     )
                     try:
                         await agent.start()

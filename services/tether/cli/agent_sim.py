@@ -9,12 +9,14 @@ from typing import Annotated, Final
 import pydantic
 import typer
 
+from tether.agent.harvest import HarvestTraceError, read_trace
 from tether.agent.settings import AgentSettings
 from tether.agent.simulated import AgentFleet, simulated_machines
 from tether.cli.serving import load_settings, serve
 from tether.cli.store import StoreUrl
 from tether.model import Resources
 from tether.model.accelerator import ProfileError, ThroughputProfile
+from tether.model.machine import HarvestStep
 from tether.region.plan import DATACENTERS, HARDWARE_TYPE, MSBS_PER_DC
 from tether.service import connect_store
 from tether.store import Store
@@ -77,6 +79,14 @@ def agent_sim(
             show_default="the region's fencing period",
         ),
     ] = None,
+    harvest_traces: Annotated[
+        Path | None,
+        typer.Option(
+            help="A directory of capacity traces: a machine with a file <machine id>.jsonl in it "
+            "is a harvest machine replaying it (the format of tether agent --harvest-trace; "
+            "scripts/harvest_traces.py writes them).",
+        ),
+    ] = None,
     connections: Annotated[
         int, typer.Option(min=1, help="Store connections the agents share, round-robin.")
     ] = 4,
@@ -128,6 +138,21 @@ def agent_sim(
         typer.echo(f"error: {_OPTIONS.get(field, field)}: {problem['msg']}", err=True)
         raise typer.Exit(2) from None
 
+    traces: dict[str, list[HarvestStep]] = {}
+    if harvest_traces is not None:
+        if not harvest_traces.is_dir():
+            typer.echo(f"error: --harvest-traces: {harvest_traces} is not a directory", err=True)
+            raise typer.Exit(2)
+        try:
+            traces = {
+                machine.id: read_trace(path, machine.capacity)
+                for machine in fleet
+                if (path := harvest_traces / f"{machine.id}.jsonl").exists()
+            }
+        except HarvestTraceError as error:
+            typer.echo(f"error: --harvest-traces: {error}", err=True)
+            raise typer.Exit(2) from None
+
     def make_fleet(store: Store) -> AgentFleet:
         others = [connect_store(url) for _ in range(connections - 1)]
         progress = functools.partial(typer.echo, err=True)
@@ -138,6 +163,7 @@ def agent_sim(
             progress=progress,
             profile=throughputs,
             lease_ttl_s=lease_ttl_s,
+            harvest=traces,
         )
 
     serve(make_fleet, url, log_level)
