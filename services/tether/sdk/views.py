@@ -135,6 +135,8 @@ class MaintenanceView(View):
     kind: str
     reason: str
     phase: str
+    tasks: list[str]
+    """Only these tasks move (a harvest machine's shrink); empty: every task on the machines."""
 
 
 class MachineDrainView(View):
