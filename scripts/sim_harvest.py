@@ -12,8 +12,9 @@ share of at least --min-share, evictions at --evictions-per-hour with a 30 s not
 --duration-s) at --load times the region's mean usable cores.
 
 The same arrivals and traces run four times: Min-Worker-Set placement or the default spread,
-with notices (a displaced instance that does not end within --notice-s moves then; an evicted
-machine's at its deadline) or without (killed at once). Prints one JSON line:
+with notices (a displaced instance that does not end within --notice-s moves then, starting
+again elsewhere from the beginning; an evicted machine's at its deadline) or without (killed at
+once). Prints one JSON line:
 
   success_rate_mws, success_rate_spread    invocations that ran to their end, with notices
   success_rate_mws_no_notice, success_rate_spread_no_notice    the same without notices
@@ -27,7 +28,7 @@ machine's at its deadline) or without (killed at once). Prints one JSON line:
 
 and draws the success rates and cold starts (--plot). Target: success_rate_mws >= 0.9999.
 
-Usage: .venv/bin/python scripts/sim_harvest.py [--hours 2] [--plot docs/sim_harvest.png]
+Usage: .venv/bin/python scripts/sim_harvest.py [--hours 1] [--plot docs/sim_harvest.png]
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, default=20.0, help="mean invocation (20)")
     parser.add_argument("--notice-s", type=float, default=30.0, help="a shrink's notice (30)")
     parser.add_argument("--keep-alive-s", type=float, default=60.0, help="warm instances (60)")
-    parser.add_argument("--hours", type=float, default=2.0, help="simulated hours (2)")
+    parser.add_argument("--hours", type=float, default=1.0, help="simulated hours (1)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--plot",
@@ -132,10 +133,11 @@ def plot(path: Path, runs: dict[str, Tally]) -> None:
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     names = list(runs)
-    left.bar(names, [1 - rate(tally) for tally in runs.values()])
-    left.set_yscale("log")
-    left.set_ylabel("failed invocations (share)")
-    right.bar(names, [tally.cold_starts for tally in runs.values()])
+    failed = left.bar(names, [tally.invocations - tally.succeeded for tally in runs.values()])
+    left.bar_label(failed)
+    left.set_ylabel("failed invocations")
+    cold = right.bar(names, [tally.cold_starts for tally in runs.values()])
+    right.bar_label(cold)
     right.set_ylabel("cold starts")
     for axis in (left, right):
         axis.tick_params(axis="x", rotation=20)

@@ -33,6 +33,7 @@ class Invocation:
     service: int
     index: int
     """Its task index in the service's job."""
+    duration_s: float
     ends_at: float
     row: int = -1
     displaced_by: float | None = None
@@ -149,7 +150,7 @@ class World:
         else:
             index = self.next_index[service]
             self.next_index[service] += 1
-        invocation = Invocation(service, index, self.now_s + duration_s)
+        invocation = Invocation(service, index, duration_s, self.now_s + duration_s)
         if not self._start(invocation):
             self.tally.rejected += 1
             self.free_indexes[service].append(index)
@@ -188,9 +189,10 @@ class World:
         index.remove(row, handle, [invocation.index], header, self.region.revision)
 
     def _finish(self, key: tuple[int, int]) -> None:
-        invocation = self.running.pop(key, None)
+        invocation = self.running.get(key)
         if invocation is None or invocation.ends_at != self.now_s:
-            return  # killed, or moved and running to a later end
+            return  # killed, or moved and started again, to a later end
+        del self.running[key]
         self._stop(invocation)
         self.free_indexes[invocation.service].append(invocation.index)
         self.tally.succeeded += 1
@@ -242,9 +244,12 @@ class World:
         if not self.notices:
             self._drop(invocation)
             return
-        # Moved: placed anew (the allocator sees the machine's smaller share already).
+        # Moved: started anew elsewhere, from the beginning (the allocator sees the machine's
+        # smaller share already).
         if self._start(invocation):
             self.tally.moved += 1
+            invocation.ends_at = self.now_s + invocation.duration_s
+            self._at(invocation.ends_at, FINISH, key)
         else:
             self._drop(invocation)
 
