@@ -21,6 +21,7 @@ def notice(kind: str, machine: str = "m1") -> dict[str, Any]:
         "kind": kind,
         "reason": "",
         "phase": "scheduled",
+        "tasks": [],
     }
 
 
