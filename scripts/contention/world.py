@@ -26,8 +26,7 @@ from tether.model import Entitlement
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
-from tether.scheduler.admission.victims import Candidate
+from tether.scheduler.admission.queues import AdmissionQueues, Decision
 
 ARRIVE, FINISH, STOP = 0, 1, 2
 """Event kinds, in the order they are handled at one instant: a job that ends frees room for
@@ -220,16 +219,11 @@ class World:
             standing.budget,
         )
         self.tally.check_ms.append((time.perf_counter() - started) * 1000)
-        if not choice.fits:
-            victims: list[Candidate] | Refusal = self.queues.placement_refusal(
-                standing, choice.reason
-            )
-        else:
-            victims = self.queues.victims(standing, choice.chosen)
-        if isinstance(victims, Refusal):
-            self.tally.refused[victims.rule] += 1
-            return self.queues.refuse(standing, victims, now)
-        return self.queues.preempt(standing, victims, now)
+        chosen = choice.chosen if choice.fits else None
+        decisions, refusal = self.queues.answer(standing, chosen, choice.reason, now)
+        if refusal is not None:
+            self.tally.refused[refusal.rule] += 1
+        return decisions
 
     def _placement_order(self, handle: str) -> tuple[int, float, float, str]:
         return self.queues.jobs[handle].admission.order()

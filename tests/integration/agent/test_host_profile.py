@@ -4,7 +4,6 @@ holds its tasks back until the switch is done, and announces the profile it carr
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,12 +31,12 @@ from tests.integration.agent.helpers import (
     work_dir as work_dir,
 )
 from tests.support.allocations import put_allocation
+from tests.support.brokers import broker as broker
 from tests.support.machines import read_machine
 from tests.support.waiting import eventually
 from tether.agent.profile import CurrentProfile
 from tether.agent.workdir import WorkDir, read_record
 from tether.broker.service import Broker
-from tether.broker.settings import BrokerSettings
 from tether.model import (
     AgentHeartbeat,
     Allocation,
@@ -49,7 +48,7 @@ from tether.model import (
     from_json,
     to_json,
 )
-from tether.store import Store, keys, open_store
+from tether.store import Store, keys
 
 SWITCH_S = 0.5
 WEB_SETTINGS = {"vm.swappiness": "10", "net.core.somaxconn": "4096"}
@@ -72,16 +71,6 @@ def hook(tmp_path: Path) -> Path:
     script.write_text(HOOK)
     script.chmod(0o755)
     return script
-
-
-@pytest.fixture
-async def broker(store_url: str) -> AsyncIterator[Broker]:
-    service = Broker(open_store(store_url), BrokerSettings(dc="dc1"))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
 
 
 def hook_settings(hook: Path) -> dict[str, object]:

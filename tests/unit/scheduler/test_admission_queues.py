@@ -21,7 +21,7 @@ from tether.model.admission import (
 from tether.model.quota_tree import QuotaTree
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
+from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.victims import Candidate, choose_victims
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -93,10 +93,7 @@ class Harness:
         standing = self.queues.standing(proposal)
         if standing is None:
             return []
-        victims = self.queues.victims(standing, chosen)
-        if isinstance(victims, Refusal):
-            return self.queues.refuse(standing, victims, now)
-        return self.queues.preempt(standing, victims, now)
+        return self.queues.answer(standing, chosen, "", now)[0]
 
     def state(self, handle: str) -> tuple[AdmissionState, int]:
         admission = self.queues.jobs[handle].admission

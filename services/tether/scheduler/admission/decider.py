@@ -17,9 +17,8 @@ from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.scheduler.admission.holding import holding_of
 from tether.scheduler.admission.proposals import Proposal
 from tether.scheduler.admission.queued import QueuedJob
-from tether.scheduler.admission.queues import AdmissionQueues, Decision, Refusal
+from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.status import set_gauges, tree_statuses
-from tether.scheduler.admission.victims import Candidate
 from tether.scheduler.allocator_client import AllocatorError, PreemptionCheck
 from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
@@ -137,14 +136,11 @@ class Decider:
             # Not preempting blind: the next pass asks again.
             _log.warning("preempting for %s waits: %s", standing.head, error)
             return []
-        if not fit.fits:
-            victims: list[Candidate] | Refusal = self.queues.placement_refusal(standing, fit.reason)
-        else:
-            victims = self.queues.victims(standing, fit.chosen)
-        if isinstance(victims, Refusal):
-            metrics.PREEMPTIONS_REFUSED.labels(victims.rule).inc()
-            return self.queues.refuse(standing, victims, now)
-        return self.queues.preempt(standing, victims, now)
+        chosen = fit.chosen if fit.fits else None
+        decisions, refusal = self.queues.answer(standing, chosen, fit.reason, now)
+        if refusal is not None:
+            metrics.PREEMPTIONS_REFUSED.labels(refusal.rule).inc()
+        return decisions
 
     # --- the queues' state from the mirrors ------------------------------------------------
 

@@ -211,6 +211,20 @@ class AdmissionQueues:
         """The tasks each of the proposal's candidates would stop, as the allocator reads them."""
         return proposal.stopping(lambda handle: self.jobs[handle].admission.admitted)
 
+    def answer(
+        self, proposal: Proposal, chosen: Sequence[int] | None, reason: str, now: datetime
+    ) -> tuple[list[Decision], Refusal | None]:
+        """Carries out the allocator's answer to a standing proposal: `chosen`, the candidates
+        the machines need stopped, or None when the head's tasks fit no machine even with every
+        candidate stopped (for `reason`). Returns the decisions, and the refusal if refused."""
+        if chosen is None:
+            victims: list[Candidate] | Refusal = self.placement_refusal(proposal, reason)
+        else:
+            victims = self.victims(proposal, chosen)
+        if isinstance(victims, Refusal):
+            return self.refuse(proposal, victims, now), victims
+        return self.preempt(proposal, victims, now), None
+
     def placement_refusal(self, proposal: Proposal, reason: str) -> Refusal:
         """Why preempting would not help, when the head's tasks would fit no machine even with
         every candidate stopped (the allocator's `reason`)."""
