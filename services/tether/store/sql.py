@@ -77,6 +77,11 @@ _HOUSEKEEPING_MAX_S = 1.0
 looks when the next lease it knows of expires, if sooner: every process of a region looks, and
 looking four times a second cost an idle region a tenth of a core. A lease another process
 granted since the last look may expire up to this much late."""
+_SETTLE_S = 0.5
+"""How long maintenance keeps looking, every `sql_poll_interval_s`, after the file was written
+with no commit to be seen: SQLite writes a commit's last page to the log before it makes the
+commit visible (in shared memory, which raises no file event), so a look between the two finds
+nothing, and no further write may come to wake it."""
 _EXPIRE_BATCH = 500
 _PAST_EXPIRY_S = 0.01
 """How long after a lease's expiry maintenance looks: a look that comes too early finds
@@ -176,6 +181,7 @@ class SqlStore(Store):
         """Expires leases, compacts old history, and, while a watch is open, notices other
         processes' writes."""
         loop = asyncio.get_running_loop()
+        settle_until = 0.0
         while not self._closed:
             committed = False
             try:
@@ -189,26 +195,31 @@ class SqlStore(Store):
                 log.warning("SQL store maintenance failed, retrying: %s", exc.orig)
             except RuntimeError:
                 return  # the executor was shut down by close()
-            await self._pause(self._housekeeping_due - loop.time(), committed)
+            settling = not committed and loop.time() < settle_until
+            written = await self._pause(self._housekeeping_due - loop.time(), committed, settling)
+            if written:
+                settle_until = loop.time() + _SETTLE_S
 
-    async def _pause(self, housekeeping_due_s: float, committed: bool) -> None:
-        """Until the next look. While watches are open: until another process may have written
-        (the file's waker fires; without one, every `sql_poll_interval_s`), and, after a look
-        that found a commit, not sooner than `sql_poll_interval_s`, so that a burst of writes
-        is read in batches. (A look that found none was woken early, by the first pages of a
-        commit not yet done: the next one follows as soon as the file is written again.)
-        Housekeeping is due when `_keep_house` said, whatever happens."""
+    async def _pause(self, housekeeping_due_s: float, committed: bool, settling: bool) -> bool:
+        """Until the next look; whether the file's waker fired. While watches are open: until
+        another process may have written (the file's waker fires; without one, every
+        `sql_poll_interval_s`), and, after a look that found a commit, not sooner than
+        `sql_poll_interval_s`, so that a burst of writes is read in batches. While `settling`
+        (a write was seen lately that no look has found committed yet: see `_SETTLE_S`),
+        `sql_poll_interval_s` alone. Housekeeping is due when `_keep_house` said, whatever
+        happens."""
         if not self._active_watches:
             # A watch that opens meanwhile must hear other processes' writes from then on.
             await wait_set(self._watch_opened, max(housekeeping_due_s, 0))
             self._watch_opened.clear()
-            return
+            return False
         interval_s = self._settings.sql_poll_interval_s
-        if self._waker is None or committed:
+        if self._waker is None or committed or settling:
             await asyncio.sleep(interval_s)
             housekeeping_due_s -= interval_s
-        if self._waker is not None:
-            await self._waker.wait(max(housekeeping_due_s, 0))
+        if self._waker is None:
+            return False
+        return await self._waker.wait(0 if settling else max(housekeeping_due_s, 0))
 
     async def _keep_house(self) -> float:
         """Expires the leases past their time and compacts when history has grown (nearly

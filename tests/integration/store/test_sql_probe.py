@@ -132,6 +132,48 @@ async def test_a_watch_opened_while_maintenance_waits_hears_the_next_write_at_on
         await writing.close()
 
 
+async def test_a_commit_not_yet_visible_when_the_file_was_written_is_still_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite writes a commit's last page to the log, then makes it visible in shared memory
+    # (which raises no file event): a look woken by the write may come between the two and see
+    # nothing. Here the first look that would see the other store's commit sees nothing, as if
+    # it had come in that moment; the watch must hear the commit anyway, long before
+    # housekeeping (here: 30 s) would look again.
+    monkeypatch.setattr("tether.store.sql._HOUSEKEEPING_MAX_S", 30.0)
+    revision_if_changed = SqliteProbe.revision_if_changed
+    looks_hidden: list[int] = []
+
+    def early_look(probe: SqliteProbe) -> int | None:
+        before = probe._data_version
+        revision = revision_if_changed(probe)
+        if revision is not None and hiding and not looks_hidden:
+            probe._data_version = before
+            looks_hidden.append(revision)
+            return None
+        return revision
+
+    monkeypatch.setattr(SqliteProbe, "revision_if_changed", early_look)
+    url = f"sqlite:///{tmp_path / 'region.db'}"
+    watching, writing = SqlStore(url), SqlStore(url)
+    hiding = False
+    try:
+        start = await watching.revision() + 1
+        async with watching.watch("/w/", start_revision=start) as watch:
+            await watching.put("/w/0", b"0")
+            async with asyncio.timeout(10):
+                await anext(watch)
+            hiding = True
+            written = await writing.put("/w/1", b"1")
+            async with asyncio.timeout(5):
+                events = await anext(watch)
+        assert looks_hidden == [written], "no look came between the write and the watch's read"
+        assert [event.kv.key for event in events] == ["/w/1"]
+    finally:
+        await watching.close()
+        await writing.close()
+
+
 async def test_a_locked_file_makes_the_probe_busy_at_once(tmp_path: Path) -> None:
     path = tmp_path / "region.db"
     store = SqlStore(f"sqlite:///{path}")
