@@ -70,6 +70,15 @@ class EngineStats:
     cache_misses: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """Where tasks would go if placed anew (task index -> machine id), and why the others
+    would go nowhere."""
+
+    machines: dict[int, str]
+    unplaced: dict[int, str]
+
+
 class Engine:
     """Serves the allocator's requests; one per replica.
 
@@ -132,9 +141,15 @@ class Engine:
         )
 
     async def place(
-        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+        self,
+        job_handle: str,
+        indexes: Sequence[int],
+        generation: int,
+        request_id: str,
+        preferred: Mapping[int, str] | None = None,
     ) -> PlaceResult:
-        """Places the tasks `indexes` of the job at `generation` and commits the placements."""
+        """Places the tasks `indexes` of the job at `generation` and commits the placements;
+        a task `preferred` names a machine for goes there if the machine still takes it."""
         _check_unique(indexes)
         remembered = self._remembered(request_id)
         if remembered is not None:
@@ -154,7 +169,11 @@ class Engine:
             return remembered
         entitlement = await self._entitlement(job)
         request = PlaceRequest(
-            job, entitlement, indexes, asyncio.get_running_loop().create_future()
+            job,
+            entitlement,
+            indexes,
+            asyncio.get_running_loop().create_future(),
+            keep=self._rows_of(preferred or {}, indexes),
         )
         self._places += 1
         self._commits.submit(request)
@@ -278,6 +297,34 @@ class Engine:
             return from_json(Task, kv.value, stored=True).machine
         except ValidationError:
             return None
+
+    def _rows_of(self, machines: Mapping[int, str], indexes: Sequence[int]) -> dict[int, int]:
+        """Task index -> the row of the machine named for it, for the tasks among `indexes`
+        whose machine the index knows (a planner keeps such a row only where it still fits)."""
+        row_of = self._index.row_of
+        wanted = set(indexes)
+        return {
+            task: row_of[machine]
+            for task, machine in machines.items()
+            if task in wanted and machine in row_of
+        }
+
+    async def suggest(self, job_handle: str, indexes: Sequence[int]) -> Suggestion:
+        """Where the tasks `indexes` of the job would go if placed anew now, read-only: each as
+        one more task of the job, its other tasks where they are."""
+        _check_unique(indexes)
+        job = await self._read_job(job_handle)
+        _check_in_range(job, indexes)
+        entitlement = await self._entitlement(job)
+        moving = set(indexes)
+        others = {
+            task: row for task, row in self._index.held(job.handle).items() if task not in moving
+        }
+        choice = Planner(self._index, self.cache, job, entitlement).choose(indexes, others)
+        ids = self._index.ids
+        return Suggestion(
+            {task: ids[row] for task, row in choice.placements.items()}, choice.unplaced
+        )
 
     async def explain(self, job_handle: str) -> Explanation:
         """Why one more task of the job would go where it would, or why it cannot go anywhere."""

@@ -72,6 +72,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
                 list(request.task_indexes),
                 request.job_generation,
                 request.request_id,
+                dict(request.preferred_machines),
             )
         except Exception as error:
             await _abort(context, error)
@@ -116,6 +117,29 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
             await _abort(context, error)
         return pb.CheckPreemptionResponse(
             fits=choice.fits, chosen=list(choice.chosen), reason=choice.reason
+        )
+
+    async def Suggest(  # noqa: N802 (the generated servicer's method name)
+        self,
+        request: pb.SuggestRequest,
+        context: grpc.aio.ServicerContext[pb.SuggestRequest, pb.SuggestResponse],
+    ) -> pb.SuggestResponse:
+        try:
+            indexes = list(request.task_indexes)
+            suggestion = await self._engine.suggest(request.job_handle, indexes)
+        except Exception as error:
+            await _abort(context, error)
+        return pb.SuggestResponse(
+            placements=[
+                pb.Placement(task_index=i, machine_id=suggestion.machines[i])
+                for i in indexes
+                if i in suggestion.machines
+            ],
+            unplaced=[
+                pb.UnplacedTask(task_index=i, reason=suggestion.unplaced[i])
+                for i in indexes
+                if i in suggestion.unplaced
+            ],
         )
 
     async def Explain(  # noqa: N802 (the generated servicer's method name)

@@ -109,6 +109,9 @@ class Task(TetherModel):
     a restart). Agents report status per attempt and kill processes of any older attempt: this is
     the fencing token between the scheduler and the agents."""
     machine: Name | None = None
+    move_to: Name | None = None
+    """Where a move that released the task asked it to go (its MOVE operation's target): it is
+    placed there if the machine still takes it, elsewhere if not."""
     desired: DesiredState = DesiredState.RUNNING
     state: TaskState = TaskState.PENDING
     restarts: Quantity = 0

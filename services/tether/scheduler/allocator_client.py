@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -66,7 +66,13 @@ class Allocator(Protocol):
     """What the scheduler needs from the allocator; tests substitute their own."""
 
     async def place(
-        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+        self,
+        job_handle: str,
+        indexes: Sequence[int],
+        generation: int,
+        request_id: str,
+        *,
+        preferred: Mapping[int, str] | None = None,
     ) -> PlaceResult: ...
 
     async def release(
@@ -118,13 +124,20 @@ class AllocatorClient:
         self._channels.clear()
 
     async def place(
-        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+        self,
+        job_handle: str,
+        indexes: Sequence[int],
+        generation: int,
+        request_id: str,
+        *,
+        preferred: Mapping[int, str] | None = None,
     ) -> PlaceResult:
         request = allocator_pb2.PlaceRequest(
             job_handle=job_handle,
             task_indexes=list(indexes),
             job_generation=generation,
             request_id=request_id,
+            preferred_machines=preferred or {},
         )
         response = await self._call(
             lambda stub: stub.Place(request, timeout=self._timeout_s), "Place", job_handle

@@ -137,9 +137,18 @@ class Executor:
             new = {write.index: Stored(write.task, 0) for write in create if write.task}
             view = replace(view, tasks={**view.tasks, **new})
         indexes = sorted([*pending, *(write.index for write in create)])
+        moving = {
+            index: task.move_to
+            for index in pending
+            if (task := view.tasks[index].value).move_to is not None
+        }
         try:
             result = await self._allocator.place(
-                job.handle, indexes, job.generation, request_id(view, indexes, uuid.uuid4().hex)
+                job.handle,
+                indexes,
+                job.generation,
+                request_id(view, indexes, uuid.uuid4().hex),
+                preferred=moving,
             )
         except AllocatorError as error:
             # A stale generation or an unknown job is resolved by the job's next change; an

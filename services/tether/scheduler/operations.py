@@ -268,12 +268,14 @@ def _execute(
         stored_operation.revision,
     )
     if operation.kind is OperationKind.MOVE:
-        # Released here, placed anew by the next reconcile: a machine under maintenance is not
-        # up, so the allocator does not choose it again.
+        # Released here, placed anew by the next reconcile (on its target, if it names one and
+        # the machine still takes it): a machine under maintenance is not up, so the allocator
+        # does not choose it again.
         moved = changed(
             task,
             state=TaskState.PENDING,
             machine=None,
+            move_to=operation.target_machine,
             message=f"moved off {task.machine}: {operation.reason}",
             updated_at=now,
         )

@@ -283,7 +283,7 @@ def placement_writes(
         stored = view.tasks.get(index)
         if stored is None or stored.value.machine is not None:
             continue
-        placed = changed(stored.value, machine=machine)
+        placed = changed(stored.value, machine=machine, move_to=None)
         progress = reported_progress(view, index)
         writes.append(
             incarnation(job, Stored(placed, stored.revision), placed.restarts, "", now, progress)

@@ -26,7 +26,7 @@ from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.store import EventType, Store, keys, open_store
 
 
-def machines_of(response: pb.PlaceResponse) -> dict[int, str]:
+def machines_of(response: pb.PlaceResponse | pb.SuggestResponse) -> dict[int, str]:
     return {p.task_index: p.machine_id for p in response.placements}
 
 

@@ -199,6 +199,12 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "these tests explain only")
         raise AssertionError("abort returns only by raising")
 
+    async def Suggest(  # noqa: N802
+        self, request: pb.SuggestRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.SuggestResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the frontend never asks")
+        raise AssertionError("abort returns only by raising")
+
 
 EXPLAINED = pb.ExplainResponse(
     job_handle="team-a/web",

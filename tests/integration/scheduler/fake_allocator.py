@@ -1,7 +1,7 @@
 """A minimal allocator for the scheduler's tests: real gRPC, registered in the store, no writes.
 
-The real allocator is its own service; this one picks up machines round-robin, remembers where
-it put each task (so Place is idempotent per task) and records every call.
+The real allocator is its own service; this one picks up machines round-robin (a move's target
+first), remembers where it put each task (so Place is idempotent per task) and records every call.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         response = allocator_pb2.PlaceResponse(attempts=1)
         for index in request.task_indexes:
             task = (request.job_handle, index)
+            preferred = request.preferred_machines.get(index)
+            if task not in self.placed and preferred in machines:
+                self.placed[task] = preferred
             if task not in self.placed and machines:
                 self.placed[task] = machines[next(self._turn) % len(machines)]
             if task in self.placed:
@@ -90,6 +93,12 @@ class FakeAllocator(allocator_pb2_grpc.AllocatorServicer):
         self, request: allocator_pb2.EphemeralStateRequest, context: Context
     ) -> allocator_pb2.EphemeralStateResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scheduler never reads these")
+        raise AssertionError("abort returns only by raising")
+
+    async def Suggest(  # noqa: N802
+        self, request: allocator_pb2.SuggestRequest, context: Context
+    ) -> allocator_pb2.SuggestResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scheduler never asks")
         raise AssertionError("abort returns only by raising")
 
     async def _up_machines(self) -> list[str]:

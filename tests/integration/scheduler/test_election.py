@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -164,7 +164,13 @@ async def test_clean_stop_hands_over_at_once(store_url: str) -> None:
 
 class UnusedAllocator:
     async def place(
-        self, job_handle: str, indexes: Sequence[int], generation: int, request_id: str
+        self,
+        job_handle: str,
+        indexes: Sequence[int],
+        generation: int,
+        request_id: str,
+        *,
+        preferred: Mapping[int, str] | None = None,
     ) -> PlaceResult:
         raise AssertionError("not called")
 

@@ -96,6 +96,7 @@ SERVICES = {
         "Explain": ("ExplainRequest", "ExplainResponse"),
         "CheckPreemption": ("CheckPreemptionRequest", "CheckPreemptionResponse"),
         "EphemeralState": ("EphemeralStateRequest", "EphemeralStateResponse"),
+        "Suggest": ("SuggestRequest", "SuggestResponse"),
     },
 }
 

@@ -24,7 +24,7 @@ from tether.model import (
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.scheduler.operations import maintenance_id
 from tether.scheduler.plan import JobView, Stored
-from tether.scheduler.reconciler import plan_job
+from tether.scheduler.reconciler import placement_writes, plan_job
 from tether.scheduler.taskcontrol import Pending, control_request
 
 START = NOW + timedelta(hours=1)
@@ -137,6 +137,39 @@ def test_an_approved_move_releases_the_task_from_its_machine_and_is_done() -> No
     assert release.operation is not None
     assert release.operation.operation.state is OperationState.DONE
     assert release.operation.revision == 700
+
+
+def rebalance(view: JobView, index: int, state: OperationState) -> Stored[TaskOperation]:
+    """A move another service proposed (the rebalancer): a target, no notice, no deadline."""
+    attempt = view.tasks[index].value.attempt
+    return stored_operation(
+        OperationKind.MOVE,
+        f"rebalance-t{index}",
+        index,
+        state,
+        attempt=attempt,
+        target_machine="m3",
+    )
+
+
+def test_a_move_without_a_deadline_waits_for_its_approval_as_long_as_it_takes() -> None:
+    view = region_view(2)
+    view = with_operations(view, rebalance(view, 0, OperationState.PENDING_APPROVAL))
+    later = plan_job(view, NOW + timedelta(days=30))
+    assert (later.release, later.operations, later.wake_at) == ([], [], None)
+
+
+def test_an_approved_move_with_a_target_releases_the_task_to_go_there() -> None:
+    view = region_view(2)
+    view = with_operations(view, rebalance(view, 1, OperationState.APPROVED))
+    [release] = plan_job(view, NOW).release
+    assert release.task is not None
+    assert (release.index, release.unassign, release.task.move_to) == (1, "m2", "m3")
+    # Placed (wherever the allocator put it), the task forgets where the move asked to go.
+    moved = replace(view, tasks={**view.tasks, 1: Stored(release.task, 900)})
+    [placed] = placement_writes(moved, {1: "m3"}, NOW)
+    assert placed.task is not None
+    assert (placed.task.machine, placed.task.move_to) == ("m3", None)
 
 
 def test_a_move_nobody_approved_is_executed_at_its_deadline() -> None:

@@ -29,10 +29,31 @@ class PlaceRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PreferredMachinesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     JOB_HANDLE_FIELD_NUMBER: _builtins.int
     TASK_INDEXES_FIELD_NUMBER: _builtins.int
     JOB_GENERATION_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    PREFERRED_MACHINES_FIELD_NUMBER: _builtins.int
     job_handle: _builtins.str
     """The job, `<entitlement>/<job name>`. The allocator reads its spec (resources, constraints,
     preferences) from the store.
@@ -51,6 +72,12 @@ class PlaceRequest(_message.Message):
         returned as they are.
         """
 
+    @_builtins.property
+    def preferred_machines(self) -> _containers.ScalarMap[_builtins.int, _builtins.str]:
+        """Task index -> the machine a move asked it to go to (a MOVE operation's target): the task
+        goes there if the machine still takes it under every rule, elsewhere if not.
+        """
+
     def __init__(
         self,
         *,
@@ -58,10 +85,11 @@ class PlaceRequest(_message.Message):
         task_indexes: _abc.Iterable[_builtins.int] | None = ...,
         job_generation: _builtins.int = ...,
         request_id: _builtins.str = ...,
+        preferred_machines: _abc.Mapping[_builtins.int, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_generation", b"job_generation", "job_handle", b"job_handle", "request_id", b"request_id", "task_indexes", b"task_indexes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_generation", b"job_generation", "job_handle", b"job_handle", "preferred_machines", b"preferred_machines", "request_id", b"request_id", "task_indexes", b"task_indexes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -639,3 +667,66 @@ class EphemeralStateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EphemeralStateResponse: _TypeAlias = EphemeralStateResponse  # noqa: Y015
+
+@_typing.final
+class SuggestRequest(_message.Message):
+    """Asks, read-only, where some tasks of a job would go if they were placed anew now: each as
+    one more task of the job, with its other tasks where they are (the listed ones still hold
+    their machines). The rebalancer's question before it proposes moves.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_HANDLE_FIELD_NUMBER: _builtins.int
+    TASK_INDEXES_FIELD_NUMBER: _builtins.int
+    job_handle: _builtins.str
+    """The job, `<entitlement>/<job name>`."""
+    @_builtins.property
+    def task_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The indexes of the tasks to place anew, planned together (each takes room from the next)."""
+
+    def __init__(
+        self,
+        *,
+        job_handle: _builtins.str = ...,
+        task_indexes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_handle", b"job_handle", "task_indexes", b"task_indexes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SuggestRequest: _TypeAlias = SuggestRequest  # noqa: Y015
+
+@_typing.final
+class SuggestResponse(_message.Message):
+    """Where the tasks would go. Every requested index is in exactly one of placements and unplaced;
+    nothing is committed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLACEMENTS_FIELD_NUMBER: _builtins.int
+    UNPLACED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Placement]:
+        """Tasks and the machine each would go to (possibly the one it is on)."""
+
+    @_builtins.property
+    def unplaced(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnplacedTask]:
+        """Tasks that would go nowhere, and why."""
+
+    def __init__(
+        self,
+        *,
+        placements: _abc.Iterable[Global___Placement] | None = ...,
+        unplaced: _abc.Iterable[Global___UnplacedTask] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["placements", b"placements", "unplaced", b"unplaced"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SuggestResponse: _TypeAlias = SuggestResponse  # noqa: Y015

@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class AllocatorStub:
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     def __init__(self, channel):
@@ -61,11 +61,16 @@ class AllocatorStub:
                 request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.SerializeToString,
                 response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.FromString,
                 _registered_method=True)
+        self.Suggest = channel.unary_unary(
+                '/tether.allocator.v1.Allocator/Suggest',
+                request_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestRequest.SerializeToString,
+                response_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestResponse.FromString,
+                _registered_method=True)
 
 
 class AllocatorServicer:
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     def Place(self, request, context):
@@ -106,6 +111,13 @@ class AllocatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Suggest(self, request, context):
+        """Where tasks of a job would go if placed anew now, read-only (the rebalancer's question).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AllocatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -134,6 +146,11 @@ def add_AllocatorServicer_to_server(servicer, server):
                     request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.FromString,
                     response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.SerializeToString,
             ),
+            'Suggest': grpc.unary_unary_rpc_method_handler(
+                    servicer.Suggest,
+                    request_deserializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestRequest.FromString,
+                    response_serializer=tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'tether.allocator.v1.Allocator', rpc_method_handlers)
@@ -143,8 +160,8 @@ def add_AllocatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Allocator:
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     @staticmethod
@@ -272,6 +289,33 @@ class Allocator:
             '/tether.allocator.v1.Allocator/EphemeralState',
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateRequest.SerializeToString,
             tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.EphemeralStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Suggest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tether.allocator.v1.Allocator/Suggest',
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestRequest.SerializeToString,
+            tether_dot_proto_dot_allocator_dot_v1_dot_allocator__pb2.SuggestResponse.FromString,
             options,
             channel_credentials,
             insecure,

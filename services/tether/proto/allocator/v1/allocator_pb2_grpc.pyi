@@ -32,8 +32,8 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AllocatorStub:
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     @_typing.overload
@@ -55,11 +55,13 @@ class AllocatorStub:
     """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
     GET /v1/resources), or the machines a proposed lower capacity would over-hold.
     """
+    Suggest: _grpc.UnaryUnaryMultiCallable[_allocator_pb2.SuggestRequest, _allocator_pb2.SuggestResponse]
+    """Where tasks of a job would go if placed anew now, read-only (the rebalancer's question)."""
 
 @_typing.type_check_only
 class AllocatorAsyncStub(AllocatorStub):
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -78,10 +80,12 @@ class AllocatorAsyncStub(AllocatorStub):
     """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
     GET /v1/resources), or the machines a proposed lower capacity would over-hold.
     """
+    Suggest: _aio.UnaryUnaryMultiCallable[_allocator_pb2.SuggestRequest, _allocator_pb2.SuggestResponse]  # type: ignore[assignment]
+    """Where tasks of a job would go if placed anew now, read-only (the rebalancer's question)."""
 
 class AllocatorServicer(metaclass=_abc_1.ABCMeta):
-    """Implemented by allocator replicas; called by the scheduler (and by the frontend for
-    Explain and EphemeralState).
+    """Implemented by allocator replicas; called by the scheduler (by the frontend for Explain and
+    EphemeralState, and by the rebalancer for Suggest).
     """
 
     @_abc_1.abstractmethod
@@ -128,5 +132,13 @@ class AllocatorServicer(metaclass=_abc_1.ABCMeta):
         """Reads the cluster state of an entitlement's ephemeral resources (the frontend's
         GET /v1/resources), or the machines a proposed lower capacity would over-hold.
         """
+
+    @_abc_1.abstractmethod
+    def Suggest(
+        self,
+        request: _allocator_pb2.SuggestRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_allocator_pb2.SuggestResponse, _abc.Awaitable[_allocator_pb2.SuggestResponse]]:
+        """Where tasks of a job would go if placed anew now, read-only (the rebalancer's question)."""
 
 def add_AllocatorServicer_to_server(servicer: AllocatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
