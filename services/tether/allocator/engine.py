@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,17 +15,11 @@ from pydantic import ValidationError
 from tether import metrics
 from tether.allocator.cache import ChoiceCache
 from tether.allocator.commit import Write, commit
-from tether.allocator.ephemeral import LabelState, label_state
 from tether.allocator.errors import (
-    CorruptRecord,
-    InvalidRequest,
     JobDeleting,
-    JobNotFound,
     StaleGeneration,
     TooManyConflicts,
-    UnknownEntitlement,
 )
-from tether.allocator.explain import Explanation, explain
 from tether.allocator.group_commit import (
     CaughtUp,
     GroupCommit,
@@ -35,14 +29,9 @@ from tether.allocator.group_commit import (
 )
 from tether.allocator.index import DECOMMISSIONED, FREE, NONE, AllocationIndex, Header
 from tether.allocator.orphans import OrphanSweep
-from tether.allocator.placement import Planner
-from tether.allocator.preemption import (
-    PreemptionCandidate,
-    PreemptionChoice,
-    choose_preemption,
-)
-from tether.model import Entitlement, Job, Task, from_json, parse_job_handle, problems_text
-from tether.model.ephemeral import EphemeralResource
+from tether.allocator.questions import Questions
+from tether.allocator.requests import JobReader, check_in_range, check_unique, parse_handle
+from tether.model import Task, from_json
 from tether.store import Delete, Store, keys, mod_revision_is
 
 RowTasks = dict[int, list[int]]
@@ -68,15 +57,6 @@ class EngineStats:
     machines_returned: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Suggestion:
-    """Where tasks would go if placed anew (task index -> machine id), and why the others
-    would go nowhere."""
-
-    machines: dict[int, str]
-    unplaced: dict[int, str]
 
 
 class Engine:
@@ -107,6 +87,7 @@ class Engine:
         self._idle_return_s = idle_return_s
         self._writer = writer
         self._caught_up = caught_up
+        self.jobs = JobReader(store, index)
         self.cache = ChoiceCache(writer)
         index.listeners.append(self.cache)
         self._writing = asyncio.Lock()
@@ -120,6 +101,8 @@ class Engine:
             caught_up=caught_up,
             resources_caught_up=resources_caught_up,
         )
+        self.questions = Questions(index, self.cache, self.jobs, caught_up)
+        """The read-only requests, on the same index and cache."""
         self._orphans = OrphanSweep(store, index, self.remove_unclaimed)
         self._responses: OrderedDict[str, PlaceResult] = OrderedDict()
         self._places = 0
@@ -150,11 +133,11 @@ class Engine:
     ) -> PlaceResult:
         """Places the tasks `indexes` of the job at `generation` and commits the placements;
         a task `preferred` names a machine for goes there if the machine still takes it."""
-        _check_unique(indexes)
+        check_unique(indexes)
         remembered = self._remembered(request_id)
         if remembered is not None:
             return remembered
-        job = await self._read_job(job_handle)
+        job = await self.jobs.job(job_handle)
         if job.generation != generation:
             raise StaleGeneration(
                 f"job {job_handle} is at generation {job.generation} in the store, "
@@ -162,12 +145,12 @@ class Engine:
             )
         if job.deleting:
             raise JobDeleting(f"job {job_handle} is being deleted; its tasks are not placed")
-        _check_in_range(job, indexes)
+        check_in_range(job, indexes)
         remembered = self._remembered(request_id)
         if remembered is not None:
             # Another call with this id finished while the job was read.
             return remembered
-        entitlement = await self._entitlement(job)
+        entitlement = await self.jobs.entitlement(job)
         request = PlaceRequest(
             job,
             entitlement,
@@ -195,7 +178,7 @@ class Engine:
         """Removes tasks of the job (all of them when `indexes` is empty) from their machines,
         a task held on two machines from both; returns how many tasks were removed. With
         `return_emptied`, a machine left empty goes back to the free pool at once."""
-        _check_unique(indexes)
+        check_unique(indexes)
         async with self._writing:
             return await self._remove(
                 job_handle,
@@ -249,7 +232,7 @@ class Engine:
         one of `guards` (key -> mod revision, 0: missing) moved; returns how many tasks were
         removed. A machine left empty starts its idle period, or with `return_emptied` goes
         back to the free pool."""
-        entitlement_name, job_name = _parse(job_handle)
+        entitlement_name, job_name = parse_handle(job_handle)
         index = self._index
         for _ in range(self._max_attempts):
             by_row = choose()
@@ -289,7 +272,7 @@ class Engine:
 
     async def _machine_of(self, job_handle: str, task: int) -> str | None:
         """The machine the task's record names (None: none, or no readable record)."""
-        entitlement_name, job_name = _parse(job_handle)
+        entitlement_name, job_name = parse_handle(job_handle)
         kv = await self._store.get(keys.task(entitlement_name, job_name, task))
         if kv is None:
             return None
@@ -308,68 +291,6 @@ class Engine:
             for task, machine in machines.items()
             if task in wanted and machine in row_of
         }
-
-    async def suggest(self, job_handle: str, indexes: Sequence[int]) -> Suggestion:
-        """Where the tasks `indexes` of the job would go if placed anew now, read-only: each as
-        one more task of the job, its other tasks where they are."""
-        _check_unique(indexes)
-        job = await self._read_job(job_handle)
-        _check_in_range(job, indexes)
-        entitlement = await self._entitlement(job)
-        moving = set(indexes)
-        others = {
-            task: row for task, row in self._index.held(job.handle).items() if task not in moving
-        }
-        choice = Planner(self._index, self.cache, job, entitlement).choose(indexes, others)
-        ids = self._index.ids
-        return Suggestion(
-            {task: ids[row] for task, row in choice.placements.items()}, choice.unplaced
-        )
-
-    async def explain(self, job_handle: str) -> Explanation:
-        """Why one more task of the job would go where it would, or why it cannot go anywhere."""
-        job = await self._read_job(job_handle)
-        entitlement = await self._entitlement(job)
-        return explain(Planner(self._index, self.cache, job, entitlement))
-
-    async def check_preemption(
-        self,
-        job_handle: str,
-        indexes: Sequence[int],
-        candidates: Sequence[PreemptionCandidate],
-        budget: int,
-    ) -> PreemptionChoice:
-        """Which candidates must stop for the job's tasks `indexes` to be placed, at most
-        `budget` tasks stopped (`preemption.choose_preemption`)."""
-        _check_unique(indexes)
-        for candidate in candidates:
-            _parse(candidate.job)
-        job = await self._read_job(job_handle)
-        _check_in_range(job, indexes)
-        entitlement = await self._entitlement(job)
-        return choose_preemption(
-            self._index, self.cache, job, entitlement, indexes, candidates, budget
-        )
-
-    async def ephemeral_state(
-        self,
-        entitlement: str,
-        records: Sequence[EphemeralResource],
-        *,
-        over_held: bool,
-        min_revision: int,
-        limit: int,
-    ) -> list[LabelState]:
-        """Per record, its machines' capacity and what the entitlement's tasks hold there
-        (`ephemeral.label_state`), once the index shows allocations up to `min_revision`."""
-        if min_revision:
-            await catch_up(self._caught_up, min_revision)
-        return [
-            label_state(
-                self._index, entitlement, record.label, record, over_held=over_held, limit=limit
-            )
-            for record in records
-        ]
 
     async def delete_expired(self, now: datetime) -> int:
         """Deletes the ephemeral resources whose expiry passed (unless set again meanwhile);
@@ -417,57 +338,3 @@ class Engine:
 
     def _remembered(self, request_id: str) -> PlaceResult | None:
         return self._responses.get(request_id) if request_id else None
-
-    async def _read_job(self, job_handle: str) -> Job:
-        entitlement_name, job_name = _parse(job_handle)
-        kv = await self._store.get(keys.job(entitlement_name, job_name))
-        if kv is None:
-            raise JobNotFound(f"job {job_handle} not found")
-        try:
-            return from_json(Job, kv.value, stored=True)
-        except ValidationError as error:
-            raise CorruptRecord(
-                f"the record of job {job_handle} is not valid: {problems_text(error)}"
-            ) from None
-
-    async def _entitlement(self, job: Job) -> Entitlement:
-        name = job.spec.entitlement
-        known = self._index.entitlement(name)
-        if known is not None:
-            return known
-        # The feed may not have seen an entitlement created a moment ago.
-        kv = await self._store.get(keys.entitlement(name))
-        if kv is None:
-            raise UnknownEntitlement(f"entitlement {name} of job {job.handle} does not exist")
-        try:
-            return from_json(Entitlement, kv.value, stored=True)
-        except ValidationError as error:
-            raise CorruptRecord(
-                f"the record of entitlement {name} is not valid: {problems_text(error)}"
-            ) from None
-
-
-def _parse(job_handle: str) -> tuple[str, str]:
-    try:
-        return parse_job_handle(job_handle)
-    except ValueError as error:
-        raise InvalidRequest(str(error)) from None
-
-
-def _check_unique(indexes: Sequence[int]) -> None:
-    repeated = sorted(index for index, seen in Counter(indexes).items() if seen > 1)
-    if repeated:
-        raise InvalidRequest(f"task indexes {_listed(repeated)} are given more than once")
-
-
-def _check_in_range(job: Job, indexes: Sequence[int]) -> None:
-    too_high = [index for index in indexes if index >= job.spec.count]
-    if too_high:
-        raise InvalidRequest(
-            f"task indexes {_listed(too_high)} are out of range: job {job.handle} has "
-            f"{job.spec.count} tasks (0 to {job.spec.count - 1})"
-        )
-
-
-def _listed(indexes: Sequence[int]) -> str:
-    return ", ".join(map(str, indexes))

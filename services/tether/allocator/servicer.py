@@ -104,7 +104,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
         context: grpc.aio.ServicerContext[pb.CheckPreemptionRequest, pb.CheckPreemptionResponse],
     ) -> pb.CheckPreemptionResponse:
         try:
-            choice = await self._engine.check_preemption(
+            choice = await self._engine.questions.check_preemption(
                 request.job_handle,
                 list(request.task_indexes),
                 [
@@ -126,7 +126,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
     ) -> pb.SuggestResponse:
         try:
             indexes = list(request.task_indexes)
-            suggestion = await self._engine.suggest(request.job_handle, indexes)
+            suggestion = await self._engine.questions.suggest(request.job_handle, indexes)
         except Exception as error:
             await _abort(context, error)
         return pb.SuggestResponse(
@@ -148,7 +148,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
         context: grpc.aio.ServicerContext[pb.ExplainRequest, pb.ExplainResponse],
     ) -> pb.ExplainResponse:
         try:
-            result = await self._engine.explain(request.job_handle)
+            result = await self._engine.questions.explain(request.job_handle)
         except Exception as error:
             await _abort(context, error)
         return pb.ExplainResponse(
@@ -185,7 +185,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):
     ) -> pb.EphemeralStateResponse:
         try:
             records = [_ephemeral_record(request.entitlement, value) for value in request.records]
-            labels = await self._engine.ephemeral_state(
+            labels = await self._engine.questions.ephemeral_state(
                 request.entitlement,
                 records,
                 over_held=request.over_held,
