@@ -1,0 +1,1 @@
+"""The rebalancer: improves placement over time by moving tasks through TaskControl."""

@@ -1,0 +1,1 @@
+"""The rebalancer's strategies: one module each, listed in `registry`."""
