@@ -19,9 +19,9 @@ from tether.model import RegionConfig, from_json
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.admission.queues import Decision
 from tether.scheduler.allocator_client import AllocatorClient, PreemptionCheck
-from tether.scheduler.election import Fence
 from tether.scheduler.state import ShardState
 from tether.store import Store, keys, open_store
+from tether.store.election import Fence
 
 
 class StallingDecider(Decider):

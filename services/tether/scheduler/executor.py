@@ -15,7 +15,6 @@ from tether.model import ControlStatus, OperationKind, from_json, parse_job_hand
 from tether.model.admission import AdmissionState
 from tether.model.ephemeral import EphemeralResource
 from tether.scheduler.allocator_client import Allocator, AllocatorError
-from tether.scheduler.election import Fence
 from tether.scheduler.plan import JobView, OperationWrite, Plan, Stored, TaskWrite
 from tether.scheduler.reconciler import placement_writes, request_id, unplaced_writes
 from tether.store import (
@@ -31,6 +30,7 @@ from tether.store import (
     keys,
     mod_revision_is,
 )
+from tether.store.election import Fence
 
 _log = logging.getLogger(__name__)
 

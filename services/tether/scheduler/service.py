@@ -24,7 +24,6 @@ from tether.model import (
 )
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.allocator_client import AllocatorClient, AllocatorError
-from tether.scheduler.election import Election, Leadership
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, Outcome
 from tether.scheduler.plan import OperationWrite
 from tether.scheduler.reconciler import plan_job
@@ -39,6 +38,7 @@ from tether.scheduler.taskcontrol import (
 )
 from tether.service import Service
 from tether.store import Put, Store, StoreError, keys
+from tether.store.election import Election, ElectionKeys, Leadership
 
 _log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Scheduler(Service):
         self._settings = settings or SchedulerSettings()
         self.election = Election(
             store,
-            shard,
+            ElectionKeys.of_shard(shard),
             self._settings.lease_ttl_s,
             identity,
             liveness_host=self._settings.liveness_host,

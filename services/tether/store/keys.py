@@ -258,10 +258,6 @@ def shard_leader(shard_id: str) -> str:
     return _join(SHARD_LEADERS, shard_id)
 
 
-def shard_replica(shard_id: str, identity: str) -> str:
-    return _join(SHARD_REPLICAS, shard_id, identity)
-
-
 def shard_replicas(shard_id: str) -> str:
     """The prefix of every replica record of one shard."""
     return _join(SHARD_REPLICAS, shard_id) + "/"

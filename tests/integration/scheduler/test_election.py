@@ -16,12 +16,12 @@ import pytest
 from tests.support.waiting import eventually
 from tether.model import ShardLeader, ShardReplica, Task, from_json
 from tether.scheduler.allocator_client import PlaceResult
-from tether.scheduler.election import Election
 from tether.scheduler.executor import Executor, NotLeader, NotOwner, OwnedAt
 from tether.scheduler.plan import TaskWrite
 from tether.scheduler.service import Scheduler
 from tether.scheduler.settings import SchedulerSettings
 from tether.store import Store, keys, open_store
+from tether.store.election import Election, ElectionKeys
 
 SHARD = "shard-0"
 LEADER_KEY = keys.shard_leader(SHARD)
@@ -185,8 +185,8 @@ def pending_task() -> Task:
 
 
 async def test_a_deposed_leaders_writes_are_fenced(store: Store) -> None:
-    old = Election(store, SHARD, STEADY_TTL_S, identity="old")
-    new = Election(store, SHARD, STEADY_TTL_S, identity="new")
+    old = Election(store, ElectionKeys.of_shard(SHARD), STEADY_TTL_S, identity="old")
+    new = Election(store, ElectionKeys.of_shard(SHARD), STEADY_TTL_S, identity="new")
     try:
         old_term = await old.campaign()
         campaign = asyncio.create_task(new.campaign())
@@ -228,7 +228,7 @@ async def map_entitlement(store: Store, entitlement: str, shard: str) -> OwnedAt
 
 
 async def test_writes_for_a_moved_entitlement_are_fenced(store: Store) -> None:
-    election = Election(store, SHARD, STEADY_TTL_S, identity="leader")
+    election = Election(store, ElectionKeys.of_shard(SHARD), STEADY_TTL_S, identity="leader")
     try:
         term = await election.campaign()
         owned_at = await map_entitlement(store, "ads", SHARD)
@@ -252,8 +252,8 @@ async def test_writes_for_a_moved_entitlement_are_fenced(store: Store) -> None:
 
 
 async def test_every_replica_is_announced_and_a_deposed_leader_knows_it(store: Store) -> None:
-    first = Election(store, SHARD, STEADY_TTL_S, identity="first")
-    second = Election(store, SHARD, STEADY_TTL_S, identity="second")
+    first = Election(store, ElectionKeys.of_shard(SHARD), STEADY_TTL_S, identity="first")
+    second = Election(store, ElectionKeys.of_shard(SHARD), STEADY_TTL_S, identity="second")
     try:
         term = await first.campaign()
         campaign = asyncio.create_task(second.campaign())

@@ -20,7 +20,6 @@ from tether.scheduler.admission.queued import QueuedJob
 from tether.scheduler.admission.queues import AdmissionQueues, Decision
 from tether.scheduler.admission.status import set_gauges, tree_statuses
 from tether.scheduler.allocator_client import AllocatorError, PreemptionCheck
-from tether.scheduler.election import Fence
 from tether.scheduler.executor import NotLeader
 from tether.scheduler.state import ShardState
 from tether.store import (
@@ -35,6 +34,7 @@ from tether.store import (
     keys,
     mod_revision_is,
 )
+from tether.store.election import Fence
 
 _log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 from tests.support.waiting import eventually
-from tether.scheduler.liveness import until_dead
+from tether.store.liveness import until_dead
 
 # The child prints its socket's address, then a line for every connection it accepts.
 CHILD = """
 import asyncio
-from tether.scheduler.liveness import LivenessSocket
+from tether.store.liveness import LivenessSocket
 
 async def main():
     socket = LivenessSocket("127.0.0.1")

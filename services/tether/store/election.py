@@ -1,4 +1,5 @@
-"""Leader election of one shard: the leader key lives on the leader's lease."""
+"""Leader election among the replicas of a scheduler shard or of the rebalancer: the leader key
+lives on the leader's lease."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from pydantic import ValidationError
 
 from tether.aio import cancel_and_wait, first_of
 from tether.model import ShardLeader, ShardReplica, from_json, to_json
-from tether.scheduler.liveness import LivenessSocket, until_dead
-from tether.store import (
+from tether.store import keys
+from tether.store.base import (
     CompactedError,
     Compare,
     EventType,
@@ -30,10 +31,10 @@ from tether.store import (
     TxnResult,
     WatchEvent,
     key_missing,
-    keys,
     value_is,
 )
 from tether.store.lease import LeaseKeeper
+from tether.store.liveness import LivenessSocket, until_dead
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +44,23 @@ _RETRY_S = 0.5
 def new_identity() -> str:
     """`<hostname>:<pid>:<random>`: unique per process lifetime, readable in the leader key."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionKeys:
+    """Where an election keeps its records: what the leader leads (in records and logs), the
+    leader key, and the prefix of every replica's record."""
+
+    group: str
+    leader: str
+    replicas: str
+
+    @classmethod
+    def of_shard(cls, shard: str) -> ElectionKeys:
+        return cls(shard, keys.shard_leader(shard), keys.shard_replicas(shard))
+
+    def replica(self, identity: str) -> str:
+        return self.replicas + identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +92,8 @@ class Leadership:
 
 
 class Election:
-    """Campaigns for `shards/leaders/<shard>` until this replica holds it.
+    """Campaigns for the leader key (`shards/leaders/<shard>` of a shard) until this replica
+    holds it.
 
     The standby keeps a lease of its own and watches the key: when the key is deleted (the
     leader's lease lapsed or was revoked) it tries to create it again at once. It also holds a
@@ -82,22 +101,24 @@ class Election:
     leader's process is gone: a `kill -9` costs a failover of milliseconds, not the rest of a
     lease (a leader that hangs, or whose host dies, is still replaced when its lease lapses).
     Every replica,
-    leading or not, announces itself under `shards/replicas/<shard>/` on the same lease, so an
-    operator sees the standbys and a failover knows there is one to hand over to.
+    leading or not, announces itself under the replicas' prefix (`shards/replicas/<shard>/`)
+    on the same lease, so an operator sees the standbys and a failover knows there is one to
+    hand over to.
     """
 
     def __init__(
         self,
         store: Store,
-        shard: str,
+        where: ElectionKeys,
         ttl_s: int,
         identity: str | None = None,
         *,
         liveness_host: str = "127.0.0.1",
     ) -> None:
         self._store = store
-        self.shard = shard
-        self.key = keys.shard_leader(shard)
+        self._where = where
+        self.shard = where.group
+        self.key = where.leader
         self.identity = identity or new_identity()
         self._ttl_s = ttl_s
         self._keeper: LeaseKeeper | None = None
@@ -154,7 +175,7 @@ class Election:
         now = datetime.now(UTC)
         replica = ShardReplica(shard=self.shard, identity=self.identity, pid=os.getpid(), since=now)
         await self._store.put(
-            keys.shard_replica(self.shard, self.identity), to_json(replica), lease=keeper.lease
+            self._where.replica(self.identity), to_json(replica), lease=keeper.lease
         )
         if defer_s:
             await first_of(asyncio.sleep(defer_s), keeper.lost.wait())
