@@ -11,13 +11,9 @@ from itertools import groupby
 
 from pydantic import ValidationError
 
+from tether.allocator_calls import AllocatorRefused, AllocatorUnavailable
 from tether.frontend import records
-from tether.frontend.allocators import (
-    AllocatorRefused,
-    Allocators,
-    AllocatorUnavailable,
-    refusal_problem,
-)
+from tether.frontend.allocators import Allocators, refusal_problem
 from tether.frontend.problems import (
     Conflict,
     NotFound,

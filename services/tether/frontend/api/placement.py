@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from tether.frontend.allocators import AllocatorRefused, AllocatorUnavailable, refusal_problem
+from tether.allocator_calls import AllocatorRefused, AllocatorUnavailable
+from tether.frontend.allocators import refusal_problem
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import AllocatorsDep
