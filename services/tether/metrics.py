@@ -180,6 +180,37 @@ BROKER_HARVEST_LOST: Final = Counter(
     "tether_broker_harvest_lost_tasks_total",
     "Tasks still on a harvest machine when its eviction was due: the host took them down.",
 )
+REBALANCER_ROUNDS: Final = Counter(
+    "tether_rebalancer_rounds_total",
+    "Rounds the rebalancer's leader made, by outcome: done, or failed (no allocator answered, "
+    "the store failed).",
+    ["outcome"],
+)
+REBALANCER_MOVES: Final = Counter(
+    "tether_rebalancer_moves_total",
+    "Moves the rebalancer proposed as MOVE operations, by strategy (dry runs propose none).",
+    ["strategy"],
+)
+REBALANCER_WITHDRAWN: Final = Counter(
+    "tether_rebalancer_moves_withdrawn_total",
+    "Moves of the rebalancer withdrawn after waiting for approval longer than its move timeout.",
+)
+REBALANCER_DEFERRED: Final = Counter(
+    "tether_rebalancer_deferred_total",
+    "Groups of tasks a round did not move, by reason (no-better-machine, no-gain, "
+    "worsens-<strategy>, does-not-fit, limit-per-job, limit-per-minute, moved-this-round).",
+    ["reason"],
+)
+REBALANCER_MEASURE: Final = Gauge(
+    "tether_rebalancer_measure",
+    "Each strategy's measure of the region as the last round read it (lower is better).",
+    ["strategy"],
+)
+REBALANCER_GAIN: Final = Gauge(
+    "tether_rebalancer_expected_gain",
+    "How much the last round's moves are expected to lower each strategy's measure.",
+    ["strategy"],
+)
 BROKER_MACHINES_RECORDED: Final = Counter(
     "tether_broker_machines_recorded_total",
     "Machine records the broker created (new) or updated (inventory) from heartbeats.",

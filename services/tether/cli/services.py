@@ -22,6 +22,7 @@ SERVICE_COMMANDS: Final = {
     "broker": "tether.cli.broker:broker",
     "frontend": "tether.cli.frontend:frontend",
     "health": "tether.cli.health:health",
+    "rebalancer": "tether.cli.rebalancer:rebalancer",
     "registry": "tether.cli.registry:registry",
     "scheduler": "tether.cli.scheduler:scheduler",
 }

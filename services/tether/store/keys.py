@@ -47,6 +47,9 @@ ALLOCATORS = ROOT + "allocators/"  # replica id -> AllocatorEndpoint, bound to i
 BROKERS = ROOT + "brokers/"  # <dc>/<instance> -> BrokerRegistration, bound to its lease
 REGION = ROOT + "region/"  # "config" -> RegionConfig
 PRINCIPALS = ROOT + "principals/"  # sha256(token) -> PrincipalRecord
+# "leader" -> ShardLeader (group "rebalancer"), on its lease; "replicas/<identity>" -> its
+# ShardReplica, on its lease; "runs/<id>" -> RebalanceRun
+REBALANCER = ROOT + "rebalancer/"
 
 ALL_PREFIXES: tuple[str, ...] = (
     MACHINES,
@@ -78,6 +81,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     BROKERS,
     REGION,
     PRINCIPALS,
+    REBALANCER,
 )
 
 
@@ -86,6 +90,24 @@ def _join(prefix: str, *segments: str) -> str:
         if not segment or "/" in segment:
             raise ValueError(f"key segment {segment!r} must be non-empty and contain no '/'")
     return prefix + "/".join(segments)
+
+
+def rebalancer_leader() -> str:
+    return REBALANCER + "leader"
+
+
+def rebalancer_replicas() -> str:
+    """The prefix of every rebalancer replica's record."""
+    return REBALANCER + "replicas/"
+
+
+def rebalance_runs() -> str:
+    """The prefix of every rebalancer run."""
+    return REBALANCER + "runs/"
+
+
+def rebalance_run(run_id: str) -> str:
+    return _join(rebalance_runs(), run_id)
 
 
 def machine(machine_id: str) -> str:

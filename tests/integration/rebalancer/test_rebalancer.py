@@ -1,0 +1,214 @@
+"""The rebalancer service on a real store, asking a real allocator over gRPC: runs planned and
+carried out, moves proposed as MOVE operations, stale ones withdrawn, failover."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.support.allocations import put_allocation
+from tests.support.allocator_builders import entitlement, job, machine, put_job
+from tests.support.waiting import eventually
+from tether.allocator.service import Allocator
+from tether.allocator.settings import AllocatorSettings
+from tether.model import (
+    Allocation,
+    OperationKind,
+    OperationState,
+    Resources,
+    Task,
+    TaskOperation,
+    TaskState,
+    TaskStatus,
+    from_json,
+    to_json,
+)
+from tether.model.rebalance import RebalanceRun, RunState
+from tether.rebalancer.service import Rebalancer
+from tether.rebalancer.settings import RebalancerSettings
+from tether.store import Store, keys, open_store
+
+SMALL = 512
+"""MiB of each task: an eighth of a machine, which leaves both machines all but idle."""
+
+
+async def run_task(store: Store, handle: str, machine_id: str) -> None:
+    """Task 0 of the job, placed on the machine and running there, as the scheduler and the
+    agent would have written it."""
+    entitlement_name, name = handle.split("/")
+    now = datetime.now(UTC)
+    task = Task(
+        job=handle,
+        index=0,
+        generation=1,
+        attempt=1,
+        machine=machine_id,
+        state=TaskState.RUNNING,
+        version="1.0",
+        updated_at=now,
+    )
+    status = TaskStatus(
+        job=handle,
+        index=0,
+        machine=machine_id,
+        attempt=1,
+        state=TaskState.RUNNING,
+        updated_at=now,
+    )
+    await put_allocation(
+        store,
+        Allocation(machine=machine_id, entitlement=entitlement_name),
+        {f"{handle}/0": Resources(cpu=500, memory_mib=SMALL)},
+    )
+    await store.put(keys.task(entitlement_name, name, 0), to_json(task))
+    await store.put(keys.task_status(entitlement_name, name, 0), to_json(status))
+
+
+@pytest.fixture
+async def region(store: Store) -> Store:
+    """Machines m0-m3 of 4 GiB in one MSB; jobs ads/a on m0 and ads/b on m1, one task of 512 MiB
+    each: emptying m1 into m0 leaves ads one machine busy instead of two all but idle."""
+    for n in range(4):
+        machine_id = f"m{n}"
+        await store.put(keys.machine(machine_id), to_json(machine(machine_id, msb="msb0")))
+        await store.put(keys.allocation(machine_id), to_json(Allocation(machine=machine_id)))
+    await store.put(keys.entitlement("ads"), to_json(entitlement()))
+    for name, machine_id in (("a", "m0"), ("b", "m1")):
+        await put_job(store, job(name, count=1, memory=SMALL))
+        await run_task(store, f"ads/{name}", machine_id)
+    return store
+
+
+@pytest.fixture
+async def allocator(region: Store, store_url: str) -> AsyncIterator[Allocator]:
+    service = Allocator(open_store(store_url), AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+def rebalancer(store_url: str, **settings: object) -> Rebalancer:
+    return Rebalancer(
+        open_store(store_url),
+        RebalancerSettings(lease_ttl_s=2, **settings),  # type: ignore[arg-type]
+    )
+
+
+async def ask(store: Store, *, dry_run: bool, strategies: list[str] | None = None) -> str:
+    """A pending run, as the frontend writes one; returns its id."""
+    now = datetime.now(UTC)
+    run = RebalanceRun(
+        id=str(uuid.uuid4()),
+        dry_run=dry_run,
+        strategies=strategies or [],
+        requested_by="admin",
+        created_at=now,
+        updated_at=now,
+    )
+    await store.put(keys.rebalance_run(run.id), to_json(run))
+    return run.id
+
+
+async def finished(store: Store, run_id: str) -> RebalanceRun:
+    async def read() -> RebalanceRun | None:
+        kv = await store.get(keys.rebalance_run(run_id))
+        run = None if kv is None else from_json(RebalanceRun, kv.value, stored=True)
+        return run if run is not None and run.state is not RunState.PENDING else None
+
+    return await eventually(read, what=f"run {run_id} carried out")
+
+
+async def moves_of(store: Store, name: str) -> list[TaskOperation]:
+    found = await store.range(keys.operations_of("ads", name))
+    return [from_json(TaskOperation, kv.value, stored=True) for kv in found.kvs]
+
+
+async def test_a_dry_run_plans_the_moves_and_their_gain_and_proposes_none(
+    region: Store, allocator: Allocator, store_url: str
+) -> None:
+    service = rebalancer(store_url)
+    await service.start()
+    try:
+        run = await finished(region, await ask(region, dry_run=True))
+    finally:
+        await service.stop()
+    assert run.state is RunState.DONE, run.message
+    assert [(m.job, m.source, m.target, m.strategy, m.operation) for m in run.moves] == [
+        ("ads/b", "m1", "m0", "idle", None)
+    ]
+    assert (run.before["idle"], run.after["idle"]) == (2, 0)
+    assert run.before["stranded"] - run.after["stranded"] == pytest.approx(1.0)
+    assert await moves_of(region, "b") == []
+
+
+async def test_a_run_proposes_each_move_as_an_operation_for_the_controller(
+    region: Store, allocator: Allocator, store_url: str
+) -> None:
+    service = rebalancer(store_url)
+    await service.start()
+    try:
+        run = await finished(region, await ask(region, dry_run=False, strategies=["idle"]))
+    finally:
+        await service.stop()
+    [move] = run.moves
+    [operation] = await moves_of(region, "b")
+    assert move.operation == operation.id
+    assert operation.kind is OperationKind.MOVE
+    assert operation.state is OperationState.PENDING_APPROVAL
+    assert (operation.tasks, operation.attempt, operation.target_machine) == ([0], 1, "m0")
+    assert operation.deadline is None, "only an approval moves it"
+    assert operation.reason.startswith("rebalance (idle): m1 of ads is 12% used")
+    assert list(run.before) == ["idle"], "the strategies the run named, only"
+
+
+async def test_a_move_nobody_approved_in_time_is_withdrawn_by_a_later_round(
+    region: Store, allocator: Allocator, store_url: str
+) -> None:
+    service = rebalancer(store_url, move_timeout_s=0.2)
+    await service.start()
+    try:
+        first = await finished(region, await ask(region, dry_run=False, strategies=["idle"]))
+        assert first.moves[0].operation is not None
+        await asyncio.sleep(0.3)  # the move's time to be approved runs out
+        second = await finished(region, await ask(region, dry_run=False, strategies=["idle"]))
+    finally:
+        await service.stop()
+    assert await moves_of(region, "b") == [], "withdrawn"
+    # The round read the move open: ads/b may not move in it, and ads/a stays where it is.
+    assert (second.moves, second.deferred) == ([], {"no-better-machine": 1})
+
+
+async def test_without_an_allocator_a_run_fails_and_says_why(region: Store, store_url: str) -> None:
+    service = rebalancer(store_url)
+    await service.start()
+    try:
+        run = await finished(region, await ask(region, dry_run=True))
+    finally:
+        await service.stop()
+    assert run.state is RunState.FAILED
+    assert "no allocator is registered" in run.message
+
+
+async def test_a_standby_takes_over_and_carries_out_the_runs(
+    region: Store, allocator: Allocator, store_url: str
+) -> None:
+    first, second = rebalancer(store_url), rebalancer(store_url)
+    await first.start()
+    await first.leading.wait()
+    await second.start()
+    try:
+        await eventually(lambda: second.election.stood_by > 0, what="the second stands by")
+        await first.stop()
+        await eventually(second.leading.is_set, what="the standby leads")
+        run = await finished(region, await ask(region, dry_run=True))
+        assert run.state is RunState.DONE
+        assert second.rounds == 1
+    finally:
+        await first.stop()
+        await second.stop()
