@@ -18,6 +18,7 @@ from tether.cli import (
     maintenance,
     profiles,
     queues,
+    rebalance,
     resources,
     shards,
     status,
@@ -78,6 +79,7 @@ app.add_typer(maintenance.app, name="maintenance")
 app.add_typer(profiles.app, name="profile")
 app.add_typer(resources.app, name="resource")
 app.add_typer(shards.app, name="shard")
+app.add_typer(rebalance.app, name="rebalance")
 app.command("status")(status.status)
 app.command("up")(region_commands.up)
 app.command("down")(region_commands.down)

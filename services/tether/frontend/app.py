@@ -24,6 +24,7 @@ from tether.frontend.api import (
     metrics,
     placement,
     queues,
+    rebalance,
     region,
     resources,
     shards,
@@ -63,6 +64,7 @@ ROUTERS: Final = tuple(
         region,
         admin,
         shards,
+        rebalance,
     )
 )
 

@@ -29,6 +29,7 @@ from tether.sdk.views import (
     PlacementView,
     PrincipalToken,
     QueueView,
+    RebalanceRunView,
     RegionView,
     ResourceStateView,
     ShardDetailView,
@@ -361,6 +362,19 @@ class TetherClient:
     def drain_shard(self, shard: str) -> ShardDrainView:
         """Admin: move all of the shard's entitlements away; it takes no new ones."""
         return _view(ShardDrainView, self._request("POST", f"/admin/shards/{shard}/drain"))
+
+    def ask_rebalance(self, *, dry_run: bool, strategies: list[str]) -> RebalanceRunView:
+        """Admin: ask the rebalancer for a round: a plan (`dry_run`) or moves proposed."""
+        body = {"dry_run": dry_run, "strategies": strategies}
+        return _view(RebalanceRunView, self._request("POST", "/admin/rebalance/runs", json=body))
+
+    def get_rebalance(self, run_id: str) -> RebalanceRunView:
+        """Admin: a rebalancer run, pending, done or failed."""
+        return _view(RebalanceRunView, self._request("GET", f"/admin/rebalance/runs/{run_id}"))
+
+    def list_rebalances(self) -> list[RebalanceRunView]:
+        """Admin: the rebalancer runs kept, newest first."""
+        return _views(RebalanceRunView, self._request("GET", "/admin/rebalance/runs"), "runs")
 
     def create_principal(self, name: str, roles: list[str]) -> PrincipalToken:
         """Admin: create a principal; the answer holds its token, shown only this once."""

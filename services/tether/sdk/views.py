@@ -268,6 +268,37 @@ class ShardFailoverView(View):
     standbys: list[ReplicaView]
 
 
+class RebalanceMoveView(View):
+    """A task a rebalancer run moves (or would, in a dry run), and the operation proposed."""
+
+    job: str
+    index: int
+    source: str
+    target: str
+    strategy: str
+    why: str
+    operation: str | None = None
+
+
+class RebalanceRunView(View):
+    """A rebalancer run: pending, done (its moves, each strategy's measure before and after),
+    or failed (`message`)."""
+
+    id: str
+    dry_run: bool
+    strategies: list[str]
+    requested_by: str
+    state: str
+    created_at: datetime
+    updated_at: datetime
+    moves: list[RebalanceMoveView]
+    before: dict[str, float]
+    after: dict[str, float]
+    gains: dict[str, float]
+    deferred: dict[str, int]
+    message: str
+
+
 class AllocatorView(View):
     """A live allocator replica."""
 

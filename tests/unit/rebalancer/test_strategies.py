@@ -17,6 +17,7 @@ from tether.model import (
     TaskOperation,
 )
 from tether.model.machine import Harvest
+from tether.model.rebalance import STRATEGY_NAMES
 from tether.rebalancer.strategies.hot_msbs import HotMsbs
 from tether.rebalancer.strategies.idle_machines import IdleMachines
 from tether.rebalancer.strategies.left_behind import LeftBehind
@@ -140,6 +141,7 @@ def test_tasks_left_on_draining_or_shrunken_machines_are_proposed_one_by_one() -
 def test_the_registry_names_each_strategy_once_under_its_own_name() -> None:
     view = region(1, [])
     assert list(STRATEGIES) == ["left-behind", "spread", "idle", "stranded", "hot-msbs"]
+    assert tuple(STRATEGIES) == STRATEGY_NAMES, "what runs and settings may name"
     for name, make in STRATEGIES.items():
         strategy = make(view)
         assert strategy.name == name

@@ -54,6 +54,9 @@ ROUTES: Final[tuple[tuple[type[View], str, str, str | None], ...]] = (
     (views.PrincipalToken, "post", "/admin/principals", None),
     (views.EphemeralResourceView, "post", "/v1/resources", None),
     (views.ResourceStateView, "get", "/v1/resources", "resources"),
+    (views.RebalanceRunView, "post", "/admin/rebalance/runs", None),
+    (views.RebalanceRunView, "get", "/admin/rebalance/runs/{run_id}", None),
+    (views.RebalanceRunView, "get", "/admin/rebalance/runs", "runs"),
 )
 """Each view the client returns, with the route it reads it from and, for a list, the key of
 the list in the answer."""
