@@ -182,6 +182,9 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
         ProcessSpec(f"broker-{dc}", "broker", ["broker", "--dc", dc, *common]) for dc in DATACENTERS
     ]
     specs.append(ProcessSpec("health", "health", ["health", *common]))
+    # On request only (`tether rebalance run`): moves are an operator's call until asked for
+    # continuously (TETHER_REBALANCER_CONTINUOUS).
+    specs.append(ProcessSpec("rebalancer", "rebalancer", ["rebalancer", *common]))
     specs += [
         ProcessSpec(
             f"scheduler-{shard}-{replica}", "scheduler", ["scheduler", "--shard", shard, *common]

@@ -21,11 +21,12 @@ _log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 15.0
 
-# Stop order, in phases whose roles stop together: nothing may judge machines while their
-# agents shut down (health in the first phase), and agents go last so that tasks are watched for
-# as long as possible. Within a phase the roles do not depend on each other.
-_STOP_PHASES = (
-    ("frontend", "registry", "health"),
+# Stop order, in phases whose roles stop together: nothing may judge machines or move tasks while
+# their agents shut down (health and the rebalancer in the first phase), and agents go last so
+# that tasks are watched for as long as possible. Within a phase the roles do not depend on each
+# other.
+STOP_PHASES = (
+    ("frontend", "registry", "health", "rebalancer"),
     ("scheduler", "allocator", "broker"),
     ("agent",),
 )
@@ -118,11 +119,11 @@ class Supervisor:
         return ended
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM by phase of `_STOP_PHASES`, waiting for each phase; SIGKILL what lingers.
+        """SIGTERM by phase of `STOP_PHASES`, waiting for each phase; SIGKILL what lingers.
         Dead services due for a restart stay dead."""
         for running in self.processes:
             running.restart_at = None
-        for roles in _STOP_PHASES:
+        for roles in STOP_PHASES:
             group = [r for r in self.processes if r.spec.role in roles and r.process.poll() is None]
             for running in group:
                 running.process.terminate()

@@ -15,6 +15,7 @@ from tether.region.plan import (
     default_entitlement,
     region_processes,
 )
+from tether.region.supervisor import STOP_PHASES
 
 
 def test_four_agents_cover_every_msb_of_both_datacenters() -> None:
@@ -44,6 +45,7 @@ def test_processes_have_unique_names_and_the_planned_roles(tmp_path: Path) -> No
         "allocator": ALLOCATORS,
         "broker": len(DATACENTERS),
         "health": 1,
+        "rebalancer": 1,
         "scheduler": 2 * len(SHARDS),
         "agent": 3,
         "registry": 1,
@@ -83,3 +85,11 @@ def test_every_process_but_the_frontends_serves_metrics_on_a_port_of_its_own(
     for frontend in (spec for spec in specs if spec.role == "frontend"):
         assert frontend.metrics_port == 0
         assert "--metrics-port" not in frontend.argv()
+
+
+def test_every_planned_role_stops_in_some_phase(tmp_path: Path) -> None:
+    options = RegionOptions(state_dir=tmp_path, store_url="sqlite:///x.db", agents=1)
+    roles = {spec.role for spec in region_processes(options)}
+    phases = [set(phase) for phase in STOP_PHASES]
+    assert roles == set().union(*phases), "a role outside every phase is never stopped"
+    assert sum(len(phase) for phase in phases) == len(roles), "a role in two phases"
