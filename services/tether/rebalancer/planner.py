@@ -1,6 +1,6 @@
 """One round's moves, decided on the view alone (no I/O): each candidate group is tried on the
-machines the allocator suggested, and kept if its strategy gains and no other loses, within the
-limits on moves."""
+machines the allocator suggested, and kept if its strategy gains and no strategy before it (in
+the registry's order of priority) loses, within the limits on moves."""
 
 from __future__ import annotations
 
@@ -68,6 +68,10 @@ def plan_round(
 ) -> RoundPlan:
     """Chooses the round's moves among `candidates` (in order) and applies them to `view`.
 
+    `strategies` in order of priority: a move for one may cost the later ones (spreading a job
+    puts a task on an emptier machine, which the consolidating strategies count against), never
+    an earlier one.
+
     `suggestions`: task id -> the machine the allocator would put it on now (a task it would
     put nowhere is missing). `proposed_lately`: moves proposed within the last minute, which
     count against `limits.per_minute`.
@@ -134,15 +138,16 @@ def _try(
     view: RegionView, strategy: Strategy, strategies: Sequence[Strategy], moves: list[Move]
 ) -> str | None:
     """Applies the moves to the view if every target is up and still fits, the strategy gains
-    and no other strategy loses; else leaves the view as it was and says why not."""
+    and no strategy before it loses; else leaves the view as it was and says why not."""
     machines = {move.task.machine for move in moves} | {move.target for move in moves}
     jobs = {move.task.job for move in moves}
-    parts = {s.name: s.part(view, machines, jobs) for s in strategies}
+    weighed = [*strategies[: strategies.index(strategy)], strategy]
+    parts = {s.name: s.part(view, machines, jobs) for s in weighed}
     applied = view.apply(moves)
     if not all(view.is_up(move.target) and view.fits(move.target) for move in moves):
         view.undo(applied)
         return "does-not-fit"
-    for other in strategies:
+    for other in weighed:
         change = parts[other.name] - other.part(view, machines, jobs)
         if other is strategy and change <= EPSILON:
             view.undo(applied)

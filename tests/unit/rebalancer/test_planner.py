@@ -91,6 +91,20 @@ def test_a_move_that_would_break_another_strategy_is_not_made() -> None:
     assert result.deferred == {"worsens-spread": 1}
 
 
+def test_a_move_may_cost_the_strategies_after_its_own_but_not_those_before() -> None:
+    # Spreading web onto the empty m1 makes it a machine all but idle (and strands its room):
+    # spread comes first, so the move is made all the same.
+    view = region(
+        3,
+        [On("ads/web", 0, "m0", cpu=400, memory=400), On("ads/web", 1, "m0", cpu=400, memory=400)],
+        placements={"web": Placement(spread=Spread(max_skew=1))},
+    )
+    result = plan(view, {"ads/web/0": "m1", "ads/web/1": "m1"}, only=("spread", "idle", "stranded"))
+    assert [(m.source, m.target, m.strategy) for m in result.moves] == [("m0", "m1", "spread")]
+    assert result.gains["idle"] == -1
+    assert result.gains["stranded"] < 0
+
+
 def test_a_job_moves_at_most_its_limit_in_a_round() -> None:
     machines = [machine("a", msb="msb0"), machine("b", msb="msb0")]
     machines += [machine(f"m{n}", msb=f"msb{n}") for n in (1, 2, 3)]

@@ -52,14 +52,15 @@ class SpreadViolations:
             level = view.jobs[job].spec.placement.spread.level
             counts = self._counts(view, job)
             fullest = max(counts, key=lambda domain: (counts[domain], domain))
-            # One task of the fullest domain: the one on its busiest machine.
-            task = max(
+            # As many tasks of the fullest domain as it is over, those on its busiest machines
+            # first, each a group of its own: the planner keeps each only while it still gains.
+            tasks = sorted(
                 (t for t in view.tasks_of(job) if view.domain(t.machine, level) == fullest),
-                key=lambda t: (view.used_share(t.machine), t.id),
+                key=lambda t: (-view.used_share(t.machine), t.id),
             )
             why = f"{job}: {counts[fullest]} tasks in {level} {fullest}, {excess} over its skew"
-            found.append(Candidate((task,), why))
-        return found
+            found += [Candidate((task,), why) for task in tasks[:excess]]
+        return found[:CANDIDATES]
 
     def _counts(self, view: RegionView, job: str) -> Counter[str]:
         spec = view.jobs.get(job)
