@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.test_taskcontrol import ControllerThread, running_job
+from tests.e2e.test_taskcontrol import ControllerThread, ProtoOnlyController, running_job
 from tests.support.harness import LocalRegion, get_json, tasks_of, wait_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 
@@ -46,7 +46,7 @@ def test_maintenance_moves_tasks_at_its_start_whatever_a_silent_controller_says(
         target = tasks[0]["machine"]
         on_target = {t["index"]: t["pid"] for t in tasks if t["machine"] == target}
 
-        with ControllerThread(region, handle, hang=True) as controller:
+        with ControllerThread(region, handle, ProtoOnlyController(hang=True)) as controller:
             start = datetime.now(UTC) + timedelta(seconds=10)
             created = client.post(
                 "/v1/maintenance",

@@ -8,7 +8,7 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import grpc
 import httpx
@@ -50,13 +50,16 @@ class ProtoOnlyController(taskcontrol_pb2_grpc.TaskControllerServicer):
         )
 
 
-class ControllerThread:
+C = TypeVar("C", bound=taskcontrol_pb2_grpc.TaskControllerServicer)
+
+
+class ControllerThread(Generic[C]):
     """The controller's gRPC server and its registration, on an event loop of their own; it
     renews the registration every third of its TTL, as a controller must, however long the
     test takes."""
 
-    def __init__(self, region: LocalRegion, job_handle: str, *, hang: bool = False) -> None:
-        self.controller = ProtoOnlyController(hang=hang)
+    def __init__(self, region: LocalRegion, job_handle: str, controller: C) -> None:
+        self.controller = controller
         self._region = region
         self._job_handle = job_handle
         self._loop = asyncio.new_event_loop()
@@ -94,14 +97,15 @@ class ControllerThread:
                         await self._stopping.wait()
                 if not self._stopping.is_set():
                     await registry.Renew(renew, metadata=metadata)
-            self.controller.released.set()
+            if isinstance(self.controller, ProtoOnlyController):
+                self.controller.released.set()
             await registry.Unregister(
                 pb.UnregisterRequest(registration_id=registered.registration_id),
                 metadata=metadata,
             )
         await server.stop(1)
 
-    def __enter__(self) -> ProtoOnlyController:
+    def __enter__(self) -> C:
         self._thread.start()
         assert self._ready.wait(30), f"the controller did not register: {self._failed!r}"
         return self.controller
@@ -132,7 +136,7 @@ def test_only_the_operations_a_controller_approves_are_executed(region: LocalReg
         handle = "default/rolled"
         pids = {t["index"]: t["pid"] for t in running_job(client, "rolled", 4)}
 
-        with ControllerThread(region, handle) as controller:
+        with ControllerThread(region, handle, ProtoOnlyController()) as controller:
             patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})
             assert patched.status_code == 200, patched.text
 
@@ -209,7 +213,7 @@ def test_a_controller_that_never_answers_cannot_hold_up_a_failure_replacement(
         handle = "default/stuck"
         pids = {t["index"]: t["pid"] for t in running_job(client, "stuck", 2)}
 
-        with ControllerThread(region, handle, hang=True) as controller:
+        with ControllerThread(region, handle, ProtoOnlyController(hang=True)) as controller:
             patched = client.patch(f"/v1/jobs/{handle}", json={"version": "2"})
             assert patched.status_code == 200, patched.text
             wait_for(lambda: controller.calls, timeout_s=30, what="a call to the controller")
@@ -234,7 +238,7 @@ def test_shrinking_a_controlled_job_stops_only_the_tasks_its_controller_lets_go(
         handle = "default/shrunk"
         pids = {t["index"]: t["pid"] for t in running_job(client, "shrunk", 4)}
 
-        with ControllerThread(region, handle) as controller:
+        with ControllerThread(region, handle, ProtoOnlyController()) as controller:
             # A restart of task 0 (approved) first: once the controller is called, the leader
             # knows of it, and the shrink below is a controlled one.
             asked = client.post(

@@ -18,10 +18,22 @@ app = typer.Typer(
 )
 
 WAIT_POLL_S: Final = 0.25
+
+
+def _known(strategies: list[str] | None) -> list[str] | None:
+    unknown = [name for name in strategies or [] if name not in STRATEGY_NAMES]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown strategy {unknown[0]!r}: choose from {', '.join(STRATEGY_NAMES)}"
+        )
+    return strategies
+
+
 StrategyOption = typer.Option(
     None,
     "--strategy",
     "-s",
+    callback=_known,
     help=f"A strategy to use (repeat for several): {', '.join(STRATEGY_NAMES)}. Default: "
     "the rebalancer's own list (all).",
     show_default=False,

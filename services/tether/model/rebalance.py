@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Final
+from typing import Final, Literal, get_args
 
 from pydantic import Field
 
@@ -17,11 +17,11 @@ from tether.model.base import (
     Timestamp,
 )
 
-STRATEGY_NAMES: Final = ("left-behind", "spread", "idle", "stranded", "hot-msbs")
+StrategyName = Literal["left-behind", "spread", "idle", "stranded", "hot-msbs"]
 """The rebalancer's strategies, in the order it chooses moves (its registry's, checked by a
 test): what a run may name."""
 
-StrategyName = Annotated[str, Field(pattern="^(" + "|".join(STRATEGY_NAMES) + ")$")]
+STRATEGY_NAMES: Final[tuple[StrategyName, ...]] = get_args(StrategyName)
 
 
 class RunState(enum.StrEnum):

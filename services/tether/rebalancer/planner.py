@@ -8,11 +8,16 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import Candidate, Strategy
 from tether.rebalancer.view import Move, RegionView
 
 EPSILON = 1e-9
 """Gains below this are rounding, not gains."""
+
+Suggestions = Mapping[StrategyName, Mapping[str, str]]
+"""Strategy -> task id -> the machine the allocator would put the task on now, asked for each
+strategy's candidate tasks of a job together (a task it would put nowhere is missing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,7 @@ class PlannedMove:
     attempt: int
     source: str
     target: str
-    strategy: str
+    strategy: StrategyName
     why: str
 
 
@@ -44,15 +49,15 @@ class RoundPlan:
     """The moves of a round, and the measures they are expected to change."""
 
     moves: list[PlannedMove] = field(default_factory=list)
-    before: dict[str, float] = field(default_factory=dict)
+    before: dict[StrategyName, float] = field(default_factory=dict)
     """Strategy -> its measure of the region as read."""
-    after: dict[str, float] = field(default_factory=dict)
+    after: dict[StrategyName, float] = field(default_factory=dict)
     """Strategy -> its measure once the moves are done (on the machines suggested)."""
     deferred: dict[str, int] = field(default_factory=dict)
     """Why groups were not taken -> how many."""
 
     @property
-    def gains(self) -> dict[str, float]:
+    def gains(self) -> dict[StrategyName, float]:
         """Strategy -> how much its measure is expected to drop."""
         return {name: self.before[name] - self.after[name] for name in self.before}
 
@@ -61,7 +66,7 @@ def plan_round(
     view: RegionView,
     strategies: Sequence[Strategy],
     candidates: Sequence[tuple[Strategy, Candidate]],
-    suggestions: Mapping[str, str],
+    suggestions: Suggestions,
     limits: Limits,
     *,
     proposed_lately: int = 0,
@@ -72,9 +77,8 @@ def plan_round(
     puts a task on an emptier machine, which the consolidating strategies count against), never
     an earlier one.
 
-    `suggestions`: task id -> the machine the allocator would put it on now (a task it would
-    put nowhere is missing). `proposed_lately`: moves proposed within the last minute, which
-    count against `limits.per_minute`.
+    `proposed_lately`: moves proposed within the last minute, which count against
+    `limits.per_minute`.
     """
     before = {strategy.name: strategy.measure(view) for strategy in strategies}
     moves: list[PlannedMove] = []
@@ -86,7 +90,8 @@ def plan_round(
     receiving: set[str] = set()
     for strategy, candidate in candidates:
         tasks = candidate.tasks
-        targets = [suggestions.get(task.id) for task in tasks]
+        suggested = suggestions.get(strategy.name, {})
+        targets = [suggested.get(task.id) for task in tasks]
         sources = {task.machine for task in tasks}
         reason = None
         if any(task.id in moved for task in tasks) or sources & receiving:

@@ -44,7 +44,10 @@ async def run_round(
         metrics.REBALANCER_WITHDRAWN.inc(withdrawn)
     strategies = [STRATEGIES[name](view) for name in run.strategies or settings.strategies]
     candidates = [(s, c) for s in strategies for c in s.candidates(view)]
-    suggestions = await suggest(allocators, [c for _, c in candidates])
+    suggestions = {
+        strategy.name: await suggest(allocators, [c for s, c in candidates if s is strategy])
+        for strategy in strategies
+    }
     limits = Limits(settings.max_moves_per_job, settings.max_moves_per_minute)
     plan = plan_round(
         view,
@@ -79,9 +82,11 @@ async def run_round(
 
 
 async def suggest(allocators: AllocatorReplicas, candidates: Sequence[Candidate]) -> dict[str, str]:
-    """Task id -> the machine the allocator would put it on now, for every candidate task (one
-    Suggest per job; a task it would put nowhere is missing). A job the allocator refuses (gone
-    meanwhile, say) has no suggestion; no allocator answering fails the round."""
+    """Task id -> the machine the allocator would put it on now, for every task of one
+    strategy's candidates: one Suggest per job, its tasks planned together, as the strategy
+    would move them (another strategy's, planned with them, would take their room). A task it
+    would put nowhere is missing, and so is a job it refuses (gone meanwhile, say); no allocator
+    answering fails the round."""
     by_job: dict[str, list[int]] = {}
     for candidate in candidates:
         for task in candidate.tasks:

@@ -27,7 +27,7 @@ from tether.model import (
     from_json,
     to_json,
 )
-from tether.model.rebalance import RebalanceRun, RunState
+from tether.model.rebalance import RebalanceRun, RunState, StrategyName
 from tether.rebalancer.service import Rebalancer
 from tether.rebalancer.settings import RebalancerSettings
 from tether.store import Store, keys, open_store
@@ -36,14 +36,14 @@ SMALL = 512
 """MiB of each task: an eighth of a machine, which leaves both machines all but idle."""
 
 
-async def run_task(store: Store, handle: str, machine_id: str) -> None:
-    """Task 0 of the job, placed on the machine and running there, as the scheduler and the
+async def run_task(store: Store, handle: str, machine_id: str, index: int = 0) -> None:
+    """A task of the job, placed on the machine and running there, as the scheduler and the
     agent would have written it."""
     entitlement_name, name = handle.split("/")
     now = datetime.now(UTC)
     task = Task(
         job=handle,
-        index=0,
+        index=index,
         generation=1,
         attempt=1,
         machine=machine_id,
@@ -53,7 +53,7 @@ async def run_task(store: Store, handle: str, machine_id: str) -> None:
     )
     status = TaskStatus(
         job=handle,
-        index=0,
+        index=index,
         machine=machine_id,
         attempt=1,
         state=TaskState.RUNNING,
@@ -62,10 +62,10 @@ async def run_task(store: Store, handle: str, machine_id: str) -> None:
     await put_allocation(
         store,
         Allocation(machine=machine_id, entitlement=entitlement_name),
-        {f"{handle}/0": Resources(cpu=500, memory_mib=SMALL)},
+        {f"{handle}/{index}": Resources(cpu=500, memory_mib=SMALL)},
     )
-    await store.put(keys.task(entitlement_name, name, 0), to_json(task))
-    await store.put(keys.task_status(entitlement_name, name, 0), to_json(status))
+    await store.put(keys.task(entitlement_name, name, index), to_json(task))
+    await store.put(keys.task_status(entitlement_name, name, index), to_json(status))
 
 
 @pytest.fixture
@@ -81,6 +81,12 @@ async def region(store: Store) -> Store:
         await put_job(store, job(name, count=1, memory=SMALL))
         await run_task(store, f"ads/{name}", machine_id)
     return store
+
+
+async def run_tasks(store: Store, handle: str, machine_id: str, count: int) -> None:
+    """Tasks 0 to count-1 of the job, all on the machine, as `run_task` writes task 0."""
+    for index in range(count):
+        await run_task(store, handle, machine_id, index)
 
 
 @pytest.fixture
@@ -100,7 +106,7 @@ def rebalancer(store_url: str, **settings: object) -> Rebalancer:
     )
 
 
-async def ask(store: Store, *, dry_run: bool, strategies: list[str] | None = None) -> str:
+async def ask(store: Store, *, dry_run: bool, strategies: list[StrategyName] | None = None) -> str:
     """A pending run, as the frontend writes one; returns its id."""
     now = datetime.now(UTC)
     run = RebalanceRun(
@@ -212,3 +218,30 @@ async def test_a_standby_takes_over_and_carries_out_the_runs(
     finally:
         await first.stop()
         await second.stop()
+
+
+async def test_a_packed_job_is_planned_back_over_its_domains_by_spread_alone(
+    store: Store, store_url: str
+) -> None:
+    # Four tasks of one job on m0, four MSBs with a machine each. The machine is also all but
+    # idle: emptying it is another strategy's plan, which must not be the spread's.
+    for n in range(4):
+        machine_id = f"m{n}"
+        await store.put(keys.machine(machine_id), to_json(machine(machine_id, msb=f"msb{n}")))
+        await store.put(keys.allocation(machine_id), to_json(Allocation(machine=machine_id)))
+    await store.put(keys.entitlement("ads"), to_json(entitlement()))
+    await put_job(store, job("web", count=4, memory=SMALL))
+    await run_tasks(store, "ads/web", "m0", 4)
+    replica = Allocator(open_store(store_url), AllocatorSettings(id="allocator-1", lease_ttl_s=3))
+    await replica.start()
+    service = rebalancer(store_url, max_moves_per_job=3)
+    await service.start()
+    try:
+        run = await finished(store, await ask(store, dry_run=True))
+    finally:
+        await service.stop()
+        await replica.stop()
+    assert run.state is RunState.DONE, run.message
+    assert {(m.strategy, m.source) for m in run.moves} == {("spread", "m0")}
+    assert sorted(m.target for m in run.moves) == ["m1", "m2", "m3"]
+    assert (run.before["spread"], run.after["spread"]) == (3, 0)

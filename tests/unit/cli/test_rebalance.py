@@ -115,3 +115,11 @@ def test_without_a_rebalancer_the_apis_refusal_is_shown(api: FakeAPI) -> None:
     assert result.exit_code != 0
     assert "no rebalancer is running" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_an_unknown_strategy_is_refused_before_anything_is_asked(api: FakeAPI) -> None:
+    result = run("rebalance", "plan", "--strategy", "spread", "-s", "tidy")
+    assert result.exit_code == 2
+    assert "unknown strategy 'tidy'" in result.stderr
+    assert "left-behind, spread, idle, stranded, hot-msbs" in result.stderr
+    assert api.requests == []

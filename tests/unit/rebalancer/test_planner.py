@@ -9,6 +9,7 @@ import pytest
 from tests.support.allocator_builders import machine
 from tests.unit.rebalancer.regions import On, region
 from tether.model import Placement, Spread
+from tether.model.rebalance import STRATEGY_NAMES, StrategyName
 from tether.rebalancer.planner import Limits, RoundPlan, plan_round
 from tether.rebalancer.strategies.registry import STRATEGIES
 from tether.rebalancer.view import RegionView
@@ -19,14 +20,14 @@ def plan(
     suggestions: Mapping[str, str],
     limits: Limits = Limits(per_job=1, per_minute=10),
     *,
-    only: tuple[str, ...] = tuple(STRATEGIES),
+    only: tuple[StrategyName, ...] = STRATEGY_NAMES,
     proposed_lately: int = 0,
 ) -> RoundPlan:
     strategies = [STRATEGIES[name](view) for name in only]
     candidates = [(s, c) for s in strategies for c in s.candidates(view)]
-    return plan_round(
-        view, strategies, candidates, suggestions, limits, proposed_lately=proposed_lately
-    )
+    # The same machines, whichever strategy asks.
+    every = {name: suggestions for name in only}
+    return plan_round(view, strategies, candidates, every, limits, proposed_lately=proposed_lately)
 
 
 def consolidating() -> RegionView:

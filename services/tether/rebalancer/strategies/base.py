@@ -7,6 +7,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.view import PlacedTask, RegionView
 
 CANDIDATES: int = 64
@@ -25,7 +26,7 @@ class Candidate:
 class Strategy(Protocol):
     """Made once a round, on the round's view."""
 
-    name: ClassVar[str]
+    name: ClassVar[StrategyName]
     unit: ClassVar[str]
     """What `measure` counts, for people: "machines", "tasks", ..."""
 

@@ -8,6 +8,7 @@ from statistics import fmean
 from typing import ClassVar
 
 from tether.model import FaultDomain
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import CANDIDATES, Candidate
 from tether.rebalancer.view import RegionView
 
@@ -16,7 +17,7 @@ HOT_MARGIN: float = 0.15
 
 
 class HotMsbs:
-    name: ClassVar[str] = "hot-msbs"
+    name: ClassVar[StrategyName] = "hot-msbs"
     unit: ClassVar[str] = "used share above the region's"
 
     def __init__(self, view: RegionView) -> None:

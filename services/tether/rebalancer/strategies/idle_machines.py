@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import ClassVar
 
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import CANDIDATES, Candidate, emptying
 from tether.rebalancer.view import RegionView
 
@@ -14,7 +15,7 @@ IDLE_BELOW: float = 0.25
 
 
 class IdleMachines:
-    name: ClassVar[str] = "idle"
+    name: ClassVar[StrategyName] = "idle"
     unit: ClassVar[str] = "machines all but idle in entitlements"
 
     def __init__(self, view: RegionView) -> None:

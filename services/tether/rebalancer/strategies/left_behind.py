@@ -7,6 +7,7 @@ from collections.abc import Collection
 from typing import ClassVar
 
 from tether.model import MachineState
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import CANDIDATES, Candidate
 from tether.rebalancer.view import RegionView
 
@@ -14,7 +15,7 @@ _LEAVING = frozenset({MachineState.DRAINING, MachineState.MAINTENANCE})
 
 
 class LeftBehind:
-    name: ClassVar[str] = "left-behind"
+    name: ClassVar[StrategyName] = "left-behind"
     unit: ClassVar[str] = "tasks"
 
     def __init__(self, view: RegionView) -> None:

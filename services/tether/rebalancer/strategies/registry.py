@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import Strategy
 from tether.rebalancer.strategies.hot_msbs import HotMsbs
 from tether.rebalancer.strategies.idle_machines import IdleMachines
@@ -13,7 +14,7 @@ from tether.rebalancer.strategies.spread import SpreadViolations
 from tether.rebalancer.strategies.stranded import StrandedCapacity
 from tether.rebalancer.view import RegionView
 
-STRATEGIES: Final[dict[str, Callable[[RegionView], Strategy]]] = {
+STRATEGIES: Final[dict[StrategyName, Callable[[RegionView], Strategy]]] = {
     LeftBehind.name: LeftBehind,
     SpreadViolations.name: SpreadViolations,
     IdleMachines.name: IdleMachines,

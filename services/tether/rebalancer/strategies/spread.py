@@ -8,12 +8,13 @@ from collections.abc import Collection
 from typing import ClassVar
 
 from tether.model import FaultDomain, Job
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import CANDIDATES, Candidate
 from tether.rebalancer.view import RegionView
 
 
 class SpreadViolations:
-    name: ClassVar[str] = "spread"
+    name: ClassVar[StrategyName] = "spread"
     unit: ClassVar[str] = "tasks over the skew"
 
     def __init__(self, view: RegionView) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import ClassVar
 
+from tether.model.rebalance import StrategyName
 from tether.rebalancer.strategies.base import CANDIDATES, Candidate, emptying
 from tether.rebalancer.view import RegionView
 
@@ -14,7 +15,7 @@ EMPTY_BELOW: float = 0.5
 
 
 class StrandedCapacity:
-    name: ClassVar[str] = "stranded"
+    name: ClassVar[StrategyName] = "stranded"
     unit: ClassVar[str] = "machines of free room on busy machines"
 
     def __init__(self, view: RegionView) -> None:
