@@ -151,6 +151,20 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         ),
     ),
     SmokeRun(
+        "sim_rebalance.py",
+        ("--machines", "48", "--teams", "3", "--rounds", "6", "--plot", "{out}/rebalance.png"),
+        _keys(
+            "stranded_before",
+            "stranded_after",
+            "spread_before",
+            "spread_after",
+            "largest_placeable_before",
+            "largest_placeable_after",
+            "moves_made",
+            "unavailability_violations",
+        ),
+    ),
+    SmokeRun(
         "sim_gavel.py",
         ("--experiment", "traces"),
         _keys("trace_errors", "makespan_ratio_agnostic_over_aware"),

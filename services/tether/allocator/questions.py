@@ -18,6 +18,7 @@ from tether.allocator.preemption import (
     choose_preemption,
 )
 from tether.allocator.requests import JobReader, check_in_range, check_unique, parse_handle
+from tether.model import Entitlement, Job
 from tether.model.ephemeral import EphemeralResource
 
 
@@ -28,6 +29,23 @@ class Suggestion:
 
     machines: dict[int, str]
     unplaced: dict[int, str]
+
+
+def suggest(
+    index: AllocationIndex,
+    cache: ChoiceCache,
+    job: Job,
+    entitlement: Entitlement,
+    indexes: Sequence[int],
+) -> Suggestion:
+    """Where the tasks `indexes` of the job would go if placed anew on `index` now: planned as
+    one more batch of the job, its other tasks where they are (pure)."""
+    moving = set(indexes)
+    others = {task: row for task, row in index.held(job.handle).items() if task not in moving}
+    choice = Planner(index, cache, job, entitlement).choose(indexes, others)
+    return Suggestion(
+        {task: index.ids[row] for task, row in choice.placements.items()}, choice.unplaced
+    )
 
 
 class Questions:
@@ -50,15 +68,7 @@ class Questions:
         job = await self._jobs.job(job_handle)
         check_in_range(job, indexes)
         entitlement = await self._jobs.entitlement(job)
-        moving = set(indexes)
-        others = {
-            task: row for task, row in self._index.held(job.handle).items() if task not in moving
-        }
-        choice = Planner(self._index, self._cache, job, entitlement).choose(indexes, others)
-        ids = self._index.ids
-        return Suggestion(
-            {task: ids[row] for task, row in choice.placements.items()}, choice.unplaced
-        )
+        return suggest(self._index, self._cache, job, entitlement, indexes)
 
     async def explain(self, job_handle: str) -> Explanation:
         """Why one more task of the job would go where it would, or why it cannot go anywhere."""

@@ -49,6 +49,25 @@ def test_spread_counts_tasks_beyond_the_skew_and_proposes_one_of_the_fullest_dom
     assert spread.measure(view) == 1
 
 
+def test_spread_counts_every_domain_over_so_one_move_out_of_a_tie_gains() -> None:
+    # Two tasks in msb0 and two in msb1, two MSBs empty: each full one is one over (cap 0 + 1).
+    view = region(
+        4,
+        [
+            On("ads/web", 0, "m0"),
+            On("ads/web", 1, "m0"),
+            On("ads/web", 2, "m1"),
+            On("ads/web", 3, "m1"),
+        ],
+        placements=SPREAD,
+    )
+    spread = SpreadViolations(view)
+    assert spread.measure(view) == 2
+    assert {c.tasks[0].machine for c in spread.candidates(view)} == {"m0", "m1"}
+    view.apply([Move(view.tasks["ads/web/0"], "m2")])
+    assert spread.measure(view) == 1
+
+
 def test_spread_within_the_skew_proposes_nothing() -> None:
     view = region(4, [On("ads/web", i, f"m{i}") for i in range(3)], placements=SPREAD)
     spread = SpreadViolations(view)

@@ -1,5 +1,5 @@
-"""Spread violations: jobs whose tasks sit in fewer fault domains than their spread asks (more
-than `max_skew` apart between the fullest domain and the emptiest)."""
+"""Spread violations: jobs whose tasks sit in fewer fault domains than their spread asks: the
+tasks of each domain beyond `max_skew` more than the job's emptiest domain has."""
 
 from __future__ import annotations
 
@@ -25,16 +25,22 @@ class SpreadViolations:
                 for level in FaultDomain:
                     self._domains[level].add(view.domain(machine, level))
 
-    def excess(self, view: RegionView, job: str) -> int:
-        """By how many tasks the job's fullest domain is beyond `max_skew` of its emptiest."""
+    def over(self, view: RegionView, job: str) -> dict[str, int]:
+        """Domain -> how many of the job's tasks there are beyond `max_skew` more than its
+        emptiest domain has (only the domains over). Each is a task to move: counting every
+        domain's, not only the fullest's, a move out of one of two domains as full as each other
+        gains as much as the move out of the other."""
         spec = view.jobs.get(job)
         counts = self._counts(view, job)
         if spec is None or not counts:
-            return 0
+            return {}
         spread = spec.spec.placement.spread
         domains = self._eligible(spec, spread.level)
-        emptiest = min((counts.get(domain, 0) for domain in domains), default=0)
-        return max(0, max(counts.values()) - emptiest - spread.max_skew)
+        cap = min((counts.get(domain, 0) for domain in domains), default=0) + spread.max_skew
+        return {domain: count - cap for domain, count in counts.items() if count > cap}
+
+    def excess(self, view: RegionView, job: str) -> int:
+        return sum(self.over(view, job).values())
 
     def measure(self, view: RegionView) -> float:
         return float(sum(self.excess(view, job) for job in view.by_job))
@@ -52,15 +58,16 @@ class SpreadViolations:
                 continue
             level = view.jobs[job].spec.placement.spread.level
             counts = self._counts(view, job)
-            fullest = max(counts, key=lambda domain: (counts[domain], domain))
-            # As many tasks of the fullest domain as it is over, those on its busiest machines
+            over = self.over(view, job)
+            # From each domain over, as many tasks as it is over, those on its busiest machines
             # first, each a group of its own: the planner keeps each only while it still gains.
-            tasks = sorted(
-                (t for t in view.tasks_of(job) if view.domain(t.machine, level) == fullest),
-                key=lambda t: (-view.used_share(t.machine), t.id),
-            )
-            why = f"{job}: {counts[fullest]} tasks in {level} {fullest}, {excess} over its skew"
-            found += [Candidate((task,), why) for task in tasks[:excess]]
+            for domain in sorted(over, key=lambda d: (-counts[d], d)):
+                tasks = sorted(
+                    (t for t in view.tasks_of(job) if view.domain(t.machine, level) == domain),
+                    key=lambda t: (-view.used_share(t.machine), t.id),
+                )
+                why = f"{job}: {counts[domain]} tasks in {level} {domain}, {excess} over its skew"
+                found += [Candidate((task,), why) for task in tasks[: over[domain]]]
         return found[:CANDIDATES]
 
     def _counts(self, view: RegionView, job: str) -> Counter[str]:
