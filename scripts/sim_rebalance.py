@@ -114,6 +114,7 @@ def main() -> None:
         "unavailability_violations": tally.unavailability_violations,
         "most_down": tally.most_down,
         "wall_s": round(time.monotonic() - started, 1),
+        "plot": str(args.plot),
     }
     print(json.dumps(result), flush=True)
     plot(history, args.period_s, args.plot)
