@@ -25,7 +25,8 @@ from tether.allocator.group_commit import (
     GroupCommit,
     PlaceRequest,
     PlaceResult,
-    catch_up,
+    Refresh,
+    see_conflict,
 )
 from tether.allocator.index import DECOMMISSIONED, FREE, NONE, AllocationIndex, Header
 from tether.allocator.orphans import OrphanSweep
@@ -77,16 +78,19 @@ class Engine:
         writer: str,
         caught_up: CaughtUp,
         resources_caught_up: CaughtUp,
+        refresh: Refresh | None = None,
     ) -> None:
         """`caught_up(revision)` returns once the index holds every allocation record change
         up to `revision` (the allocation feed's wait), `resources_caught_up(revision)` once it
-        holds every ephemeral resource's."""
+        holds every ephemeral resource's; with `refresh` (the index synced by partitions), a
+        conflict reads the machines it was on instead of waiting for the feed."""
         self._store = store
         self._index = index
         self._max_attempts = max_attempts
         self._idle_return_s = idle_return_s
         self._writer = writer
         self._caught_up = caught_up
+        self._refresh = refresh
         self.jobs = JobReader(store, index)
         self.cache = ChoiceCache(writer)
         index.listeners.append(self.cache)
@@ -100,6 +104,7 @@ class Engine:
             writing=self._writing,
             caught_up=caught_up,
             resources_caught_up=resources_caught_up,
+            refresh=refresh,
         )
         self.questions = Questions(index, self.cache, self.jobs, caught_up)
         """The read-only requests, on the same index and cache."""
@@ -264,7 +269,8 @@ class Engine:
                 return 0
             self._release_conflicts += 1
             _RELEASE_CONFLICTS.inc()
-            await catch_up(self._caught_up, outcome.revision)
+            machines = [index.ids[row] for row in by_row]
+            await see_conflict(self._refresh, self._caught_up, machines, outcome.revision)
         raise TooManyConflicts(
             f"releasing tasks of {job_handle} conflicted with other allocators "
             f"{self._max_attempts} times; retry"

@@ -22,6 +22,8 @@ Entry = tuple[str, bytes]
 """An allocation entry: key and value."""
 CaughtUp = Callable[[int], Awaitable[None]]
 """Returns once the index shows every change of some records up to a store revision."""
+Refresh = Callable[[Sequence[str]], Awaitable[None]]
+"""Reads the allocation records of some machines into the index now (`index.parsync`)."""
 
 # Place requests committed together in one transaction (group commit): each transaction waits
 # for the store's disk write, so batching is what makes a replica fast.
@@ -108,10 +110,12 @@ class GroupCommit:
         writing: asyncio.Lock,
         caught_up: CaughtUp,
         resources_caught_up: CaughtUp,
+        refresh: Refresh | None = None,
     ) -> None:
         self._store = store
         self._index = index
         self._cache = cache
+        self._refresh = refresh
         self._writer = writer
         self._max_attempts = max_attempts
         self._writing = writing
@@ -261,7 +265,11 @@ class GroupCommit:
         # The next plan must see what the other allocator committed: its records, and its
         # tasks counted against the quota of a fence that moved.
         fences.update(outcome.fences)
-        await catch_up(self._caught_up, outcome.revision)
+        ids = self._index.ids
+        touched = sorted(
+            {ids[row] for snapshot in batch.snapshots for row in snapshot.rows.tolist()}
+        )
+        await see_conflict(self._refresh, self._caught_up, touched, outcome.revision)
         guards = {key for key, revision in outcome.guards.items() if revision != batch.guards[key]}
         if guards:
             # Up to the revision the conflict read each at (one deleted: the conflict's own).
@@ -333,6 +341,17 @@ class GroupCommit:
         )
         _UNPLACED.inc(len(result.unplaced))
         request.done.set_result(result)
+
+
+async def see_conflict(
+    refresh: Refresh | None, caught_up: CaughtUp, machines: Sequence[str], revision: int
+) -> None:
+    """After a commit conflicted on `machines`: reads them now where the index is synced by
+    partitions (`refresh`), else waits for the feed to show the store at `revision`."""
+    if refresh is not None:
+        await refresh(machines)
+    else:
+        await catch_up(caught_up, revision)
 
 
 async def catch_up(caught_up: CaughtUp, revision: int) -> None:

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
+from typing import Protocol
 
 import grpc
 
@@ -13,6 +14,7 @@ from tether.aio import Periodic
 from tether.allocator.engine import Engine
 from tether.allocator.errors import AllocatorError
 from tether.allocator.index import AllocationIndex, sinks
+from tether.allocator.index.parsync import PartitionedSync
 from tether.allocator.servicer import AllocatorServicer
 from tether.allocator.settings import AllocatorSettings
 from tether.model import AllocatorEndpoint, to_json
@@ -27,7 +29,16 @@ _log = logging.getLogger(__name__)
 
 # How long in-flight requests may finish when the replica stops.
 _STOP_GRACE_S = 2.0
-# Pause between attempts to register again after the lease was lost.
+
+
+class Feed(Protocol):
+    """What keeps a part of the index current: a prefix's watch, or ParSync's partitions."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def wait_for(self, revision: int) -> None: ...
 
 
 class Allocator(Service):
@@ -41,9 +52,17 @@ class Allocator(Service):
         self.name = f"allocator {settings.id}"
         self._store = store
         self.index = AllocationIndex()
-        feeds = {
+        feeds: dict[str, Feed] = {
             prefix: PrefixFeed(store, prefix, sink) for prefix, sink in sinks(self.index).items()
         }
+        self.parsync: PartitionedSync | None = None
+        if settings.sync == "parsync":
+            self.parsync = feeds[keys.ALLOCATIONS] = PartitionedSync(
+                store,
+                self.index,
+                period_s=settings.sync_period_s,
+                partitions=settings.sync_partitions,
+            )
         self.feeds = list(feeds.values())
         self.engine = Engine(
             self._store,
@@ -53,6 +72,7 @@ class Allocator(Service):
             writer=settings.id,
             caught_up=feeds[keys.ALLOCATIONS].wait_for,
             resources_caught_up=feeds[keys.EPHEMERAL_RESOURCES].wait_for,
+            refresh=None if self.parsync is None else self.parsync.refresh,
         )
         self._replicas = PrefixMirror(store, keys.ALLOCATORS, self._replicas_changed)
         self._tidying = Periodic(

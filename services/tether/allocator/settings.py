@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,4 +42,21 @@ class AllocatorSettings(BaseSettings):
     )
     idle_check_s: float = Field(
         default=5.0, gt=0, description="How often idle machines are looked for."
+    )
+    sync: Literal["watch", "parsync"] = Field(
+        default="watch",
+        description="How the index follows allocations/: `watch` (every change as it is "
+        "committed) or `parsync` (one partition of machines re-read at a time, round robin, "
+        "every sync_period_s / sync_partitions; a commit's compares still guard every machine).",
+    )
+    sync_period_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="With sync=parsync, how long a whole round of partitions takes.",
+    )
+    sync_partitions: int = Field(
+        default=4,
+        ge=1,
+        description="With sync=parsync, how many partitions (contiguous ranges of machine ids); "
+        "1 is a one-shot sync of everything every sync_period_s.",
     )
