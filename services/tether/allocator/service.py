@@ -95,6 +95,13 @@ class Allocator(Service):
             len(self.index.live_rows()),
             time.monotonic() - started,
         )
+        if self.parsync is not None:
+            _log.info(
+                "%s reads allocations/ in %d partitions, one every %.2f s (parsync)",
+                self.name,
+                self.parsync.partitions,
+                self.parsync.period_s / self.parsync.partitions,
+            )
         self._server = grpc.aio.server()
         allocator_pb2_grpc.add_AllocatorServicer_to_server(
             AllocatorServicer(self.engine), self._server

@@ -29,6 +29,8 @@ _PAGE = 5_000
 _MACHINES_PER_READ = 60
 """Machines one refresh transaction reads (two reads each: etcd allows 128 by default)."""
 _RETRY_S = 0.5
+_NOTHING = "\x7f"
+"""A machine id after every other (ids are ASCII names): the bounds of an empty partition."""
 
 
 class PartitionedSync:
@@ -97,19 +99,21 @@ class PartitionedSync:
                 await asyncio.sleep(_RETRY_S)
 
     def _bounds(self, partition: int) -> tuple[str | None, str | None]:
-        """The first and last machine id of the partition (None: from the start, to the end)."""
+        """The first and last machine id of the partition: None from the start (the first
+        partition) or to the end (the last that holds machines); an empty one past the
+        machines (more partitions than machines) reads nothing."""
         ids = sorted(self._index.machines_present())
-        size = -(-len(ids) // self.partitions) if ids else 0
-        first_at, last_at = partition * size, (partition + 1) * size - 1
-        first = ids[first_at] if partition and first_at < len(ids) else None
-        last = ids[last_at] if partition < self.partitions - 1 and last_at < len(ids) else None
-        if partition and first is None:
-            first = "\x7f"  # more partitions than machines: an empty one
+        size = max(1, -(-len(ids) // self.partitions))
+        start, end = partition * size, (partition + 1) * size
+        if partition and start >= len(ids):
+            return _NOTHING, _NOTHING
+        first = None if partition == 0 else ids[start]
+        last = None if end >= len(ids) else ids[end - 1]
         return first, last
 
     async def _refresh_partition(self, partition: int) -> None:
         first, last = self._bounds(partition)
-        start_after = None if first is None else _just_before(keys.allocation(first))
+        start_after = None if first is None else just_before(keys.allocation(first))
         kvs: list[KeyValue] = []
         revision = 0
         while True:
@@ -155,7 +159,7 @@ def _machine(kv: KeyValue) -> str:
     return keys.split_allocation(kv.key)[0]
 
 
-def _just_before(key: str) -> str:
+def just_before(key: str) -> str:
     """A key after every key that sorts before `key` and is not under it, and before `key`:
     `key` with its last character one lower and DEL appended (machine ids are ASCII names)."""
     return key[:-1] + chr(ord(key[-1]) - 1) + "\x7f"
