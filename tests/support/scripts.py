@@ -165,6 +165,22 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         ),
     ),
     SmokeRun(
+        "sim_parsync.py",
+        (
+            *("--machines", "32", "--replicas", "2", "--teams", "4", "--rate", "5"),
+            *("--seconds", "6", "--plot", "{out}/parsync.png"),
+        ),
+        _keys(
+            "conflict_rate_watch",
+            "conflict_rate_oneshot",
+            "conflict_rate_parsync",
+            "mean_staleness_s_watch",
+            "mean_staleness_s_oneshot",
+            "mean_staleness_s_parsync",
+            "fresh_choice_share_parsync",
+        ),
+    ),
+    SmokeRun(
         "sim_gavel.py",
         ("--experiment", "traces"),
         _keys("trace_errors", "makespan_ratio_agnostic_over_aware"),

@@ -17,7 +17,7 @@ NOTHING = ("\x7f", "\x7f")
 def bounds(machine_ids: list[str], partitions: int) -> list[tuple[str | None, str | None]]:
     region = Region().add(*(machine(machine_id) for machine_id in machine_ids))
     sync = PartitionedSync(None, region.index, period_s=1.0, partitions=partitions)  # type: ignore[arg-type]
-    return [sync._bounds(partition) for partition in range(partitions)]
+    return [sync.bounds(partition) for partition in range(partitions)]
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ class PartitionedSync:
             ]
             result = await self._store.txn([], ops)
             kvs = [kv for position in range(len(ops)) for kv in result.kvs(position)]
-            self._apply(set(chunk), kvs, result.revision)
+            self.apply(set(chunk), kvs, result.revision)
 
     async def _cycle(self) -> None:
         pause_s = self.period_s / self.partitions
@@ -98,7 +98,7 @@ class PartitionedSync:
                 _log.warning("parsync: reading partition %d failed: %s", self._next, error)
                 await asyncio.sleep(_RETRY_S)
 
-    def _bounds(self, partition: int) -> tuple[str | None, str | None]:
+    def bounds(self, partition: int) -> tuple[str | None, str | None]:
         """The first and last machine id of the partition: None from the start (the first
         partition) or to the end (the last that holds machines); an empty one past the
         machines (more partitions than machines) reads nothing."""
@@ -112,7 +112,7 @@ class PartitionedSync:
         return first, last
 
     async def _refresh_partition(self, partition: int) -> None:
-        first, last = self._bounds(partition)
+        first, last = self.bounds(partition)
         start_after = None if first is None else just_before(keys.allocation(first))
         kvs: list[KeyValue] = []
         revision = 0
@@ -131,13 +131,13 @@ class PartitionedSync:
             for machine_id in self._index.machines_present()
             if (first is None or machine_id >= first) and (last is None or machine_id <= last)
         }
-        self._apply(known | {_machine(kv) for kv in kvs}, kvs, revision)
+        self.apply(known | {_machine(kv) for kv in kvs}, kvs, revision)
         self.refreshes += 1
         async with self._advanced:
             self.read_at[partition] = revision
             self._advanced.notify_all()
 
-    def _apply(self, machines: set[str], kvs: Sequence[KeyValue], revision: int) -> None:
+    def apply(self, machines: set[str], kvs: Sequence[KeyValue], revision: int) -> None:
         """Makes the machines' records and entries in the index what `kvs` (read at
         `revision`) hold, but for machines this replica committed on after `revision`."""
         index = self._index
