@@ -8,7 +8,16 @@ from prometheus_client import Counter, Histogram
 
 from tether import metrics, metrics_server
 
-SUBSYSTEMS = {"store", "frontend", "allocator", "scheduler", "agent", "health", "broker"}
+SUBSYSTEMS = {
+    "store",
+    "frontend",
+    "allocator",
+    "scheduler",
+    "agent",
+    "health",
+    "broker",
+    "rebalancer",
+}
 
 
 def tether_metrics() -> list[Counter | Histogram]:
