@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.support.allocations import put_allocation
 from tests.support.allocator_builders import entitlement, job, machine, put_job
@@ -245,3 +246,33 @@ async def test_a_packed_job_is_planned_back_over_its_domains_by_spread_alone(
     assert {(m.strategy, m.source) for m in run.moves} == {("spread", "m0")}
     assert sorted(m.target for m in run.moves) == ["m1", "m2", "m3"]
     assert (run.before["spread"], run.after["spread"]) == (3, 0)
+
+
+async def test_in_continuous_mode_rounds_come_on_their_own_and_are_counted(
+    region: Store, allocator: Allocator, store_url: str
+) -> None:
+    def moves_counted() -> float:
+        sample = REGISTRY.get_sample_value("tether_rebalancer_moves_total", {"strategy": "idle"})
+        return sample or 0.0
+
+    counted = moves_counted()
+    service = rebalancer(store_url, continuous=True, period_s=0.2, strategies=["idle"])
+    await service.start()
+    try:
+
+        async def continuous_runs() -> list[RebalanceRun]:
+            found = await region.range(keys.rebalance_runs())
+            runs = [from_json(RebalanceRun, kv.value, stored=True) for kv in found.kvs]
+            return [run for run in runs if run.requested_by == "continuous"]
+
+        # Rounds after the first find ads/b's move open and leave the job alone.
+        await eventually(continuous_runs, lambda runs: len(runs) >= 3, what="three rounds")
+    finally:
+        await service.stop()
+    [operation] = await moves_of(region, "b")
+    assert operation.target_machine == "m0"
+    assert moves_counted() - counted == 1
+    assert REGISTRY.get_sample_value("tether_rebalancer_measure", {"strategy": "idle"}) == 2
+    done = REGISTRY.get_sample_value("tether_rebalancer_rounds_total", {"outcome": "done"})
+    assert done is not None
+    assert done >= 3
