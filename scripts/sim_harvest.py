@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchkit import default_plot, log, stop_on_signals
+from benchkit import add_plot_option, log, stop_on_signals
 from harvest.traces import TraceShape
 from harvest.world import CORES, Tally, World
 
@@ -67,12 +67,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep-alive-s", type=float, default=60.0, help="warm instances (60)")
     parser.add_argument("--hours", type=float, default=1.0, help="simulated hours (1)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--plot",
-        type=Path,
-        default=default_plot("sim_harvest.png"),
-        help="where the plot goes (default: bench-results/, which git ignores)",
-    )
+    add_plot_option(parser, "sim_harvest.png")
     return parser.parse_args()
 
 

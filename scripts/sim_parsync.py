@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import default_plot, log, save_figure, stop_on_signals
+from benchkit import add_plot_option, log, save_figure, stop_on_signals
 from parsync.world import Stats, World, arrivals, summary
 
 MODES = ("watch", "oneshot", "parsync")
@@ -71,12 +71,7 @@ def parse_args() -> argparse.Namespace:
         "again on the stale view until the next sync",
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--plot",
-        type=Path,
-        default=default_plot("sim_parsync.png"),
-        help="where the plot goes (default: bench-results/, which git ignores)",
-    )
+    add_plot_option(parser, "sim_parsync.png")
     return parser.parse_args()
 
 

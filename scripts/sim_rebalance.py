@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import default_plot, log, save_figure, stop_on_signals
+from benchkit import add_plot_option, log, save_figure, stop_on_signals
 from rebalance.world import World
 
 from tether.rebalancer.planner import Limits
@@ -61,12 +61,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-moves-per-minute", type=int, default=50, help="(50)")
     parser.add_argument("--rounds", type=int, default=120, help="at most (120)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--plot",
-        type=Path,
-        default=default_plot("sim_rebalance.png"),
-        help="where the plot goes (default: bench-results/, which git ignores)",
-    )
+    add_plot_option(parser, "sim_rebalance.png")
     return parser.parse_args()
 
 

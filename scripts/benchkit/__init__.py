@@ -3,6 +3,7 @@ its plots go, and the machine's available memory."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import signal
@@ -49,6 +50,16 @@ async def memory_below(floor_mib: float, every_s: float = 2.0) -> float:
 def default_plot(name: str) -> Path:
     """The path of the plot `name` when the user names none: in `RESULTS_DIR`."""
     return RESULTS_DIR / name
+
+
+def add_plot_option(parser: argparse.ArgumentParser, name: str) -> None:
+    """`--plot PATH`, by default `name` in `RESULTS_DIR`."""
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=default_plot(name),
+        help="where the plot goes (default: bench-results/, which git ignores)",
+    )
 
 
 def save_figure(figure: Any, path: Path) -> None:
