@@ -57,6 +57,8 @@ class SimJob:
     attempts: Counter[int] = field(default_factory=Counter)
     moves: dict[str, TaskOperation] = field(default_factory=dict)
     """Its rebalancer moves not executed yet, by id."""
+    unplaced: set[int] = field(default_factory=set)
+    """Tasks a move released that fit nowhere since: down until placed."""
 
 
 @dataclass(slots=True)
@@ -97,6 +99,7 @@ class World:
         self.region.entitle(*self.teams, self.probe_owner)
         self.jobs: dict[str, SimJob] = {}
         self._arrived = 0
+        self._proposed_at: list[float] = []
         self.tally = Tally()
 
     # --- churn ---------------------------------------------------------------------------------
@@ -176,7 +179,8 @@ class World:
                 tasks[placed.id] = placed
         jobs = {handle: sim.job for handle, sim in self.jobs.items()}
         operations = {h: list(sim.moves.values()) for h, sim in self.jobs.items() if sim.moves}
-        return RegionView(dict(self.machines), owners, jobs, tasks, operations)
+        down = {h: len(sim.unplaced) for h, sim in self.jobs.items() if sim.unplaced}
+        return RegionView(dict(self.machines), owners, jobs, tasks, operations, down)
 
     def measures(self, now_s: float) -> dict[str, float]:
         view = self.view(now_s)
@@ -215,14 +219,10 @@ class World:
                 answer = suggest(index, self.region.cache, sim.job, sim.owner, indexes)
                 found |= {f"{handle}/{i}": machine_id for i, machine_id in answer.machines.items()}
             suggestions[strategy.name] = found
-        lately = sum(
-            1
-            for sim in self.jobs.values()
-            for move in sim.moves.values()
-            if (_at(now_s) - move.created_at).total_seconds() < 60
-        )
+        lately = sum(1 for at_s in self._proposed_at if now_s - at_s < 60)
         plan = plan_round(view, strategies, candidates, suggestions, limits, proposed_lately=lately)
         for move in plan.moves:
+            self._proposed_at.append(now_s)
             operation = move_operation(move, _at(now_s))
             self.jobs[move.job].moves[operation.id] = operation
             self.tally.by_strategy[move.strategy] += 1
@@ -236,6 +236,9 @@ class World:
         update policy; an approved move is executed at once: the task released, then placed on
         its target if that still takes it, down for `restart_s`."""
         for sim in self.jobs.values():
+            for task_index in sorted(sim.unplaced):
+                if self._place_again(sim, task_index, now_s, restart_s):
+                    sim.unplaced.discard(task_index)
             if not sim.moves:
                 continue
             view = self._job_view(sim, now_s)
@@ -245,7 +248,11 @@ class World:
     def check(self, now_s: float) -> None:
         """Counts the jobs with more tasks down than their update policy allows."""
         for sim in self.jobs.values():
-            down = sum(1 for until in sim.down_until.values() if until > now_s)
+            down = len(sim.unplaced) + sum(
+                1
+                for task, until in sim.down_until.items()
+                if until > now_s and task not in sim.unplaced
+            )
             self.tally.most_down = max(self.tally.most_down, down)
             spec = sim.job.spec
             budget = max(1, spec.count * spec.update.max_unavailable_percent // 100)
@@ -253,15 +260,29 @@ class World:
 
     def _execute(self, sim: SimJob, move: TaskOperation, now_s: float, restart_s: float) -> None:
         [task_index] = move.tasks
-        index = self.region.index
-        target = index.row_of.get(move.target_machine or "")
+        target = self.region.index.row_of.get(move.target_machine or "")
         self._release(sim, task_index)
+        self.tally.moves_done += 1
+        if not self._place_again(sim, task_index, now_s, restart_s, target):
+            sim.unplaced.add(task_index)
+
+    def _place_again(
+        self,
+        sim: SimJob,
+        task_index: int,
+        now_s: float,
+        restart_s: float,
+        target: int | None = None,
+    ) -> bool:
+        """Places a released task (on `target` if it still takes it); down `restart_s` from now."""
         keep = {} if target is None else {task_index: target}
         choice = self.region.choose(sim.job, sim.owner, [task_index], keep)
+        if not choice.placements:
+            return False
         self.region.commit(sim.job, sim.owner, choice)
         sim.attempts[task_index] += 1
         sim.down_until[task_index] = now_s + restart_s
-        self.tally.moves_done += 1
+        return True
 
     def _release(self, sim: SimJob, task_index: int) -> None:
         """Takes the task off its machine as Release does; a machine left empty goes back to

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 import grpc
+from pydantic import ValidationError
 
 from tether.model import AllocatorEndpoint, from_json
 from tether.proto.allocator.v1 import allocator_pb2_grpc
@@ -52,7 +53,12 @@ class AllocatorReplicas:
         """`call` on the registered replicas in id order until one answers; `method` names it
         in errors and logs."""
         result = await self._store.range(keys.ALLOCATORS)
-        endpoints = [from_json(AllocatorEndpoint, kv.value, stored=True) for kv in result.kvs]
+        endpoints = []
+        for kv in result.kvs:
+            try:
+                endpoints.append(from_json(AllocatorEndpoint, kv.value, stored=True))
+            except ValidationError as error:
+                log.warning("skipping %s: not a valid AllocatorEndpoint: %s", kv.key, error)
         if not endpoints:
             raise AllocatorUnavailable(f"no allocator is registered under {keys.ALLOCATORS}")
         await self._forget_channels_except({endpoint.address for endpoint in endpoints})

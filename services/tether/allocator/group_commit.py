@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from tether.allocator.commit import Outcome, Write, commit
 from tether.allocator.index import NONE, AllocationIndex, Snapshot, tasks_by_row
 from tether.allocator.placement import Choice, Planner
 from tether.model import Entitlement, Job
-from tether.store import Store, keys
+from tether.store import Store, StoreError, keys
+
+_log = logging.getLogger(__name__)
 
 Entry = tuple[str, bytes]
 """An allocation entry: key and value."""
@@ -324,9 +327,10 @@ class GroupCommit:
         if not choice.placements:
             self._finish(request, choice.unplaced)
             return None
-        self.stats.merged += sum(
-            1 for task, row in choice.placements.items() if request.keep.get(task) == row
-        )
+        if request.attempts:  # before any, `keep` holds preferred machines, not a plan
+            self.stats.merged += sum(
+                1 for task, row in choice.placements.items() if request.keep.get(task) == row
+            )
         request.choice = choice
         return choice
 
@@ -348,10 +352,15 @@ async def see_conflict(
 ) -> None:
     """After a commit conflicted on `machines`: reads them now where the index is synced by
     partitions (`refresh`), else waits for the feed to show the store at `revision`."""
-    if refresh is not None:
-        await refresh(machines)
-    else:
+    if refresh is None:
         await catch_up(caught_up, revision)
+        return
+    try:
+        await refresh(machines)
+    except StoreError as error:
+        # As when a feed does not catch up in time: the next plan is made on what the index
+        # has, and the commit's compares still guard the machines.
+        _log.warning("reading %d machines after a conflict failed: %s", len(machines), error)
 
 
 async def catch_up(caught_up: CaughtUp, revision: int) -> None:

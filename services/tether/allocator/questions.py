@@ -11,7 +11,7 @@ from tether.allocator.ephemeral import LabelState, label_state
 from tether.allocator.explain import Explanation, explain
 from tether.allocator.group_commit import CaughtUp, catch_up
 from tether.allocator.index import AllocationIndex
-from tether.allocator.placement import Planner
+from tether.allocator.placement import Planner, Released
 from tether.allocator.preemption import (
     PreemptionCandidate,
     PreemptionChoice,
@@ -40,9 +40,14 @@ def suggest(
 ) -> Suggestion:
     """Where the tasks `indexes` of the job would go if placed anew on `index` now: planned as
     one more batch of the job, its other tasks where they are (pure)."""
+    held = index.held(job.handle)
     moving = set(indexes)
-    others = {task: row for task, row in index.held(job.handle).items() if task not in moving}
-    choice = Planner(index, cache, job, entitlement).choose(indexes, others)
+    others = {task: row for task, row in held.items() if task not in moving}
+    # The moving tasks still hold their machines, but not the quota twice: what they hold is
+    # the entitlement's again for the plan.
+    own = index.vector(job.spec.task.resources) * sum(1 for task in moving if task in held)
+    released = Released({}, frozenset(), own)
+    choice = Planner(index, cache, job, entitlement, released).choose(indexes, others)
     return Suggestion(
         {task: index.ids[row] for task, row in choice.placements.items()}, choice.unplaced
     )

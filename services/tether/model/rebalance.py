@@ -53,7 +53,9 @@ class RebalanceRun(TetherModel):
     dry_run: bool
     """Plan only: propose no move."""
     strategies: list[StrategyName] = Field(default_factory=list)
-    """The strategies to use; empty: all of them."""
+    """The strategies to use (in the registry's order of priority, whatever order they are
+    named in); empty: the rebalancer's own list (TETHER_REBALANCER_STRATEGIES, all of them by
+    default)."""
     requested_by: NonEmptyStr
     """The principal that asked, or `continuous`."""
     state: RunState = RunState.PENDING

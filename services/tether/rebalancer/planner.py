@@ -148,6 +148,8 @@ def _try(
     jobs = {move.task.job for move in moves}
     weighed = [*strategies[: strategies.index(strategy)], strategy]
     parts = {s.name: s.part(view, machines, jobs) for s in weighed}
+    if any(move.target not in view.machines for move in moves):
+        return "does-not-fit"  # a machine the allocator knows and the round did not read
     applied = view.apply(moves)
     if not all(view.is_up(move.target) and view.fits(move.target) for move in moves):
         view.undo(applied)

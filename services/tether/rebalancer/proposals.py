@@ -43,21 +43,24 @@ def move_operation(move: PlannedMove, now: datetime) -> TaskOperation:
 async def propose(
     store: Store, fence: Fence, moves: Sequence[PlannedMove], read: RegionRead, now: datetime
 ) -> list[RebalanceMove]:
-    """Writes each move's operation while this leader holds the key and the task's record is as
-    read; returns every move, with the id of its operation where it was written."""
+    """Writes each move's operation while this leader holds the key and the task's record and
+    status are as read (a task that went down meanwhile is not moved); returns every move, with
+    the id of its operation where it was written."""
     proposed = []
     for move in moves:
         entitlement, name = parse_job_handle(move.job)
         operation = move_operation(move, now)
         key = keys.operation(entitlement, name, operation.id)
-        task_id = f"{move.job}/{move.index}"
+        task_revision, status_revision = read.task_revisions[f"{move.job}/{move.index}"]
+        status_key = keys.task_status(entitlement, name, move.index)
         result = await store.txn(
             [
                 fence.compare(),
                 key_missing(key),
-                mod_revision_is(
-                    keys.task(entitlement, name, move.index), read.task_revisions[task_id]
-                ),
+                mod_revision_is(keys.task(entitlement, name, move.index), task_revision),
+                mod_revision_is(status_key, status_revision)
+                if status_revision
+                else key_missing(status_key),
             ],
             [Put(key, to_json(operation))],
         )
@@ -77,9 +80,14 @@ def record(move: PlannedMove, operation: str | None) -> RebalanceMove:
     )
 
 
-def proposed_lately(own: Sequence[OwnMove], now: datetime) -> int:
-    """The rebalancer's moves proposed within the last minute (whatever became of them)."""
-    return sum(1 for move in own if now - move.operation.created_at < RATE_WINDOW)
+def proposed_lately(runs: Sequence[RebalanceRun], now: datetime) -> int:
+    """The moves the runs proposed within the last minute (their operations may be done and
+    deleted since: they count all the same)."""
+    return sum(
+        sum(1 for move in run.moves if move.operation is not None)
+        for run in runs
+        if not run.dry_run and now - run.updated_at < RATE_WINDOW
+    )
 
 
 async def withdraw_stale(

@@ -4,6 +4,7 @@ health, and open operations (the rebalancer's own moves among them)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -11,6 +12,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from tether.model import (
+    FINISHED_STATES,
     OPEN_STATES,
     Allocation,
     Job,
@@ -31,6 +33,8 @@ _log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=TetherModel)
 
+_PAGE = 10_000
+_NO_STATUS: tuple[None, int] = (None, 0)
 MOVE_PREFIX = "rebalance-"
 """The ids of the rebalancer's moves start so: it withdraws its own, and counts them."""
 
@@ -50,21 +54,22 @@ class RegionRead:
 
     view: RegionView
     revision: int
-    task_revisions: dict[str, int]
-    """Task id -> the mod revision of its record: a move is proposed only if it is unchanged."""
+    task_revisions: dict[str, tuple[int, int]]
+    """Task id -> the mod revisions of its record and its status (0: none): a move is proposed
+    only if both are unchanged."""
     own_moves: list[OwnMove]
 
 
 async def read_region(store: Store, now: datetime) -> RegionRead:
-    """Everything a round plans on, read at one revision. A record that does not parse is
-    skipped, with a warning: it is not the rebalancer's to repair."""
-    machines_read = await store.range(keys.MACHINES)
-    revision = machines_read.revision
+    """Everything a round plans on, read at one revision, in pages. A record that does not
+    parse is skipped, with a warning: it is not the rebalancer's to repair."""
+    machines_read = await _all(store, keys.MACHINES, 0)
+    revision = machines_read[1]
 
     async def read(prefix: str) -> list[KeyValue]:
-        return (await store.range(prefix, revision=revision)).kvs
+        return (await _all(store, prefix, revision))[0]
 
-    machines = {m.id: m for m in _parsed(machines_read.kvs, Machine)}
+    machines = {m.id: m for m in _parsed(machines_read[0], Machine)}
     owners: dict[str, str | None] = dict.fromkeys(machines)
     held: dict[str, Resources] = {}
     for kv in await read(keys.ALLOCATIONS):
@@ -77,21 +82,30 @@ async def read_region(store: Store, now: datetime) -> RegionRead:
             for resources in _parsed([kv], Resources):
                 held[task_id] = resources
     jobs = {job.handle: job for job in _parsed(await read(keys.JOBS), Job)}
-    statuses = {f"{s.job}/{s.index}": s for s in _parsed(await read(keys.TASK_STATUS), TaskStatus)}
+    statuses: dict[str, tuple[TaskStatus | None, int]] = {}
+    for kv in await read(keys.TASK_STATUS):
+        for status in _parsed([kv], TaskStatus):
+            statuses[f"{status.job}/{status.index}"] = (status, kv.mod_revision)
     tasks: dict[str, PlacedTask] = {}
-    task_revisions: dict[str, int] = {}
+    revisions: dict[str, tuple[int, int]] = {}
+    down: Counter[str] = Counter()
     for kv in await read(keys.TASKS):
         for task in _parsed([kv], Task):
             job = jobs.get(task.job)
-            if task.machine is None or job is None:
+            if job is None:
+                continue
+            if task.machine is None or task.machine not in machines:
+                if task.state not in FINISHED_STATES:
+                    down[task.job] += 1
                 continue
             resources = held.get(task.task_id, job.spec.task.resources)
-            current = current_status(task, statuses.get(task.task_id))
+            reported, status_revision = statuses.get(task.task_id, _NO_STATUS)
+            current = current_status(task, reported)
             healthy = current is not None and current.state is TaskState.RUNNING
             tasks[task.task_id] = PlacedTask(
                 task.job, task.index, task.machine, amounts(resources), task.attempt, healthy
             )
-            task_revisions[task.task_id] = kv.mod_revision
+            revisions[task.task_id] = (kv.mod_revision, status_revision)
     operations: dict[str, list[TaskOperation]] = {}
     own: list[OwnMove] = []
     for kv in await read(keys.OPERATIONS):
@@ -100,8 +114,21 @@ async def read_region(store: Store, now: datetime) -> RegionRead:
                 operations.setdefault(operation.job, []).append(operation)
             if operation.id.startswith(MOVE_PREFIX):
                 own.append(OwnMove(kv.key, kv.mod_revision, operation))
-    view = RegionView(machines, owners, jobs, tasks, operations, now)
-    return RegionRead(view, revision, task_revisions, own)
+    view = RegionView(machines, owners, jobs, tasks, operations, dict(down))
+    return RegionRead(view, revision, revisions, own)
+
+
+async def _all(store: Store, prefix: str, revision: int) -> tuple[list[KeyValue], int]:
+    """Every key under `prefix` at `revision` (0: now), read in pages; and the revision."""
+    kvs: list[KeyValue] = []
+    start_after: str | None = None
+    while True:
+        page = await store.range(prefix, start_after=start_after, limit=_PAGE, revision=revision)
+        revision = page.revision
+        kvs += page.kvs
+        if not page.more or not page.kvs:
+            return kvs, revision
+        start_after = page.kvs[-1].key
 
 
 def _parsed(kvs: list[KeyValue], model: type[M]) -> list[M]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tether import metrics
 from tether.allocator_calls import AllocatorRefused, AllocatorReplicas
-from tether.model.rebalance import RebalanceRun, RunState
+from tether.model.rebalance import STRATEGY_NAMES, RebalanceRun, RunState
 from tether.proto.allocator.v1 import allocator_pb2 as pb
 from tether.rebalancer.planner import Limits, plan_round
 from tether.rebalancer.proposals import propose, proposed_lately, record, withdraw_stale
@@ -33,16 +33,20 @@ async def run_round(
     fence: Fence,
     settings: RebalancerSettings,
     run: RebalanceRun,
+    earlier: Sequence[RebalanceRun],
 ) -> RebalanceRun:
-    """Carries out `run` (pending) and returns it done. Raises what reading the store or
-    asking the allocators raises; the caller records the run failed."""
+    """Carries out `run` (pending) and returns it done; `earlier` runs' moves of the last minute
+    count against the limit. Raises what reading the store or asking the allocators raises;
+    the caller records the run failed."""
     now = datetime.now(UTC)
     read = await read_region(store, now)
     view = read.view
     if not run.dry_run:
         withdrawn = await withdraw_stale(store, fence, read.own_moves, now, settings.move_timeout_s)
         metrics.REBALANCER_WITHDRAWN.inc(withdrawn)
-    strategies = [STRATEGIES[name](view) for name in run.strategies or settings.strategies]
+    # In the registry's order whatever order they were named in: it is their priority.
+    names = sorted(set(run.strategies or settings.strategies), key=STRATEGY_NAMES.index)
+    strategies = [STRATEGIES[name](view) for name in names]
     candidates = [(s, c) for s in strategies for c in s.candidates(view)]
     suggestions = {
         strategy.name: await suggest(allocators, [c for s, c in candidates if s is strategy])
@@ -55,7 +59,7 @@ async def run_round(
         candidates,
         suggestions,
         limits,
-        proposed_lately=proposed_lately(read.own_moves, now),
+        proposed_lately=proposed_lately(earlier, now),
     )
     if run.dry_run:
         moves = [record(move, None) for move in plan.moves]

@@ -129,21 +129,28 @@ class Rebalancer(Service):
             self._wake.set()
             await asyncio.sleep(_RETRY_S)
 
-    def _pending(self) -> list[tuple[RebalanceRun, int]]:
-        pending = []
+    def _runs_kept(self) -> list[tuple[RebalanceRun, int]]:
+        """Every run in the store (as mirrored) with its mod revision."""
+        kept = []
         for kv in list(self._runs.items.values()):
             try:
-                run = from_json(RebalanceRun, kv.value, stored=True)
+                kept.append((from_json(RebalanceRun, kv.value, stored=True), kv.mod_revision))
             except ValidationError as error:
                 _log.warning("rebalancer: skipping %s: %s", kv.key, error)
-                continue
-            if run.state is RunState.PENDING:
-                pending.append((run, kv.mod_revision))
+        return kept
+
+    def _pending(self) -> list[tuple[RebalanceRun, int]]:
+        pending = [
+            (run, revision) for run, revision in self._runs_kept() if run.state is RunState.PENDING
+        ]
         return sorted(pending, key=lambda found: (found[0].created_at, found[0].id))
 
     async def _carry_out(self, fence: Fence, run: RebalanceRun, revision: int) -> None:
         try:
-            done = await run_round(self._store, self._allocators, fence, self.settings, run)
+            earlier = [found for found, _ in self._runs_kept() if found.id != run.id]
+            done = await run_round(
+                self._store, self._allocators, fence, self.settings, run, earlier
+            )
             outcome = "done"
         except StoreError:
             raise  # retried: the store may be back in a moment
@@ -173,14 +180,13 @@ class Rebalancer(Service):
 
     async def _prune(self, fence: Fence) -> None:
         """Deletes all but the newest `runs_kept` runs that are over."""
-        over = []
-        for key, kv in list(self._runs.items.items()):
-            try:
-                run = from_json(RebalanceRun, kv.value, stored=True)
-            except ValidationError:
-                continue
-            if run.state is not RunState.PENDING:
-                over.append((run.created_at, key, kv.mod_revision))
-        over.sort(reverse=True)
+        over = sorted(
+            (
+                (run.created_at, keys.rebalance_run(run.id), revision)
+                for run, revision in self._runs_kept()
+                if run.state is not RunState.PENDING
+            ),
+            reverse=True,
+        )
         for _, key, revision in over[self.settings.runs_kept :]:
             await self._store.txn([fence.compare(), mod_revision_is(key, revision)], [Delete(key)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from tether.model import FaultDomain, Job, Machine, MachineState, Resources, TaskOperation
 
@@ -66,7 +65,9 @@ class RegionView:
     """Task id -> the task, on the machine a tried move put it."""
     operations: Mapping[str, Sequence[TaskOperation]] = field(default_factory=dict)
     """Job -> its open operations (a job with one is left alone)."""
-    now: datetime | None = None
+    down: Mapping[str, int] = field(default_factory=dict)
+    """Job -> its tasks that should run and have no machine the round knows (waiting for one,
+    or on a machine gone from the region): a job with one is left alone."""
     used: dict[str, list[float]] = field(init=False)
     by_machine: dict[str, set[str]] = field(init=False)
     by_job: dict[str, list[str]] = field(init=False)
@@ -124,10 +125,10 @@ class RegionView:
 
     def movable(self, job: str) -> bool:
         """Whether the rebalancer may move tasks of the job now: it exists and is not deleting,
-        every task of it runs (a move takes one down, and one that is down already may be all
-        the job can spare), and no operation of it is open."""
+        every task of it runs on a machine of the round (a move takes one down, and one that is
+        down already may be all the job can spare), and no operation of it is open."""
         spec = self.jobs.get(job)
-        if spec is None or spec.deleting or self.operations.get(job):
+        if spec is None or spec.deleting or self.operations.get(job) or self.down.get(job):
             return False
         return all(task.healthy for task in self.tasks_of(job))
 

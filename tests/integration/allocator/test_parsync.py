@@ -12,7 +12,7 @@ import pytest
 
 from tests.integration.allocator.test_allocator import machines_of
 from tests.support.allocations import read_allocations
-from tests.support.allocator_builders import job, put_job
+from tests.support.allocator_builders import entitlement, job, machine, put_job
 from tests.support.waiting import eventually
 from tether.allocator.service import Allocator
 from tether.allocator.settings import AllocatorSettings
@@ -98,5 +98,43 @@ async def test_another_writers_change_shows_once_its_partition_is_read_again(
 
         count = service.parsync.refreshes
         await eventually(read_again, lambda n: n >= count + 2, what="partitions read on a period")
+    finally:
+        await service.stop()
+
+
+async def test_partitions_read_every_machines_records_whatever_dashes_do_to_key_order(
+    store: Store, store_url: str
+) -> None:
+    # Keys sort m1, m1-a, m1-a/..., m1/...: the partitions split between m1 and m1-a.
+    for machine_id in ("m1", "m1-a", "m2"):
+        await store.put(keys.machine(machine_id), to_json(machine(machine_id)))
+    await store.put(keys.entitlement("ads"), to_json(entitlement()))
+    for number, machine_id in enumerate(("m1", "m1-a", "m2")):
+        for task in range(2):
+            entry = keys.allocation_entry(machine_id, "ml", f"filler{number}", task)
+            await store.put(entry, to_json(Resources(memory_mib=512)))
+    service = await replica(
+        store_url, "allocator-p", sync="parsync", sync_period_s=0.3, sync_partitions=3
+    )
+    try:
+        assert service.parsync is not None
+        assert service.parsync.bounds(1) == ("m1-a", "m2")
+        index = service.index
+
+        def held() -> dict[str, int]:
+            return {m: int(index.task_count[index.row_of[m]]) for m in ("m1", "m1-a", "m2")}
+
+        assert held() == {"m1": 2, "m1-a": 2, "m2": 2}
+        # Partitions read again and again leave every machine's entries as the store has them.
+        count = service.parsync.refreshes
+        await eventually(
+            lambda: service.parsync.refreshes if service.parsync else 0,
+            lambda n: n >= count + 6,
+            what="two rounds of partitions",
+        )
+        assert held() == {"m1": 2, "m1-a": 2, "m2": 2}
+        await store.delete(keys.allocation_entry("m1", "ml", "filler0", 1))
+        await service.parsync.wait_for(await store.revision())
+        assert held() == {"m1": 1, "m1-a": 2, "m2": 2}
     finally:
         await service.stop()

@@ -7,6 +7,7 @@ import grpc
 import pytest
 
 from tests.integration.allocator.test_allocator import machines_of
+from tests.support.allocator_builders import entitlement, job, put_job
 from tests.support.waiting import eventually
 from tether.model import Resources, to_json
 from tether.proto.allocator.v1 import allocator_pb2 as pb
@@ -131,3 +132,20 @@ async def test_place_passes_over_a_preferred_machine_without_room_or_unknown(
     placed = machines_of(answer)
     assert sorted(placed) == [0, 1]
     assert set(placed.values()) <= MACHINES - {"m2"}
+
+
+async def test_suggest_counts_the_tasks_it_moves_against_the_quota_once(
+    region: Store, client: allocator_pb2_grpc.AllocatorAsyncStub
+) -> None:
+    # An entitlement whose quota its job's three tasks fill: one of them may still move.
+    await region.put(keys.entitlement("full"), to_json(entitlement("full", cpu=1500, memory=3072)))
+    await put_job(region, job("web", entitlement="full"))
+    placed = machines_of(
+        await client.Place(
+            pb.PlaceRequest(job_handle="full/web", task_indexes=[0, 1, 2], job_generation=1)
+        )
+    )
+    assert sorted(placed) == [0, 1, 2]
+    answer = await client.Suggest(pb.SuggestRequest(job_handle="full/web", task_indexes=[1]))
+    assert list(answer.unplaced) == [], answer.unplaced[0].reason if answer.unplaced else ""
+    assert machines_of(answer)[1] in MACHINES

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.support.allocator_builders import machine
 from tests.unit.rebalancer.regions import On, region
 from tether.model import Placement, Spread
-from tether.model.rebalance import STRATEGY_NAMES, StrategyName
+from tether.model.rebalance import STRATEGY_NAMES, RebalanceMove, RebalanceRun, StrategyName
 from tether.rebalancer.planner import Limits, RoundPlan, plan_round
+from tether.rebalancer.proposals import proposed_lately
 from tether.rebalancer.strategies.registry import STRATEGIES
 from tether.rebalancer.view import RegionView
 
@@ -148,3 +150,47 @@ def test_a_machine_that_takes_tasks_this_round_is_not_emptied_in_it() -> None:
     result = plan(view, {"ads/a/0": "m1", "ads/b/0": "m2"}, only=("stranded",))
     assert [(m.source, m.target) for m in result.moves] == [("m0", "m1")]
     assert result.deferred == {"moved-this-round": 1}
+
+
+def test_a_job_with_a_task_waiting_for_a_machine_is_not_moved() -> None:
+    view = consolidating()
+    view.down = {"ads/a": 1}  # its other task was released by a move and is not placed yet
+    result = plan(view, {"ads/a/0": "m2", "ads/b/0": "m2"}, only=("idle",))
+    assert [m.job for m in result.moves] == ["ads/b"]
+
+
+def test_a_target_the_round_did_not_read_does_not_fit() -> None:
+    result = plan(consolidating(), {"ads/a/0": "m9", "ads/b/0": "m9"}, only=("idle",))
+    assert result.moves == []
+    assert result.deferred == {"does-not-fit": 2}
+
+
+def test_moves_proposed_lately_are_counted_from_the_runs_whatever_became_of_them() -> None:
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+    def move(operation: str | None) -> RebalanceMove:
+        return RebalanceMove(
+            job="ads/a",
+            index=0,
+            source="m0",
+            target="m1",
+            strategy="idle",
+            why="",
+            operation=operation,
+        )
+
+    def run(seconds_ago: float, *, dry_run: bool = False, operations: int = 2) -> RebalanceRun:
+        at = now - timedelta(seconds=seconds_ago)
+        moves = [move(f"op-{n}") for n in range(operations)]
+        moves.append(move(None))  # planned, not proposed
+        return RebalanceRun(
+            id=f"r{seconds_ago}",
+            dry_run=dry_run,
+            requested_by="continuous",
+            created_at=at,
+            updated_at=at,
+            moves=moves,
+        )
+
+    runs = [run(10), run(50, operations=1), run(70), run(5, dry_run=True)]
+    assert proposed_lately(runs, now) == 3

@@ -69,6 +69,9 @@ class AllocationIndex(Columns):
         self._tasks = HeldTasks(self)
         self._ephemeral = EphemeralRecords()
         self._allocations = AllocationKeys(self, self._records, self._tasks)
+        self.in_flight: set[int] = set()
+        """Rows with tasks placed tentatively whose commit is not answered yet: what the store
+        holds of them says nothing of those tasks (`index.parsync` leaves them alone)."""
 
     @property
     def rows(self) -> int:
@@ -127,6 +130,7 @@ class AllocationIndex(Columns):
         what `roll_back` needs to undo it."""
         columns = self
         rows = np.unique(np.fromiter(placements.values(), np.intp, len(placements)))
+        self.in_flight.update(rows.tolist())
         snapshot = Snapshot(
             rows,
             columns.revision[rows].copy(),
@@ -149,12 +153,14 @@ class AllocationIndex(Columns):
     def confirm(self, rows: Iterable[int], revision: int) -> None:
         """The tentative records of `rows` were committed in transaction `revision`."""
         for row in rows:
+            self.in_flight.discard(row)
             if self.revision[row] < revision:
                 self.revision[row] = revision
 
     def roll_back(self, snapshot: Snapshot) -> None:
         """Undoes `place_tentatively`; the records too where the store's newer record did not
         replace them meanwhile."""
+        self.in_flight.difference_update(snapshot.rows.tolist())
         for index, row in snapshot.placements.items():
             self._tasks.remove(row, snapshot.job, index)
         unchanged = np.flatnonzero(self.revision[snapshot.rows] == snapshot.revisions)

@@ -73,6 +73,8 @@ class PartitionedSync:
 
     async def refresh(self, machine_ids: Sequence[str]) -> None:
         """Reads the machines' records and entries now (after a conflict on them)."""
+        kvs: list[KeyValue] = []
+        revision = 0
         for start in range(0, len(machine_ids), _MACHINES_PER_READ):
             chunk = machine_ids[start : start + _MACHINES_PER_READ]
             ops = [
@@ -84,8 +86,11 @@ class PartitionedSync:
                 )
             ]
             result = await self._store.txn([], ops)
-            kvs = [kv for position in range(len(ops)) for kv in result.kvs(position)]
-            self.apply(set(chunk), kvs, result.revision)
+            kvs += [kv for position in range(len(ops)) for kv in result.kvs(position)]
+            # Chunks read at different revisions: applied as of the first, so that a row
+            # written since is not taken for one this replica wrote after the read.
+            revision = revision or result.revision
+        self.apply(set(machine_ids), kvs, revision)
 
     async def _cycle(self) -> None:
         pause_s = self.period_s / self.partitions
@@ -97,23 +102,37 @@ class PartitionedSync:
             except StoreError as error:
                 _log.warning("parsync: reading partition %d failed: %s", self._next, error)
                 await asyncio.sleep(_RETRY_S)
+            except Exception:
+                # The index would go stale for good, and every wait for a revision with it.
+                _log.exception("parsync: reading partition %d failed", self._next)
+                await asyncio.sleep(_RETRY_S)
 
     def bounds(self, partition: int) -> tuple[str | None, str | None]:
-        """The first and last machine id of the partition: None from the start (the first
-        partition) or to the end (the last that holds machines); an empty one past the
-        machines (more partitions than machines) reads nothing."""
+        """The partition's machine ids: from the first (None: from the start) up to, not
+        including, the next partition's first (None: to the end). An id the index does not know
+        falls in the one whose range holds it; one past the machines (more partitions than
+        machines) holds none."""
         ids = sorted(self._index.machines_present())
         size = max(1, -(-len(ids) // self.partitions))
         start, end = partition * size, (partition + 1) * size
         if partition and start >= len(ids):
             return _NOTHING, _NOTHING
         first = None if partition == 0 else ids[start]
-        last = None if end >= len(ids) else ids[end - 1]
-        return first, last
+        upper = None if end >= len(ids) else ids[end]
+        return first, upper
 
     async def _refresh_partition(self, partition: int) -> None:
-        first, last = self.bounds(partition)
+        first, upper = self.bounds(partition)
+
+        def inside(machine_id: str) -> bool:
+            return (first is None or machine_id >= first) and (upper is None or machine_id < upper)
+
+        # Keys sort as machine ids do but for '-', which sorts before '/': the entries of `m1`
+        # come after the record of `m1-a`. The range starts at the first machine's record and
+        # ends after the entries of every machine before `upper` (`stop_after`); what it holds
+        # of machines outside is dropped.
         start_after = None if first is None else just_before(keys.allocation(first))
+        stop = None if upper is None else stop_after(upper)
         kvs: list[KeyValue] = []
         revision = 0
         while True:
@@ -121,17 +140,18 @@ class PartitionedSync:
                 keys.ALLOCATIONS, start_after=start_after, limit=_PAGE, revision=revision
             )
             revision = page.revision
-            inside = [kv for kv in page.kvs if last is None or _machine(kv) <= last]
-            kvs += inside
-            if not page.more or len(inside) < len(page.kvs) or not page.kvs:
+            within = [kv for kv in page.kvs if stop is None or kv.key <= stop]
+            kvs += [kv for kv in within if inside(_machine(kv))]
+            if not page.more or len(within) < len(page.kvs) or not page.kvs:
                 break
             start_after = page.kvs[-1].key
-        known = {
-            machine_id
-            for machine_id in self._index.machines_present()
-            if (first is None or machine_id >= first) and (last is None or machine_id <= last)
+        index = self._index
+        machines = {m for m in index.machines_present() if inside(m)}
+        machines |= {_machine(kv) for kv in kvs}
+        machines |= {
+            n.partition("/")[0] for n in index.records_present() if inside(n.partition("/")[0])
         }
-        self.apply(known | {_machine(kv) for kv in kvs}, kvs, revision)
+        self.apply(machines, kvs, revision)
         self.refreshes += 1
         async with self._advanced:
             self.read_at[partition] = revision
@@ -139,13 +159,18 @@ class PartitionedSync:
 
     def apply(self, machines: set[str], kvs: Sequence[KeyValue], revision: int) -> None:
         """Makes the machines' records and entries in the index what `kvs` (read at
-        `revision`) hold, but for machines this replica committed on after `revision`."""
+        `revision`) hold, but for machines this replica committed on after `revision`, or has
+        a commit in flight on."""
         index = self._index
+        row_of, in_flight = index.row_of, index.in_flight
         fresh = {
             machine_id
             for machine_id in machines
-            if machine_id not in index.row_of
-            or int(index.revision[index.row_of[machine_id]]) <= revision
+            if machine_id not in row_of
+            or (
+                int(index.revision[row_of[machine_id]]) <= revision
+                and row_of[machine_id] not in in_flight
+            )
         }
         read = [kv for kv in kvs if _machine(kv) in fresh]
         index.set_allocations(read)
@@ -157,6 +182,14 @@ class PartitionedSync:
 
 def _machine(kv: KeyValue) -> str:
     return keys.split_allocation(kv.key)[0]
+
+
+def stop_after(upper: str) -> str:
+    """A key at or after every key of every machine id below `upper`. Such ids' keys sort below
+    `upper`'s, but for the entries of ids that `upper` extends with '-' (`m1/...` sorts after
+    `m1-a`, as '-' sorts before '/'): those all sort before the entries of `upper`'s part
+    before its first '-', followed by DEL."""
+    return keys.allocation_entries(upper.split("-")[0]) + "\x7f"
 
 
 def just_before(key: str) -> str:
