@@ -8,7 +8,7 @@ from typing import Final
 import typer
 
 # Typer vendors Click (0.29): its group and command types live only there.
-from typer._click import Command, Context
+from typer._click import Command, Context, Parameter
 from typer.core import TyperGroup
 
 from tether import __version__
@@ -26,6 +26,7 @@ from tether.cli import (
 )
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
+from tether.cli.helptext import hide_flag_types, readable
 from tether.cli.services import SERVICE_COMMANDS, command
 
 LAZY_GROUPS: Final = {"appsched": "tether.cli.appsched:app"}
@@ -37,6 +38,11 @@ class _LazyCommands(TyperGroup):
     """Imports the service commands and `LAZY_GROUPS` only when one of them runs (or help lists
     them): importing them all cost every `tether` command about 1.5 s of CPU."""
 
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params = super().get_params(ctx)
+        hide_flag_types(params)
+        return params
+
     def list_commands(self, ctx: Context) -> list[str]:
         listed = super().list_commands(ctx)
         return [*listed, *(name for name in _LAZY_NAMES if name not in listed)]
@@ -46,7 +52,7 @@ class _LazyCommands(TyperGroup):
         if found is None and cmd_name in _LAZY_NAMES:
             found = _load(cmd_name)
             self.add_command(found, cmd_name)
-        return found
+        return None if found is None else readable(found)
 
 
 def _load(name: str) -> Command:
