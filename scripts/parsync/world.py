@@ -15,7 +15,7 @@ import numpy as np
 from tests.support.allocator_builders import Region, entitlement, job, machine
 from tether.allocator.group_commit import place_tentatively
 from tether.allocator.index import FREE
-from tether.allocator.index.parsync import PartitionedSync
+from tether.allocator.index.parsync import PartitionedSync, within
 from tether.allocator.placement import Choice
 from tether.model import Entitlement, Job, Resources
 from tether.store import KeyValue, keys
@@ -118,13 +118,9 @@ class Replica:
             self.read_at[machine_id] = now_s
 
     def read_partition(self, now_s: float) -> None:
-        first, last = self.sync.bounds(self.next_partition)
+        first, upper = self.sync.bounds(self.next_partition)
         self.next_partition = (self.next_partition + 1) % self.sync.partitions
-        ids = [
-            machine_id
-            for machine_id in self.region.index.machines_present()
-            if (first is None or machine_id >= first) and (last is None or machine_id <= last)
-        ]
+        ids = [m for m in self.region.index.machines_present() if within(first, upper, m)]
         self.read(set(ids), now_s)
 
 

@@ -30,6 +30,7 @@ from tether.model import (
 )
 from tether.rebalancer.planner import Limits, RoundPlan, plan_round
 from tether.rebalancer.proposals import move_operation
+from tether.rebalancer.strategies.base import by_job
 from tether.rebalancer.strategies.registry import STRATEGIES
 from tether.rebalancer.view import PlacedTask, RegionView, amounts
 from tether.scheduler.plan import JobView, Stored
@@ -207,16 +208,10 @@ class World:
         candidates = [(s, c) for s in strategies for c in s.candidates(view)]
         suggestions = {}
         for strategy in strategies:
-            by_job: dict[str, list[int]] = {}
-            for s, candidate in candidates:
-                if s is strategy:
-                    for task in candidate.tasks:
-                        by_job.setdefault(task.job, []).append(task.index)
             found: dict[str, str] = {}
-            for handle, indexes in by_job.items():
+            for handle, indexes in by_job([c for s, c in candidates if s is strategy]).items():
                 sim = self.jobs[handle]
-                index = self.region.index
-                answer = suggest(index, self.region.cache, sim.job, sim.owner, indexes)
+                answer = suggest(self.region.index, self.region.cache, sim.job, sim.owner, indexes)
                 found |= {f"{handle}/{i}": machine_id for i, machine_id in answer.machines.items()}
             suggestions[strategy.name] = found
         lately = sum(1 for at_s in self._proposed_at if now_s - at_s < 60)

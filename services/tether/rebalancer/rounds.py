@@ -16,7 +16,7 @@ from tether.rebalancer.planner import Limits, plan_round
 from tether.rebalancer.proposals import propose, proposed_lately, record, withdraw_stale
 from tether.rebalancer.reading import read_region
 from tether.rebalancer.settings import RebalancerSettings
-from tether.rebalancer.strategies.base import Candidate
+from tether.rebalancer.strategies.base import Candidate, by_job
 from tether.rebalancer.strategies.registry import STRATEGIES
 from tether.store import Store
 from tether.store.election import Fence
@@ -91,14 +91,8 @@ async def suggest(allocators: AllocatorReplicas, candidates: Sequence[Candidate]
     would move them (another strategy's, planned with them, would take their room). A task it
     would put nowhere is missing, and so is a job it refuses (gone meanwhile, say); no allocator
     answering fails the round."""
-    by_job: dict[str, list[int]] = {}
-    for candidate in candidates:
-        for task in candidate.tasks:
-            indexes = by_job.setdefault(task.job, [])
-            if task.index not in indexes:
-                indexes.append(task.index)
     found: dict[str, str] = {}
-    for job, indexes in by_job.items():
+    for job, indexes in by_job(candidates).items():
         request = pb.SuggestRequest(job_handle=job, task_indexes=indexes)
         try:
             answer = await allocators.call("Suggest", _suggest_call(request, allocators.timeout_s))

@@ -125,7 +125,7 @@ class PartitionedSync:
         first, upper = self.bounds(partition)
 
         def inside(machine_id: str) -> bool:
-            return (first is None or machine_id >= first) and (upper is None or machine_id < upper)
+            return within(first, upper, machine_id)
 
         # Keys sort as machine ids do but for '-', which sorts before '/': the entries of `m1`
         # come after the record of `m1-a`. The range starts at the first machine's record and
@@ -140,9 +140,9 @@ class PartitionedSync:
                 keys.ALLOCATIONS, start_after=start_after, limit=_PAGE, revision=revision
             )
             revision = page.revision
-            within = [kv for kv in page.kvs if stop is None or kv.key <= stop]
-            kvs += [kv for kv in within if inside(_machine(kv))]
-            if not page.more or len(within) < len(page.kvs) or not page.kvs:
+            in_range = [kv for kv in page.kvs if stop is None or kv.key <= stop]
+            kvs += [kv for kv in in_range if inside(_machine(kv))]
+            if not page.more or len(in_range) < len(page.kvs) or not page.kvs:
                 break
             start_after = page.kvs[-1].key
         index = self._index
@@ -182,6 +182,11 @@ class PartitionedSync:
 
 def _machine(kv: KeyValue) -> str:
     return keys.split_allocation(kv.key)[0]
+
+
+def within(first: str | None, upper: str | None, machine_id: str) -> bool:
+    """Whether the machine id falls in the partition `bounds` gave as (first, upper)."""
+    return (first is None or machine_id >= first) and (upper is None or machine_id < upper)
 
 
 def stop_after(upper: str) -> str:

@@ -3,7 +3,7 @@ make it better."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -42,6 +42,18 @@ class Strategy(Protocol):
     def candidates(self, view: RegionView) -> list[Candidate]:
         """At most CANDIDATES groups, best first, of tasks whose jobs may move now."""
         ...
+
+
+def by_job(candidates: Sequence[Candidate]) -> dict[str, list[int]]:
+    """Job -> the task indexes of the candidates, each once, in order: what one Suggest of the
+    job asks about."""
+    found: dict[str, list[int]] = {}
+    for candidate in candidates:
+        for task in candidate.tasks:
+            indexes = found.setdefault(task.job, [])
+            if task.index not in indexes:
+                indexes.append(task.index)
+    return found
 
 
 def emptying(view: RegionView, machine: str, why: str) -> Candidate | None:
