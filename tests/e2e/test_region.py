@@ -6,8 +6,11 @@ The tests share one region and run in file order; the last one kills an agent fo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -202,6 +205,20 @@ def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> 
     example = Path(__file__).parents[2] / "examples" / "hello.yaml"
     assert tether(region, "job", "submit", str(example), "--wait").strip() == "default/hello"
     assert "default/hello" in tether(region, "job", "ls")
+    # Found by its directory alone, as `tether up --dir` left it; its records as JSON.
+    by_dir = {**os.environ, "TETHER_REGION_DIR": str(region.state_dir)}
+    for name in ("TETHER_URL", "TETHER_TOKEN"):
+        by_dir.pop(name, None)
+    listed = subprocess.run(
+        [sys.executable, "-m", "tether.cli.main", "job", "ls", "-o", "json"],
+        env=by_dir,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "default/hello" in [job["handle"] for job in json.loads(listed.stdout)]
     assert "running" in tether(region, "job", "show", "default/hello")
     wait_for(
         lambda: (

@@ -148,7 +148,7 @@ def test_draining_a_shard_moves_its_entitlements_away(
     assert drained.returncode == 0, drained.stderr
     assert f"default: moved from {NEW_SHARD} to {other}" in drained.stdout
     assert shard(client, NEW_SHARD)["draining"] is True
-    listed = region.cli("shard", "ls")
+    listed = region.cli("shard", "ls", "-o", "wide")
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if NEW_SHARD in line)
     assert "none" not in row  # its replicas still run: a leader and a standby

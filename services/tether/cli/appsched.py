@@ -17,7 +17,8 @@ from tether.model import check_name, parse_job_handle
 from tether.model.accelerator import ThroughputProfile
 from tether.region.plan import RegionOptions
 from tether.region.supervisor import port_is_free
-from tether.sdk.settings import default_token, local_region
+from tether.sdk import ClientSettings
+from tether.sdk.settings import local_region
 from tether.service import configure_logging
 from tether.taskcontrol.appsched.base import ReferenceController
 from tether.taskcontrol.appsched.gang import GangController
@@ -94,8 +95,9 @@ class Registration:
 
 
 def default_registry_address() -> str:
-    """The local region's registry, as `tether up` recorded it, else `tether up`'s default."""
-    region = local_region()
+    """The registry of the region in TETHER_REGION_DIR (else .tether), as `tether up` recorded
+    it, else `tether up`'s default."""
+    region = local_region(ClientSettings().region_dir)
     if region is not None:
         return region.registry_address
     return f"{RegionOptions.host}:{RegionOptions.registry_port}"
@@ -125,7 +127,7 @@ def _registration(
     if not port_is_free(host, int(port)):
         fail(f"cannot listen on {listen}: the port is in use or the host is not this machine")
     if not token:
-        default = default_token()
+        default = ClientSettings().token
         if default is None:
             fail(f"no token: {TOKEN_HINT}")
         token = default.get_secret_value()
@@ -334,7 +336,7 @@ def gavel(
         fail(f"--policy {policy!r}: expected one of {', '.join(sorted(POLICIES))}")
     counts = _accelerator_counts(accelerators) if accelerators is not None else None
     registration = _registration(None, entitlement, listen, registry, token, ttl)
-    with client(url, registration.token) as tether:
+    with client(url, registration.token, None) as tether:
         path = Path(profile)
         try:
             if path.exists() or path.suffix == ".json" or "/" not in profile:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from tether.model import parse_job_handle
+from tether.model import DEFAULT_STATE_DIR, REGION_FILE_NAME, parse_job_handle
 from tether.sdk import JSON, YAML, ClientSettings, TetherAPIError, TetherClient, TetherError
 
 T = TypeVar("T")
@@ -23,8 +23,8 @@ CONTENT_TYPES: Final = {".yaml": YAML, ".yml": YAML, ".json": JSON}
 """The files commands read, by suffix."""
 
 TOKEN_HINT = (
-    "pass --token or set TETHER_TOKEN; `tether up` keeps the local region's admin token in "
-    ".tether/admin.token"
+    "pass --token or set TETHER_TOKEN; `tether up` keeps a region's admin token in its "
+    "directory (.tether/admin.token, or --region-dir)"
 )
 
 UrlOption = typer.Option(
@@ -32,14 +32,22 @@ UrlOption = typer.Option(
     "--url",
     envvar="TETHER_URL",
     help="Base URL of a Tether frontend.",
-    show_default="the url in .tether/region.json, else http://127.0.0.1:8080",
+    show_default="the url in the region directory's region.json, else http://127.0.0.1:8080",
 )
 TokenOption = typer.Option(
     None,
     "--token",
     envvar="TETHER_TOKEN",
     help="Bearer token to act with.",
-    show_default="the local region's admin token (.tether/admin.token)",
+    show_default="the admin token of the region in the region directory",
+)
+RegionDirOption = typer.Option(
+    None,
+    "--region-dir",
+    envvar="TETHER_REGION_DIR",
+    file_okay=False,
+    help="The directory of a region `tether up --dir` runs: the url and token default to its.",
+    show_default=str(DEFAULT_STATE_DIR),
 )
 
 
@@ -73,11 +81,19 @@ def fail(message: str, details: Iterable[str] = (), *, status: int = 1) -> NoRet
 
 
 @contextmanager
-def client(url: str | None, token: str | None) -> Iterator[TetherClient]:
-    """A client from --url/--token (else TETHER_URL/TETHER_TOKEN, else the local region); any
-    API or connection error inside the block ends the command through `fail`."""
+def client(url: str | None, token: str | None, region_dir: Path | None) -> Iterator[TetherClient]:
+    """A client from --url/--token (else TETHER_URL/TETHER_TOKEN, else the region in
+    --region-dir or .tether); any API or connection error inside the block ends the command
+    through `fail`, as does a --region-dir no region runs from."""
+    if region_dir is not None and url is None and not (region_dir / REGION_FILE_NAME).is_file():
+        fail(
+            f"no region runs from {region_dir}: it has no {REGION_FILE_NAME} "
+            "(start one with `tether up --dir DIR`, or pass --url)"
+        )
     overrides: dict[str, Any] = {
-        name: value for name, value in (("url", url), ("token", token)) if value
+        name: value
+        for name, value in (("url", url), ("token", token), ("region_dir", region_dir))
+        if value
     }
     try:
         settings = ClientSettings(**overrides)

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
-import typer
 from rich.table import Column, Table
 
-from tether.cli.common import HandleArgument, TokenOption, UrlOption, client, out
+from tether.cli.common import (
+    HandleArgument,
+    RegionDirOption,
+    TokenOption,
+    UrlOption,
+    client,
+    out,
+)
+from tether.cli.listing import Output, OutputOption, records
 from tether.sdk import JobView, PlacementView, QueueView
 
 
 def explain(
     handle: str = HandleArgument,
-    as_json: bool = typer.Option(False, "--json", help="Print the placement view as JSON."),
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Explain a job's placement, as an allocator sees it now (e.g. why tasks stay pending).
 
@@ -26,10 +35,9 @@ def explain(
     the machines holding its tasks, and their rank for one more task
     (1: the first choice, -: it takes no more).
     """
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         view = tether.explain(handle)
-        if as_json:
-            typer.echo(view.model_dump_json(indent=2))
+        if records(output, view):
             return
         job = tether.get_job(handle)
         record = job.admission

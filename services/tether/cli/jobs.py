@@ -12,6 +12,7 @@ from rich.table import Table
 from tether.cli import explain
 from tether.cli.common import (
     HandleArgument,
+    RegionDirOption,
     TokenOption,
     UrlOption,
     client,
@@ -22,9 +23,11 @@ from tether.cli.common import (
     poll,
     read_document,
 )
+from tether.cli.listing import Column, Output, OutputOption, print_rows, print_table, records
 from tether.sdk import (
     RUNNING,
     JobView,
+    OperationView,
     TaskView,
     TetherAPIError,
     TetherClient,
@@ -59,10 +62,11 @@ def submit(
     timeout: float = TimeoutOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Submit a job and print its handle (<entitlement>/<job>)."""
     spec, content_type = read_document(file)
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         job = tether.submit_job(spec, content_type, idempotency_key)
         out().print(job.handle)
         if wait:
@@ -99,47 +103,53 @@ def _describe(task: TaskView) -> str:
     return f"task {task.index}: {task.state}{where}{why}"
 
 
+JOB_COLUMNS: list[Column[JobView]] = [
+    Column("handle", lambda job: job.handle, whole=True),
+    Column("count", lambda job: str(job.count), justify="right"),
+    Column("running", lambda job: str(job.running), justify="right"),
+    Column("admission", lambda job: _admission_cell(job), give_way=3),
+    Column("generation", lambda job: str(job.generation), give_way=1, justify="right"),
+    Column("tasks", lambda job: counts(job.tasks), give_way=2),
+    Column("deleting", lambda job: "yes" if job.deleting else "", give_way=4),
+    Column("created", lambda job: f"{job.created_at:%Y-%m-%d %H:%M:%S}", wide_only=True),
+]
+
+
 @app.command("ls")
 def list_jobs(
     entitlement: str | None = typer.Option(
         None, "--entitlement", "-e", help="Only jobs of this entitlement."
     ),
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """List the jobs you can see."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         jobs = tether.list_jobs(entitlement)
-    if not jobs:
-        out().print("no jobs")
-        return
-    table = Table()
-    # Handles are never wrapped or cut: the task counts are.
-    table.add_column("handle", no_wrap=True, min_width=max(len(job.handle) for job in jobs))
-    for name in ("count", "running", "admission", "generation", "tasks", "deleting"):
-        table.add_column(name)
-    for job in jobs:
-        record = job.admission
-        table.add_row(
-            job.handle,
-            str(job.count),
-            str(job.running),
-            "-" if record is None else f"{record.state} {record.admitted}/{record.tasks}",
-            str(job.generation),
-            counts(job.tasks),
-            "yes" if job.deleting else "",
-        )
-    out().print(table)
+    print_rows(jobs, JOB_COLUMNS, output, empty="no jobs")
+
+
+def _admission_cell(job: JobView) -> str:
+    record = job.admission
+    return "-" if record is None else f"{record.state} {record.admitted}/{record.tasks}"
 
 
 @app.command()
 def show(
-    handle: str = HandleArgument, url: str | None = UrlOption, token: str | None = TokenOption
+    handle: str = HandleArgument,
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Show one job and its tasks."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         job = tether.get_job(handle)
         tasks = tether.list_tasks(handle)
+    if records(output, {"job": job, "tasks": tasks}):
+        return
     template = job.spec.get("task", {})
     fields = Table.grid(padding=(0, 2))
     for name, value in (
@@ -158,20 +168,24 @@ def show(
         ("controller", _controller(job)),
     ):
         fields.add_row(f"[bold]{name}[/bold]", str(value))
-    table = Table("index", "state", "machine", "pid", "restarts", "attempt", "message")
-    for task in sorted(tasks, key=lambda task: task.index):
-        table.add_row(
-            str(task.index),
-            task.state,
-            task.machine or "-",
-            str(task.pid) if task.pid is not None else "-",
-            str(task.restarts),
-            str(task.attempt),
-            task.message,
-        )
     console = out()
     console.print(fields)
-    console.print(table if tasks else "no tasks yet")
+    if not tasks:
+        console.print("no tasks yet")
+        return
+    ordered = sorted(tasks, key=lambda task: task.index)
+    print_table(console, ordered, TASK_COLUMNS, output)
+
+
+TASK_COLUMNS: list[Column[TaskView]] = [
+    Column("index", lambda task: str(task.index), justify="right"),
+    Column("state", lambda task: task.state),
+    Column("machine", lambda task: task.machine or "-", whole=True),
+    Column("pid", lambda task: "-" if task.pid is None else str(task.pid), give_way=2),
+    Column("restarts", lambda task: str(task.restarts), give_way=3, justify="right"),
+    Column("attempt", lambda task: str(task.attempt), give_way=1, justify="right"),
+    Column("message", lambda task: task.message),
+]
 
 
 def admission_text(job: JobView) -> str:
@@ -211,9 +225,10 @@ def scale(
     count: int = typer.Argument(..., min=1, help="The new number of tasks.", show_default=False),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Change a job's task count."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         job = tether.scale_job(handle, count)
     out().print(f"{job.handle}: count {job.count}, generation {job.generation}")
 
@@ -235,6 +250,7 @@ def update(
     timeout: float = TimeoutOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Roll out another package version, or suspend or resume a batch job.
 
@@ -245,7 +261,7 @@ def update(
         fail("give --version, --suspend or --resume")
     if wait and version is None:
         fail("--wait waits for a --version to roll out")
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         if suspend is not None:
             job = tether.suspend_job(handle) if suspend else tether.resume_job(handle)
             out().print(f"{job.handle}: {'suspended' if suspend else 'resumed'}")
@@ -272,10 +288,9 @@ TaskOption = typer.Option(
 ReasonOption = typer.Option("", "--reason", help="Why, as the job's TaskController sees it.")
 
 
-def _request(handle: str, kind: str, tasks: list[int] | None, reason: str, url: str | None,
-             token: str | None) -> None:  # fmt: skip
-    with client(url, token) as tether:
-        operations = tether.request_operations(handle, kind, tasks, reason)
+def _request(tether: TetherClient, handle: str, kind: str, tasks: list[int] | None,
+             reason: str) -> None:  # fmt: skip
+    operations = tether.request_operations(handle, kind, tasks, reason)
     indexes = explain.index_ranges(task for operation in operations for task in operation.tasks)
     out().print(
         f"{handle}: {len(operations)} {kind} operation(s) for tasks {indexes}, waiting for the "
@@ -290,10 +305,12 @@ def restart(
     reason: str = ReasonOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Restart tasks in place as a new attempt, as the job's TaskController approves (without
     one, at most the update policy's share at once)."""
-    _request(handle, "restart", tasks, reason, url, token)
+    with client(url, token, region_dir) as tether:
+        _request(tether, handle, "restart", tasks, reason)
 
 
 @app.command()
@@ -303,34 +320,41 @@ def move(
     reason: str = ReasonOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Move tasks: stop them and place them anew (the allocator chooses the machine), as the
     job's TaskController approves."""
-    _request(handle, "move", tasks, reason, url, token)
+    with client(url, token, region_dir) as tether:
+        _request(tether, handle, "move", tasks, reason)
 
 
 @app.command()
 def operations(
-    handle: str = HandleArgument, url: str | None = UrlOption, token: str | None = TokenOption
+    handle: str = HandleArgument,
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """List the job's task operations: updates, restarts and moves waiting for approval,
     approved, or completed but not yet reported to its TaskController."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         found = tether.list_operations(handle)
-    if not found:
-        out().print(f"{handle}: no task operations")
-        return
-    table = Table("id", "kind", "tasks", "state", "deadline", "reason")
-    for operation in found:
-        table.add_row(
-            operation.id,
-            operation.kind,
-            explain.index_ranges(operation.tasks),
-            operation.state,
-            f"{operation.deadline:%Y-%m-%d %H:%M:%S}" if operation.deadline else "-",
-            operation.reason,
-        )
-    out().print(table)
+    print_rows(found, OPERATION_COLUMNS, output, empty=f"{handle}: no task operations")
+
+
+OPERATION_COLUMNS: list[Column[OperationView]] = [
+    Column("id", lambda operation: operation.id, whole=True),
+    Column("kind", lambda operation: operation.kind),
+    Column("tasks", lambda operation: explain.index_ranges(operation.tasks)),
+    Column("state", lambda operation: operation.state),
+    Column(
+        "deadline",
+        lambda operation: f"{operation.deadline:%Y-%m-%d %H:%M:%S}" if operation.deadline else "-",
+        give_way=1,
+    ),
+    Column("reason", lambda operation: operation.reason),
+]
 
 
 @app.command("rm")
@@ -340,9 +364,10 @@ def remove(
     timeout: float = TimeoutOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Delete a job: its tasks are stopped, then the job disappears."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         tether.delete_job(handle)
         if not wait:
             out().print(f"deleting {handle}")

@@ -4,11 +4,12 @@ taking one out of service and back (admin role)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from tether.cli.common import TokenOption, UrlOption, argument_parser, client, out
+from tether.cli.common import RegionDirOption, TokenOption, UrlOption, argument_parser, client, out
+from tether.cli.listing import Column, Output, OutputOption, print_rows
 from tether.cli.maintenance import parse_deadline
 from tether.sdk import MachineDrainView, MachineView
 
@@ -32,40 +33,43 @@ ReasonOption = typer.Option("", "--reason", help="Shown to the jobs' TaskControl
 
 
 @app.command("ls")
-def list_machines(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """List machines: where they are, their state, and what their tasks hold (used/total)."""
-    with client(url, token) as tether:
+def list_machines(
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
+) -> None:
+    """List machines: where they are, their state, and what their tasks hold of their cpu
+    (cores) and memory (MiB), as used/capacity."""
+    with client(url, token, region_dir) as tether:
         machines = tether.list_machines()
-    if not machines:
-        out().print("no machines")
-        return
-    table = Table(
-        "id",
-        "dc/msb/rack",
-        "state",
-        "tasks",
-        "cpu",
-        "memory MiB",
-        "heartbeat",
-        caption="cpu (cores) and memory: used by tasks / capacity",
-    )
-    for machine in sorted(machines, key=lambda machine: machine.id):
-        table.add_row(*_row(machine))
-    out().print(table)
+    ordered = sorted(machines, key=lambda machine: machine.id)
+    print_rows(ordered, MACHINE_COLUMNS, output, empty="no machines")
 
 
-def _row(machine: MachineView) -> list[str]:
-    where = machine.topology
+def _state(machine: MachineView) -> str:
     style = STATE_STYLES.get(machine.state, "yellow")
-    return [
-        machine.id,
-        f"{where.dc}/{where.msb}/{where.rack}",
-        f"[{style}]{machine.state}[/{style}]",
-        str(machine.tasks),
-        f"{_cores(machine.allocated.cpu)}/{_cores(machine.capacity.cpu)}",
-        f"{machine.allocated.memory_mib}/{machine.capacity.memory_mib}",
-        "yes" if machine.heartbeat else "[red]no[/red]",
-    ]
+    return f"[{style}]{machine.state}[/{style}]"
+
+
+def _where(machine: MachineView) -> str:
+    where = machine.topology
+    return f"{where.dc}/{where.msb}/{where.rack}"
+
+
+MACHINE_COLUMNS: list[Column[MachineView]] = [
+    Column("id", lambda machine: machine.id, whole=True),
+    Column("dc/msb/rack", _where, give_way=3),
+    Column("state", _state),
+    Column("tasks", lambda machine: str(machine.tasks), justify="right"),
+    Column("cpu", lambda m: f"{_cores(m.allocated.cpu)}/{_cores(m.capacity.cpu)}", give_way=4),
+    Column("memory MiB", lambda m: f"{m.allocated.memory_mib}/{m.capacity.memory_mib}", give_way=2),
+    Column("heartbeat", lambda m: "yes" if m.heartbeat else "[red]no[/red]", give_way=1),
+    Column("hardware", lambda machine: machine.hardware_type, wide_only=True),
+    Column("entitlement", lambda machine: machine.entitlement or "-", wide_only=True),
+    Column("host profile", lambda machine: machine.host_profile or "-", wide_only=True),
+    Column("hostname", lambda machine: machine.hostname, wide_only=True),
+]
 
 
 def _cores(millicores: int) -> str:
@@ -79,11 +83,12 @@ def drain(
     reason: str = ReasonOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Drain a machine: it takes no new tasks from now on, its tasks are moved off it as their
     controllers allow and by the deadline anyway, and it stays draining until `undrain`.
     Needs the admin role."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         drained = tether.drain_machine(machine_id, _seconds(deadline), reason)
     _print_drain(drained)
 
@@ -95,10 +100,11 @@ def decommission(
     reason: str = ReasonOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Decommission a machine: it drains like `drain`, and once its last task is gone it is
     decommissioned and leaves its entitlement, until `undrain`. Needs the admin role."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         drained = tether.decommission_machine(machine_id, _seconds(deadline), reason)
     _print_drain(drained)
 
@@ -108,10 +114,11 @@ def undrain(
     machine_id: str = MachineArgument,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Undo a machine's drain and decommission: moves not yet done are withdrawn and it is up
     again (unless planned maintenance holds it). Needs the admin role."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         undone = tether.undrain_machine(machine_id)
     if not undone.cancelled:
         out().print(f"machine {machine_id} was not draining or decommissioning: nothing to undo")

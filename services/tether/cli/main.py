@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Final
 
 import typer
+from rich.text import Text
 
 # Typer vendors Click (0.29): its group and command types live only there.
 from typer._click import Command, Context, Parameter
@@ -26,6 +29,7 @@ from tether.cli import (
 )
 from tether.cli import store as store_commands
 from tether.cli import up as region_commands
+from tether.cli.common import err
 from tether.cli.helptext import hide_flag_types, readable
 from tether.cli.services import SERVICE_COMMANDS, command
 
@@ -97,5 +101,24 @@ def version() -> None:
     typer.echo(__version__)
 
 
+DEBUG_ENV: Final = "TETHER_DEBUG"
+
+
+def main() -> None:
+    """The `tether` command. A failure no verb foresaw is one line on stderr, not a traceback
+    (TETHER_DEBUG=1 shows it); a service keeps its traceback, for its log."""
+    try:
+        app()
+    except Exception as error:
+        invoked = sys.argv[1:2]
+        if os.environ.get(DEBUG_ENV) or (invoked and invoked[0] in SERVICE_COMMANDS):
+            raise
+        err().print(
+            Text(f"error: {type(error).__name__}: {error} ({DEBUG_ENV}=1 shows where)", "red"),
+            soft_wrap=True,
+        )
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import typer
 
-from tether.cli.common import TokenOption, UrlOption, argument_parser, client, fail, out
+from tether.cli.common import (
+    RegionDirOption,
+    TokenOption,
+    UrlOption,
+    argument_parser,
+    client,
+    fail,
+    out,
+)
+from tether.cli.listing import Column, Output, OutputOption, print_rows
 from tether.model import PlannedMaintenanceKind
+from tether.sdk import MaintenanceView
 
 app = typer.Typer(
     help="Plan machine maintenance: drain machines, move their tasks through TaskControl, and "
@@ -83,6 +94,7 @@ def schedule(
     reason: str = typer.Option("", "--reason", help="Shown to the jobs' TaskControllers."),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Schedule maintenance of machines, an MSB or a rack. The machines take no new tasks from
     now on; the jobs with tasks on them hear of it and their controllers may move those tasks
@@ -105,7 +117,7 @@ def schedule(
         start = datetime.now(UTC) + start_in
     if start is not None:
         request["start"] = start.isoformat()
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         notice = tether.schedule_maintenance(request)
     out().print(
         f"maintenance {notice.id}: {len(notice.machines)} machine(s), {notice.kind}, "
@@ -114,25 +126,36 @@ def schedule(
 
 
 @app.command("ls")
-def list_maintenance(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
-    """List maintenance scheduled or under way, soonest first."""
-    with client(url, token) as tether:
+def list_maintenance(
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
+) -> None:
+    """List maintenance scheduled or under way, soonest first (times in UTC)."""
+    with client(url, token, region_dir) as tether:
         found = tether.list_maintenance()
-    if not found:
-        out().print("no maintenance scheduled")
-        return
-    # One line each, never wrapped: the id is what `cancel` takes, and lines grep well.
-    console = out()
-    for notice in found:
-        shown = ", ".join(notice.machines[:3]) + (
-            f" (+{len(notice.machines) - 3})" if len(notice.machines) > 3 else ""
-        )
-        console.print(
-            f"{notice.id}  {notice.phase}  {notice.kind}  {notice.start:%Y-%m-%d %H:%M:%S} to "
-            f"{notice.end:%Y-%m-%d %H:%M:%S} UTC  {len(notice.machines)} machine(s): {shown}"
-            + (f"  ({notice.reason})" if notice.reason else ""),
-            soft_wrap=True,
-        )
+    print_rows(found, MAINTENANCE_COLUMNS, output, empty="no maintenance scheduled")
+
+
+def _machines(notice: MaintenanceView) -> str:
+    shown = ", ".join(notice.machines[:3])
+    more = len(notice.machines) - 3
+    return f"{shown} (+{more})" if more > 0 else shown
+
+
+MAINTENANCE_COLUMNS: list[Column[MaintenanceView]] = [
+    # The id is what `cancel` takes: never cut.
+    Column("id", lambda notice: notice.id, whole=True),
+    Column("phase", lambda notice: notice.phase),
+    Column("kind", lambda notice: notice.kind, give_way=2),
+    Column("start", lambda notice: f"{notice.start:%Y-%m-%d %H:%M:%S}"),
+    Column("end", lambda notice: f"{notice.end:%Y-%m-%d %H:%M:%S}", give_way=3),
+    Column("machines", lambda notice: str(len(notice.machines)), justify="right"),
+    Column("which", _machines, give_way=1),
+    Column("reason", lambda notice: notice.reason or "-", wide_only=True),
+    Column("all machines", lambda notice: ", ".join(notice.machines), wide_only=True),
+]
 
 
 @app.command()
@@ -140,9 +163,10 @@ def cancel(
     notice_id: str = typer.Argument(..., help="The maintenance's id.", show_default=False),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Cancel maintenance: moves not yet done are withdrawn and the machines go back up at
     once, even in the middle of the window. Needs the operator (or admin) role."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         notice = tether.cancel_maintenance(notice_id)
     out().print(f"cancelled maintenance {notice.id} of {len(notice.machines)} machine(s)")

@@ -12,6 +12,7 @@ import yaml
 from rich.table import Table
 
 from tether.cli.common import (
+    RegionDirOption,
     TokenOption,
     UrlOption,
     argument_parser,
@@ -20,6 +21,7 @@ from tether.cli.common import (
     out,
     read_document,
 )
+from tether.cli.listing import Column, Output, OutputOption, print_rows, records
 from tether.sdk import JSON, HostProfileView
 
 app = typer.Typer(
@@ -48,32 +50,39 @@ def parse_setting(text: str) -> Setting:
 
 
 @app.command("ls")
-def list_profiles(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
+def list_profiles(
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
+) -> None:
     """List host profiles: how long a switch to each takes and what it sets."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         profiles = tether.list_host_profiles()
-    if not profiles:
-        out().print("no host profiles")
-        return
-    table = Table("name", "switch s", "settings", "description")
-    for profile in profiles:
-        table.add_row(
-            profile.name,
-            f"{profile.switch_seconds:g}",
-            ", ".join(sorted(profile.settings)) or "-",
-            profile.description,
-        )
-    out().print(table)
+    print_rows(profiles, PROFILE_COLUMNS, output, empty="no host profiles")
+
+
+PROFILE_COLUMNS: list[Column[HostProfileView]] = [
+    Column("name", lambda profile: profile.name, whole=True),
+    Column("switch s", lambda profile: f"{profile.switch_seconds:g}", justify="right"),
+    Column("settings", lambda profile: ", ".join(sorted(profile.settings)) or "-"),
+    Column("description", lambda profile: profile.description, give_way=1),
+]
 
 
 @app.command()
 def show(
-    name: str = NameArgument, url: str | None = UrlOption, token: str | None = TokenOption
+    name: str = NameArgument,
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Show one host profile and its settings."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         profile = tether.get_host_profile(name)
-    _print_profile(profile)
+    if not records(output, profile):
+        _print_profile(profile)
 
 
 @app.command()
@@ -108,6 +117,7 @@ def create(
     ),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Create a host profile from options, a file, or both. A name is used once: to change a
     profile, delete it (once nothing uses it) and create it again. Needs the admin role."""
@@ -127,7 +137,7 @@ def create(
         profile["settings"] = given | {setting.key: setting.value for setting in settings}
     if switch_seconds is not None:
         profile["switch_seconds"] = switch_seconds
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         created = tether.create_host_profile(profile)
     out().print(f"host profile {created.name} created")
     _print_profile(created)
@@ -135,11 +145,14 @@ def create(
 
 @app.command("rm")
 def remove(
-    name: str = NameArgument, url: str | None = UrlOption, token: str | None = TokenOption
+    name: str = NameArgument,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Delete a host profile. Refused, naming them, while an entitlement names it, a machine
     carries it or is asked to switch to it. Needs the admin role."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         deleted = tether.delete_host_profile(name)
     out().print(f"host profile {deleted.name} deleted")
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import typer
-from rich.table import Table
+from pathlib import Path
 
-from tether.cli.common import TokenOption, UrlOption, client, out
+import typer
+
+from tether.cli.common import RegionDirOption, TokenOption, UrlOption, client, out
+from tether.cli.listing import Column, Output, OutputOption, print_rows, print_table, records
 from tether.sdk import EntitlementUseView, QueuedJobView, QueueView, ResourcesView
 
 app = typer.Typer(
@@ -21,8 +23,10 @@ def list_queues(
     ),
     limit: int = typer.Option(50, min=1, max=10_000, help="Show at most this many jobs."),
     offset: int = typer.Option(0, min=0, help="Skip this many jobs from the head."),
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Show queues: every entitlement's, or one's job by job.
 
@@ -31,39 +35,46 @@ def list_queues(
     admitted. With it: its waiting jobs in the order they start (priority, start deadline,
     submission), how long each has waited, and why the first one waits.
     """
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         if entitlement is None:
-            _print_uses(tether.list_queues())
-        else:
-            _print_queue(tether.get_queue(entitlement, offset=offset, limit=limit))
+            print_rows(tether.list_queues(), USE_COLUMNS, output, empty="no queues reported yet")
+            return
+        queue = tether.get_queue(entitlement, offset=offset, limit=limit)
+    if not records(output, queue):
+        _print_queue(queue, output)
 
 
-def _print_uses(uses: list[EntitlementUseView]) -> None:
-    if not uses:
-        out().print("no queues reported yet")
-        return
-    table = Table()
-    table.add_column("entitlement", no_wrap=True, min_width=max(len(use.name) for use in uses))
-    for name in ("parent", "weight", "reserved / quota", "borrowed", "lent", "share"):
-        table.add_column(name)
-    table.add_column("queued")
-    table.add_column("admitted")
-    for use in uses:
-        table.add_row(
-            use.name,
-            use.parent or "-",
-            str(use.weight),
-            f"{resources_text(use.reserved)} / {resources_text(use.quota)}",
-            resources_text(use.borrowed),
-            resources_text(use.lent),
-            f"{use.dominant_share:.2f}",
-            str(use.queued),
-            str(use.admitted),
-        )
-    out().print(table)
+USE_COLUMNS: list[Column[EntitlementUseView]] = [
+    Column("entitlement", lambda use: use.name, whole=True),
+    Column("parent", lambda use: use.parent or "-", give_way=2),
+    Column("weight", lambda use: str(use.weight), give_way=3, justify="right"),
+    Column(
+        "reserved / quota",
+        lambda use: f"{resources_text(use.reserved)} / {resources_text(use.quota)}",
+    ),
+    Column("borrowed", lambda use: resources_text(use.borrowed), give_way=5),
+    Column("lent", lambda use: resources_text(use.lent), give_way=4),
+    Column("share", lambda use: f"{use.dominant_share:.2f}", give_way=1, justify="right"),
+    Column("queued", lambda use: str(use.queued), justify="right"),
+    Column("admitted", lambda use: str(use.admitted), justify="right"),
+]
+QUEUED_JOB_COLUMNS: list[Column[QueuedJobView]] = [
+    Column("#", lambda job: str(job.position), justify="right"),
+    Column("job", lambda job: job.job, whole=True),
+    Column("priority", lambda job: str(job.priority), give_way=2, justify="right"),
+    Column("start by", lambda job: _start_by(job), give_way=1),
+    Column("waiting", lambda job: duration_text(job.waiting_s)),
+    Column("tasks", lambda job: _tasks_text(job)),
+    Column("requested", lambda job: resources_text(job.requested), give_way=3),
+    Column("reason", lambda job: job.reason or "-", wide_only=True),
+]
 
 
-def _print_queue(queue: QueueView) -> None:
+def _start_by(job: QueuedJobView) -> str:
+    return "-" if job.start_deadline is None else f"{job.start_deadline:%Y-%m-%d %H:%M:%S}"
+
+
+def _print_queue(queue: QueueView, output: Output) -> None:
     console = out()
     use = queue.use
     if use is not None:
@@ -77,23 +88,7 @@ def _print_queue(queue: QueueView) -> None:
         more = f" after the first {queue.offset}" if queue.total else ""
         console.print(f"no jobs wait in {queue.entitlement}'s queue{more}")
         return
-    table = Table("#")
-    # Handles are never wrapped or cut.
-    widest = max(len(job.job) for job in queue.jobs)
-    table.add_column("job", no_wrap=True, min_width=widest)
-    for name in ("priority", "start by", "waiting", "tasks", "requested"):
-        table.add_column(name)
-    for job in queue.jobs:
-        table.add_row(
-            str(job.position),
-            job.job,
-            str(job.priority),
-            "-" if job.start_deadline is None else f"{job.start_deadline:%Y-%m-%d %H:%M:%S}",
-            duration_text(job.waiting_s),
-            _tasks_text(job),
-            resources_text(job.requested),
-        )
-    console.print(table)
+    print_table(console, queue.jobs, QUEUED_JOB_COLUMNS, output)
     after = queue.total - queue.offset - len(queue.jobs)
     if after > 0:
         console.print(f"{after} more job(s) wait after these (--offset, --limit)")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 import typer
 from rich import box
 from rich.table import Table
 
-from tether.cli.common import TokenOption, UrlOption, client, fail, out, poll
+from tether.cli.common import RegionDirOption, TokenOption, UrlOption, client, err, fail, out, poll
+from tether.cli.listing import Column, Output, OutputOption, print_rows, print_table, records
 from tether.model.rebalance import STRATEGY_NAMES
-from tether.sdk import RebalanceRunView, TetherClient
+from tether.sdk import RebalanceMoveView, RebalanceRunView, TetherClient
 
 app = typer.Typer(
     help="Ask the rebalancer for a plan (dry run) or for moves, and look at its runs (admin).",
@@ -42,67 +44,91 @@ TimeoutOption = typer.Option(
     60.0, "--timeout-s", min=0, help="How long to wait for the rebalancer's leader to answer."
 )
 RunArgument = typer.Argument(..., help="The run's id.", show_default=False)
+MOVE_COLUMNS: list[Column[RebalanceMoveView]] = [
+    Column("job", lambda move: move.job, whole=True),
+    Column("task", lambda move: str(move.index), justify="right"),
+    Column("from", lambda move: move.source, whole=True),
+    Column("to", lambda move: move.target, whole=True),
+    Column("strategy", lambda move: move.strategy, give_way=2),
+    Column("why", lambda move: move.why, give_way=1),
+]
 
 
 @app.command("plan")
 def plan(
     strategy: list[str] | None = StrategyOption,
     timeout_s: float = TimeoutOption,
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Show what the rebalancer would move now, where, why, and each strategy's expected gain
     (a dry run: nothing moves)."""
-    _ask(dry_run=True, strategies=strategy or [], timeout_s=timeout_s, url=url, token=token)
+    with client(url, token, region_dir) as tether:
+        _print(_ask(tether, True, strategy or [], timeout_s), output)
 
 
 @app.command("run")
 def run(
     strategy: list[str] | None = StrategyOption,
     timeout_s: float = TimeoutOption,
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Propose the moves of one round as MOVE operations: each job's TaskController (or the
     built-in rule) approves them when it can spare the task. (`tether rebalancer --continuous`
     makes a round every period on its own.)"""
-    _ask(dry_run=False, strategies=strategy or [], timeout_s=timeout_s, url=url, token=token)
+    with client(url, token, region_dir) as tether:
+        _print(_ask(tether, False, strategy or [], timeout_s), output)
 
 
 @app.command("show")
 def show(
-    run_id: str = RunArgument, url: str | None = UrlOption, token: str | None = TokenOption
+    run_id: str = RunArgument,
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Show one run: its moves and the measures before and after."""
-    with client(url, token) as tether:
-        _print(tether.get_rebalance(run_id))
+    with client(url, token, region_dir) as tether:
+        _print(tether.get_rebalance(run_id), output)
+
+
+RUN_COLUMNS: list[Column[RebalanceRunView]] = [
+    Column("id", lambda found: found.id, whole=True),
+    Column("created", lambda found: f"{found.created_at:%Y-%m-%d %H:%M:%S}"),
+    Column("by", lambda found: found.requested_by, give_way=1),
+    Column("kind", lambda found: "plan" if found.dry_run else "run"),
+    Column("state", lambda found: found.state),
+    Column("moves", lambda found: str(len(found.moves)), justify="right"),
+    Column("strategies", lambda found: ", ".join(found.strategies) or "all", wide_only=True),
+    Column("message", lambda found: found.message or "-", wide_only=True),
+]
 
 
 @app.command("ls")
-def list_runs(url: str | None = UrlOption, token: str | None = TokenOption) -> None:
+def list_runs(
+    output: Output = OutputOption,
+    url: str | None = UrlOption,
+    token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
+) -> None:
     """List the runs kept, newest first."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         runs = tether.list_rebalances()
-    table = Table("id", "created", "by", "kind", "state", "moves", box=box.SIMPLE_HEAD)
-    for found in runs:
-        table.add_row(
-            found.id,
-            f"{found.created_at:%Y-%m-%d %H:%M:%S}",
-            found.requested_by,
-            "plan" if found.dry_run else "run",
-            found.state,
-            str(len(found.moves)),
-        )
-    out().print(table)
+    print_rows(runs, RUN_COLUMNS, output, empty="no rebalance runs kept")
 
 
 def _ask(
-    *, dry_run: bool, strategies: list[str], timeout_s: float, url: str | None, token: str | None
-) -> None:
-    with client(url, token) as tether:
-        asked = tether.ask_rebalance(dry_run=dry_run, strategies=strategies)
-        out().print(f"run {asked.id}: asked the rebalancer; waiting for its answer")
-        _print(_answer(tether, asked.id, timeout_s))
+    tether: TetherClient, dry_run: bool, strategies: list[str], timeout_s: float
+) -> RebalanceRunView:
+    asked = tether.ask_rebalance(dry_run=dry_run, strategies=strategies)
+    with err().status(f"run {asked.id}: asked the rebalancer; waiting for its answer"):
+        return _answer(tether, asked.id, timeout_s)
 
 
 def _answer(tether: TetherClient, run_id: str, timeout_s: float) -> RebalanceRunView:
@@ -116,27 +142,20 @@ def _answer(tether: TetherClient, run_id: str, timeout_s: float) -> RebalanceRun
     )
 
 
-def _print(run: RebalanceRunView) -> None:
+def _print(run: RebalanceRunView, output: Output) -> None:
+    if records(output, run):
+        return
     if run.state == "failed":
         fail(f"run {run.id} failed: {run.message}")
     if run.state == "pending":
         out().print(f"run {run.id}: pending")
         return
-    moves = Table("job", "task", "from", "to", "strategy", "why", "operation", box=box.SIMPLE_HEAD)
-    for move in run.moves:
-        moves.add_row(
-            move.job,
-            str(move.index),
-            move.source,
-            move.target,
-            move.strategy,
-            move.why,
-            move.operation or ("-" if run.dry_run else "[yellow]not proposed[/yellow]"),
-        )
     verb = "would move" if run.dry_run else "moves"
     out().print(f"run {run.id}: {verb} {len(run.moves)} tasks")
     if run.moves:
-        out().print(moves)
+        not_proposed = "-" if run.dry_run else "[yellow]not proposed[/yellow]"
+        columns = [*MOVE_COLUMNS, Column("operation", lambda m: m.operation or not_proposed)]
+        print_table(out(), run.moves, columns, output)
     gains = Table("strategy", "before", "after", "expected gain", box=box.SIMPLE_HEAD)
     for name, before in run.before.items():
         gains.add_row(name, f"{before:.3g}", f"{run.after[name]:.3g}", f"{run.gains[name]:.3g}")

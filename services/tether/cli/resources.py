@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from tether.cli.common import TokenOption, UrlOption, argument_parser, client, out
-from tether.sdk import ResourceStateView
+from tether.cli.common import RegionDirOption, TokenOption, UrlOption, argument_parser, client, out
+from tether.cli.listing import Column, Output, OutputOption, print_rows, records
+from tether.sdk import MachineShareView, ResourceStateView
 
 app = typer.Typer(
     help="Ephemeral resources: labels an entitlement sets on machines for its own tasks, which "
@@ -62,6 +64,7 @@ def set_resource(
     ttl_s: float | None = typer.Option(None, min=0.001, help="The label goes after this long."),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Give the machines CAPACITY of the entitlement's LABEL (created if new). Refused when it
     would leave running tasks holding more than the new capacity."""
@@ -70,7 +73,7 @@ def set_resource(
         node_spec["machine"] = machine
     if constraint:
         node_spec["constraints"] = [predicate.as_json() for predicate in constraint]
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         record = tether.set_resource(
             entitlement, label, capacity, node_spec, owner_job=owner_job, ttl_s=ttl_s
         )
@@ -83,52 +86,55 @@ def list_resources(
     entitlement: str | None = typer.Option(None, help="Only this entitlement's labels."),
     label: str | None = typer.Option(None, help="Only this label."),
     machines: bool = typer.Option(False, "--machines", help="One row per machine."),
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """The cluster state: each label with its capacity, what running tasks hold and what is
-    free, over its machines (or per machine, with --machines)."""
-    with client(url, token) as tether:
+    free, over its machines (or per machine, with --machines; JSON and YAML hold both)."""
+    with client(url, token, region_dir) as tether:
         states = tether.get_cluster_state(entitlement, label=label)
-    if not states:
-        out().print("no ephemeral resources")
+    empty = "no ephemeral resources"
+    if not machines:
+        print_rows(states, LABEL_COLUMNS, output, empty=empty)
         return
-    out().print(_per_machine(states) if machines else _per_label(states))
+    if records(output, states):
+        return
+    shares = [(state, share) for state in states for share in state.machines]
+    print_rows(shares, MACHINE_SHARE_COLUMNS, output, empty=empty)
 
 
-def _per_label(states: list[ResourceStateView]) -> Table:
-    table = Table("label", "machines", "capacity", "held", "free", "ends")
-    for state in states:
-        record = state.resource
-        shares = state.machines
-        ends = (
-            f"with job {record.owner_job}"
-            if record.owner_job
-            else (f"at {record.expires_at:%Y-%m-%d %H:%M:%S}" if record.expires_at else "-")
-        )
-        table.add_row(
-            f"{record.entitlement}/{record.label}",
-            f"{len(shares)}{'+' if state.machines_truncated else ''}",
-            str(sum(share.capacity for share in shares)),
-            str(sum(share.held for share in shares)),
-            str(sum(share.free for share in shares)),
-            ends,
-        )
-    return table
+def _label(state: ResourceStateView) -> str:
+    return f"{state.resource.entitlement}/{state.resource.label}"
 
 
-def _per_machine(states: list[ResourceStateView]) -> Table:
-    table = Table("label", "machine", "capacity", "held", "free")
-    for state in states:
-        for share in state.machines:
-            table.add_row(
-                f"{state.resource.entitlement}/{state.resource.label}",
-                share.machine,
-                str(share.capacity),
-                str(share.held),
-                str(share.free),
-            )
-    return table
+def _ends(state: ResourceStateView) -> str:
+    record = state.resource
+    if record.owner_job:
+        return f"with job {record.owner_job}"
+    return f"at {record.expires_at:%Y-%m-%d %H:%M:%S}" if record.expires_at else "-"
+
+
+def _total(state: ResourceStateView, amount: Callable[[MachineShareView], int]) -> str:
+    return str(sum(amount(share) for share in state.machines))
+
+
+LABEL_COLUMNS: list[Column[ResourceStateView]] = [
+    Column("label", _label, whole=True),
+    Column("machines", lambda s: f"{len(s.machines)}{'+' if s.machines_truncated else ''}"),
+    Column("capacity", lambda state: _total(state, lambda share: share.capacity)),
+    Column("held", lambda state: _total(state, lambda share: share.held)),
+    Column("free", lambda state: _total(state, lambda share: share.free)),
+    Column("ends", _ends, give_way=1),
+]
+MACHINE_SHARE_COLUMNS: list[Column[tuple[ResourceStateView, MachineShareView]]] = [
+    Column("label", lambda pair: _label(pair[0]), whole=True),
+    Column("machine", lambda pair: pair[1].machine, whole=True),
+    Column("capacity", lambda pair: str(pair[1].capacity)),
+    Column("held", lambda pair: str(pair[1].held)),
+    Column("free", lambda pair: str(pair[1].free)),
+]
 
 
 @app.command("rm")
@@ -137,8 +143,9 @@ def remove(
     label: str = LabelArgument,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Delete the label. Running tasks keep what they hold; no more are placed on it."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         tether.delete_resource(entitlement, label)
     out().print(f"deleted {entitlement}/{label}")

@@ -11,23 +11,32 @@ from rich.table import Table
 from rich.text import Text
 
 from tether.cli.common import TokenOption, UrlOption, client, counts, err, out
+from tether.cli.listing import Output, OutputOption, records
 from tether.model import DEFAULT_STATE_DIR, REGION_FILE_NAME, RegionStateError, read_region_state
 
 
 def status(
+    output: Output = OutputOption,
     url: str | None = UrlOption,
     token: str | None = TokenOption,
-    state_dir: Path = typer.Option(
-        DEFAULT_STATE_DIR,
+    region_dir: Path | None = typer.Option(
+        None,
+        "--region-dir",
         "--dir",
-        help="The directory of a region `tether up` runs here, for its services' restarts.",
+        envvar="TETHER_REGION_DIR",
+        file_okay=False,
+        help="The directory of a region `tether up` runs: the url and token default to its, and "
+        "its services' restarts are shown.",
+        show_default=str(DEFAULT_STATE_DIR),
     ),
 ) -> None:
     """Summarise the region: shard leaders, allocators, machines, jobs and tasks; and, for a
     region `tether up` runs from here (.tether/region.json), the services it restarted or left
     dead."""
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         region = tether.region()
+    if records(output, region):
+        return
     machines = region.machines.model_dump(exclude={"total"})
     total = region.machines.total
     summary = Table.grid(padding=(0, 2))
@@ -59,7 +68,7 @@ def status(
     else:
         console.print("[red]no allocator is running[/red]")
     try:
-        parts = local_services(state_dir / REGION_FILE_NAME)
+        parts = local_services((region_dir or DEFAULT_STATE_DIR) / REGION_FILE_NAME)
     except RegionStateError as error:
         # The summary above came from the frontend; only the local services are unknown.
         err().print(Text(f"warning: {error}", style="yellow"), soft_wrap=True)

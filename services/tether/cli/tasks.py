@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import typer
 
-from tether.cli.common import TokenOption, UrlOption, argument_parser, client
+from tether.cli.common import RegionDirOption, TokenOption, UrlOption, argument_parser, client
 from tether.model import LogStream, parse_job_handle
 from tether.sdk import DEFAULT_TAIL_BYTES
 
@@ -53,10 +54,11 @@ def logs(
     ),
     url: str | None = UrlOption,
     token: str | None = TokenOption,
+    region_dir: Path | None = RegionDirOption,
 ) -> None:
     """Print the end of a task's stdout or stderr, as its agent has it."""
     handle, index = task
-    with client(url, token) as tether:
+    with client(url, token, region_dir) as tether:
         shown = tether.task_logs(handle, index, stream.value, tail_bytes)
         typer.echo(shown, nl=False)
         try:

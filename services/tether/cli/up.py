@@ -79,7 +79,14 @@ class _StopRequest:
 
 def up(
     state_dir: Annotated[
-        Path, typer.Option("--dir", help="Where the region keeps its store, logs and token.")
+        Path,
+        typer.Option(
+            "--dir",
+            "--region-dir",
+            envvar="TETHER_REGION_DIR",
+            help="Where the region keeps its store, logs and token; other commands find it "
+            "with --region-dir or TETHER_REGION_DIR.",
+        ),
     ] = DEFAULT_STATE_DIR,
     store: Annotated[
         str | None,
@@ -374,13 +381,22 @@ def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
     console.print(f"  API docs     {options.url}/docs")
     console.print(f"  admin token  {options.admin_token_file}")
     console.print(f"  TaskControl  {options.registry_address} (TaskControllerRegistry, gRPC)")
-    console.print("  try          tether job submit examples/hello.yaml --wait")
+    # Other directories than the one every command looks in by default must be named.
+    elsewhere = options.state_dir != DEFAULT_STATE_DIR.resolve()
+    where = f" --region-dir {options.state_dir}" if elsewhere else ""
+    console.print(f"  try          tether job submit examples/hello.yaml --wait{where}")
     console.print("Press Ctrl-C to stop.")
 
 
 def down(
     state_dir: Annotated[
-        Path, typer.Option("--dir", help="The region's directory, as given to tether up.")
+        Path,
+        typer.Option(
+            "--dir",
+            "--region-dir",
+            envvar="TETHER_REGION_DIR",
+            help="The region's directory, as given to tether up.",
+        ),
     ] = DEFAULT_STATE_DIR,
     tasks: Annotated[
         bool, typer.Option("--tasks", help="Also stop every task process of the region.")

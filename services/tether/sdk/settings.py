@@ -2,43 +2,45 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tether.model import (
-    DEFAULT_REGION_FILE,
     DEFAULT_STATE_DIR,
+    REGION_FILE_NAME,
     RegionState,
     RegionStateError,
     read_region_state,
 )
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_TOKEN_FILE = DEFAULT_STATE_DIR / "admin.token"
+TOKEN_FILE_NAME = "admin.token"
 
 
-def local_region() -> RegionState | None:
-    """What `tether up` recorded in `.tether/region.json`; None without a readable one."""
+def local_region(region_dir: Path = DEFAULT_STATE_DIR) -> RegionState | None:
+    """What `tether up` recorded in `<region_dir>/region.json`; None without a readable one."""
     # A missing or unreadable region file just means "no local region": the defaults apply,
     # and a failing request names the URL it tried.
     try:
-        return read_region_state(DEFAULT_REGION_FILE)
+        return read_region_state(region_dir / REGION_FILE_NAME)
     except RegionStateError:
         return None
 
 
-def default_url() -> str:
-    """The local region's frontend URL from `.tether/region.json`, else DEFAULT_URL."""
-    region = local_region()
+def region_url(region_dir: Path) -> str:
+    """The frontend URL the region in `region_dir` recorded, else DEFAULT_URL."""
+    region = local_region(region_dir)
     return region.url if region else DEFAULT_URL
 
 
-def default_token() -> SecretStr | None:
-    """The admin token of the local region: the file `.tether/region.json` names in
-    `admin_token_file` (relative paths are relative to the current directory, like
-    `.tether/` itself), else `.tether/admin.token`; None when there is none."""
-    region = local_region()
-    path = region.admin_token_file if region else DEFAULT_TOKEN_FILE
+def region_token(region_dir: Path) -> SecretStr | None:
+    """The admin token of the region in `region_dir`: the file its region.json names in
+    `admin_token_file` (a relative path is relative to the current directory, as `--dir` was
+    when `tether up` wrote it), else `<region_dir>/admin.token`; None when there is none."""
+    region = local_region(region_dir)
+    path = region.admin_token_file if region else region_dir / TOKEN_FILE_NAME
     try:
         token = path.read_text().strip()
     except OSError:
@@ -51,13 +53,19 @@ class ClientSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TETHER_CLIENT_", extra="ignore")
 
+    region_dir: Path = Field(
+        default=DEFAULT_STATE_DIR,
+        validation_alias=AliasChoices("region_dir", "TETHER_REGION_DIR"),
+        description="The directory of a region `tether up` runs, whose region.json gives the "
+        "url and token when they are not set.",
+    )
     url: str = Field(
-        default_factory=default_url,
+        default_factory=lambda data: region_url(data["region_dir"]),
         validation_alias=AliasChoices("url", "TETHER_URL", "TETHER_CLIENT_URL"),
         description="Base URL of a frontend, e.g. http://127.0.0.1:8080.",
     )
     token: SecretStr | None = Field(
-        default_factory=default_token,
+        default_factory=lambda data: region_token(data["region_dir"]),
         validation_alias=AliasChoices("token", "TETHER_TOKEN", "TETHER_CLIENT_TOKEN"),
         description="Bearer token of the principal to act as.",
     )

@@ -13,21 +13,30 @@ import pydantic
 import pytest
 import typer
 
+from tether.cli.listing import Output
 from tether.cli.main import app
 from tether.frontend.api.tasks import task_logs
 from tether.frontend.schemas.maintenance import MaintenanceRequest
 from tether.model import MaintenanceKind
 
+LOCAL_CHOICES: frozenset[type[enum.Enum]] = frozenset({Output})
+"""Choices the CLI keeps to itself (how it prints), never sent to the server."""
+
 
 def choice_options(
     command: Any, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, type[enum.Enum]]]:
-    """(`<command path> <option>`, its enum) for every option of the CLI that takes a choice."""
+    """(`<command path> <option>`, its enum) for every option of the CLI that takes a choice
+    the server sees."""
     for name, sub in getattr(command, "commands", {}).items():
         yield from choice_options(sub, (*path, name))
     for param in command.params:
         annotation = param.type_descriptor.annotation
-        if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        if (
+            isinstance(annotation, type)
+            and issubclass(annotation, enum.Enum)
+            and annotation not in LOCAL_CHOICES
+        ):
             yield " ".join((*path, param.opts[0])), annotation
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import typer
 
 from tests.support.api import problem
 from tests.support.region import write_region_file
 from tests.unit.cli.conftest import FakeAPI, run
+from tether.cli.main import app, main
 
 
 def test_settings_come_from_the_local_region_file(api: FakeAPI, tmp_path: Path) -> None:
@@ -101,8 +106,48 @@ def test_every_verb_has_url_and_token_options() -> None:
     ):
         result = run(*verb, "--help")
         assert result.exit_code == 0, verb
-        for text in ("--url", "--token", "TETHER_URL", "TETHER_TOKEN"):
+        for text in ("--url", "--token", "--region-dir", "TETHER_URL", "TETHER_TOKEN"):
             assert text in result.stdout, verb
+
+
+def test_every_command_that_takes_a_url_takes_a_region_dir() -> None:
+    def commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from commands(sub, (*path, name))
+        options = {opt: param for param in command.params for opt in param.opts}
+        if "--url" in options:
+            assert "--region-dir" in options, path
+            assert options["--region-dir"].envvar == "TETHER_REGION_DIR", path
+            yield path
+
+    assert len(list(commands(typer.main.get_command(app)))) >= 30
+
+
+def test_region_dir_names_the_url_and_token(api: FakeAPI, tmp_path: Path) -> None:
+    region_dir = tmp_path / "regions" / "east"
+    token_file = region_dir / "admin.token"
+    write_region_file(region_dir, url="http://east.test:9", admin_token_file=str(token_file))
+    token_file.write_text("east-admin\n")
+    api.on("GET", "/v1/jobs", httpx.Response(200, json={"jobs": []}))
+    unset: dict[str, str | None] = {"TETHER_URL": None, "TETHER_TOKEN": None}
+    by_flag = run("job", "ls", "--region-dir", str(region_dir), env=unset)
+    by_env = run("job", "ls", env={**unset, "TETHER_REGION_DIR": str(region_dir)})
+    for result in (by_flag, by_env):
+        assert result.exit_code == 0, result.output
+    for request in api.requests:
+        assert str(request.url) == "http://east.test:9/v1/jobs"
+        assert request.headers["Authorization"] == "Bearer east-admin"
+    assert len(api.requests) == 2
+
+
+def test_a_region_dir_without_a_region_is_an_error(api: FakeAPI, tmp_path: Path) -> None:
+    result = run("job", "ls", "--region-dir", str(tmp_path), env={"TETHER_URL": None})
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: no region runs from {tmp_path}: it has no region.json (start one with "
+        "`tether up --dir DIR`, or pass --url)"
+    ]
+    assert api.requests == []
 
 
 def test_an_unknown_token_gets_a_hint(api: FakeAPI) -> None:
@@ -119,3 +164,22 @@ def test_invalid_client_settings_are_reported(api: FakeAPI) -> None:
     assert result.stderr.startswith("error: invalid client settings:")
     assert "timeout_s" in result.stderr
     assert api.requests == []
+
+
+def test_an_unforeseen_failure_is_one_line_unless_debugging(
+    api: FakeAPI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def explode(request: httpx.Request) -> httpx.Response:
+        raise RuntimeError("boom")
+
+    api.on("GET", "/v1/jobs", explode)
+    monkeypatch.setattr(sys, "argv", ["tether", "job", "ls"])
+    monkeypatch.setenv("TETHER_URL", "http://tether.test")
+    monkeypatch.delenv("TETHER_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 1
+    assert capsys.readouterr().err == "error: RuntimeError: boom (TETHER_DEBUG=1 shows where)\n"
+    monkeypatch.setenv("TETHER_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main()

@@ -197,7 +197,7 @@ def test_rules_that_rejected_nothing_are_dim(api: FakeAPI) -> None:
 
 def test_explain_json_prints_the_view(api: FakeAPI) -> None:
     api.on("GET", PATH, httpx.Response(200, json=PLACEMENT))
-    result = run("job", "explain", "team-a/web", "--json")
+    result = run("job", "explain", "team-a/web", "-o", "json")
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed == {key: value for key, value in PLACEMENT.items() if key != "a_future_field"}

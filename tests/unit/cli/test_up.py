@@ -36,8 +36,12 @@ def test_up_warns_of_an_unreadable_region_file_and_goes_on(tmp_path: Path) -> No
 
 
 def test_down_without_a_region_file_stops_nothing(tmp_path: Path) -> None:
-    result = run("down", "--dir", str(tmp_path))
-    assert result.exit_code == 0, result.output
+    for how in (("--dir", str(tmp_path)), ("--region-dir", str(tmp_path))):
+        result = run("down", *how)
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines() == [f"No region is running from {tmp_path}."]
+    # Like every command, it finds the region in TETHER_REGION_DIR.
+    result = run("down", env={"TETHER_REGION_DIR": str(tmp_path)})
     assert result.stderr.splitlines() == [f"No region is running from {tmp_path}."]
 
 

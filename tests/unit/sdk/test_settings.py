@@ -14,7 +14,8 @@ from tether.sdk.settings import DEFAULT_URL
 @pytest.fixture(autouse=True)
 def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    for name in ("TETHER_URL", "TETHER_TOKEN", "TETHER_CLIENT_URL", "TETHER_CLIENT_TOKEN"):
+    names = ("TETHER_URL", "TETHER_TOKEN", "TETHER_CLIENT_URL", "TETHER_CLIENT_TOKEN")
+    for name in (*names, "TETHER_REGION_DIR"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
 
@@ -71,3 +72,24 @@ def test_an_unreadable_region_file_is_ignored(empty_dir: Path) -> None:
     (empty_dir / ".tether" / "region.json").unlink()
     (empty_dir / ".tether" / "region.json").mkdir()
     assert ClientSettings().url == DEFAULT_URL
+
+
+def test_tether_region_dir_names_the_region(
+    empty_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_region_file(empty_dir / ".tether", url="http://here.test")
+    elsewhere = empty_dir / "other"
+    write_region_file(elsewhere, url="http://other.test")
+    (elsewhere / "admin.token").write_text("other-token")
+    monkeypatch.setenv("TETHER_REGION_DIR", str(elsewhere))
+    settings = ClientSettings()
+    assert settings.region_dir == elsewhere
+    assert settings.url == "http://other.test"
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == "other-token"
+    # Without a region file there, its admin.token is still read; the URL is the default.
+    (elsewhere / "region.json").unlink()
+    settings = ClientSettings()
+    assert settings.url == DEFAULT_URL
+    assert settings.token is not None
+    assert settings.token.get_secret_value() == "other-token"
