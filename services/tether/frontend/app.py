@@ -16,6 +16,7 @@ from tether.frontend.api import (
     admin,
     drains,
     entitlements,
+    events,
     health,
     hostprofiles,
     jobs,
@@ -31,6 +32,7 @@ from tether.frontend.api import (
     tasks,
     throughput_profiles,
 )
+from tether.frontend.events.hub import EventHub
 from tether.frontend.fastreads import FastReads, bind_fast_routes
 from tether.frontend.queue_index import QueueIndex
 from tether.frontend.revisions import RevisionHeaders, RevisionNoting
@@ -65,6 +67,7 @@ ROUTERS: Final = tuple(
         admin,
         shards,
         rebalance,
+        events,
     )
 )
 
@@ -111,6 +114,8 @@ def openapi_document() -> dict[str, Any]:
 def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCounts) -> FastAPI:
     """The REST API over `store`; the caller owns the store and closes it. `shard_counts`
     (over the same store) run while the app does."""
+    # The event feed's reads belong to no request: it reads the store itself.
+    event_hub = EventHub(store, keep_events=settings.events_kept, idle_s=settings.events_idle_s)
     store = RevisionNoting(store)
 
     @asynccontextmanager
@@ -126,6 +131,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
                 app.state.agents = agents
                 yield
         finally:
+            await event_hub.close()
             await queue_index.stop()
             await shard_counts.stop()
             await cache.stop()
@@ -135,6 +141,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     app = _api(lifespan=lifespan)
     app.state.store = store
     app.state.cache = cache
+    app.state.events = event_hub
     app.state.shard_counts = shard_counts
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
-"""FastAPI dependencies: the app's store, settings, agent HTTP client, allocator client and
-shard counts."""
+"""FastAPI dependencies: the app's store, settings, agent HTTP client, allocator client, shard
+counts and event hub."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import httpx
 from fastapi import Depends, Request
 
 from tether.frontend.allocators import Allocators
+from tether.frontend.events.hub import EventHub
 from tether.frontend.queue_index import QueueIndex
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
@@ -44,6 +45,11 @@ async def _allocators(request: Request) -> Allocators:
     return allocators
 
 
+async def _events(request: Request) -> EventHub:
+    hub: EventHub = request.app.state.events
+    return hub
+
+
 async def _queue_index(request: Request) -> QueueIndex:
     index: QueueIndex = request.app.state.queue_index
     return index
@@ -62,6 +68,8 @@ AgentsDep = Annotated[httpx.AsyncClient, Depends(_agents)]
 """The HTTP client for agents' log endpoints, open while the app runs."""
 AllocatorsDep = Annotated[Allocators, Depends(_allocators)]
 """The client of the allocator replicas; its channels close with the app."""
+EventsDep = Annotated[EventHub, Depends(_events)]
+"""The region's event feed, shared by this frontend's followers (started by the first)."""
 QueueIndexDep = Annotated[QueueIndex, Depends(_queue_index)]
 """Every entitlement's waiting jobs in order, kept by this process's watch while the app runs."""
 ShardCountsDep = Annotated[ShardCounts, Depends(_shard_counts)]

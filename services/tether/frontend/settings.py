@@ -52,3 +52,22 @@ class FrontendSettings(BaseSettings):
         gt=0,
         description="Deadline of one call to an allocator replica (placement explanations).",
     )
+    events_kept: int = Field(
+        default=20_000,
+        ge=100,
+        description="How many of the latest events the event stream keeps, for followers that "
+        "reconnect (GET /v1/events with Last-Event-ID); one that missed older ones gets the "
+        "current state instead.",
+    )
+    events_idle_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long the event feed keeps following the store after its last "
+        "follower left (a follower that comes back within it resumes from the kept events).",
+    )
+    events_keepalive_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often an event stream with nothing to tell sends a comment, so that "
+        "proxies and clients know it lives.",
+    )

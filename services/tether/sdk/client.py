@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
 from urllib.parse import quote
@@ -14,7 +14,9 @@ from pydantic import ValidationError
 
 from tether import __version__
 from tether.model import check_name, parse_job_handle
+from tether.sdk import events
 from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_error
+from tether.sdk.events import Followed
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     EntitlementUseView,
@@ -400,6 +402,32 @@ class TetherClient:
     def delete_host_profile(self, name: str) -> HostProfileView:
         """Admin: delete a host profile that nothing uses; answers with what was deleted."""
         return _view(HostProfileView, self._request("DELETE", _profile_path(name)))
+
+    # Events
+
+    def events(
+        self,
+        *,
+        entitlement: str | None = None,
+        job: str | None = None,
+        machine: str | None = None,
+        kinds: Sequence[str] = (),
+        follow: bool = True,
+        since: int | None = None,
+    ) -> Iterator[Followed]:
+        """The region's events (`GET /v1/events`) that the filters select, in store order:
+        from now on, or after revision `since`. Following, a dropped connection is opened again
+        after the last revision seen; without `follow`, the events up to now. An
+        `EventGapView` and a `RegionSnapshotView` stand for events no longer kept."""
+        if job is not None:
+            parse_job_handle(job)
+        params: dict[str, Any] = {"kind": list(kinds), "follow": "true" if follow else "false"}
+        params |= {
+            name: value
+            for name, value in (("entitlement", entitlement), ("job", job), ("machine", machine))
+            if value is not None
+        }
+        return events.follow(self._http, params, since=since, reconnect=follow)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends the request; once more when the connection dropped before the answer (a

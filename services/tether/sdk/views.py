@@ -473,3 +473,54 @@ class ResourceStateView(View):
     resource: EphemeralResourceView
     machines: list[MachineShareView]
     machines_truncated: bool = False
+
+
+class RegionEventView(View):
+    """One event of `GET /v1/events`: `kind` (job.submitted, task.started, ...), the store
+    `revision` of the change, and what it is about."""
+
+    revision: int
+    kind: str
+    at: datetime
+    entitlement: str | None = None
+    job: str | None = None
+    task: int | None = None
+    attempt: int | None = None
+    machine: str | None = None
+    operation: str | None = None
+    shard: str | None = None
+    state: str | None = None
+    detail: str = ""
+
+
+class RegionObjectView(View):
+    """One thing's state in a snapshot: a job, admission, task, task-status, operation, machine
+    or shard (`what`)."""
+
+    what: str
+    entitlement: str | None = None
+    job: str | None = None
+    task: int | None = None
+    attempt: int | None = None
+    machine: str | None = None
+    operation: str | None = None
+    shard: str | None = None
+    state: str | None = None
+    detail: str = ""
+
+
+class RegionSnapshotView(View):
+    """The state at `revision` of what a follower asked for, sent when the events it missed
+    are no longer kept (after an `EventGapView`)."""
+
+    revision: int
+    objects: list[RegionObjectView]
+
+
+class EventGapView(View):
+    """The events after `last_event_id` are no longer kept: a snapshot follows instead."""
+
+    title: str
+    detail: str
+    last_event_id: int
+    kept_after: int

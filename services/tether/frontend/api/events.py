@@ -1,0 +1,88 @@
+"""/v1/events: what happens in the region, as Server-Sent Events."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from starlette.responses import StreamingResponse
+
+from tether.frontend.api import AUTH_PROBLEMS, problems
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
+from tether.frontend.deps import EventsDep, SettingsDep, StoreDep
+from tether.frontend.events.stream import KIND_GROUPS, EventFilter, check_kinds, stream
+from tether.frontend.problems import InvalidInput
+from tether.model import JobHandle, Name
+
+router = APIRouter(prefix="/v1/events", tags=["events"], responses=AUTH_PROBLEMS)
+
+EVENT_STREAM = "text/event-stream"
+
+
+@router.get(
+    "",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: each `data` a RegionEvent (JSON), the last of a "
+            "revision with the revision as its `id`; `event: gap` (a problem) then `event: "
+            "snapshot` (a RegionSnapshot) when the events asked for are no longer kept.",
+            "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+        },
+        **problems(404, 422),
+    },
+)
+async def follow_events(
+    store: StoreDep,
+    hub: EventsDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+    entitlement: Annotated[Name | None, Query(description="Only this entitlement's.")] = None,
+    job: Annotated[JobHandle | None, Query(description="Only this job's.")] = None,
+    machine: Annotated[Name | None, Query(description="Only this machine's.")] = None,
+    kind: Annotated[
+        list[str],
+        Query(description=f"Only these kinds, or groups of kinds ({', '.join(KIND_GROUPS)})."),
+    ] = [],  # noqa: B006 (FastAPI copies defaults)
+    follow: Annotated[
+        bool, Query(description="Keep the stream open for new events; false ends it at once.")
+    ] = True,
+    since: Annotated[
+        int | None,
+        Query(ge=0, description="Events after this revision (as Last-Event-ID, which wins)."),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(description="The revision of the last event seen: the stream resumes after it."),
+    ] = None,
+) -> StreamingResponse:
+    """Follow the region's events, in store order: jobs submitted, queued, admitted, preempted
+    and deleted; tasks placed, started, exited, lost, restarted and preempted; TaskControl
+    operations proposed, approved, done; machines' states; entitlements moved between shards.
+
+    A principal sees the events of the entitlements it is a member of (a machine's, while an
+    entitlement owns it); admins see all. Without Last-Event-ID or `since`, the stream starts
+    now; with one, it starts after that revision. With `follow=false` it ends at the store's
+    revision when asked, having told the events after the one given (or nothing new)."""
+    try:
+        kinds = check_kinds(kind)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    after = _revision(last_event_id) if last_event_id is not None else since
+    for name in {entitlement, job.split("/")[0] if job else None} - {None}:
+        await authorize_entitlement(store, principal, str(name))
+    wanted = EventFilter(principal, entitlement, job, machine, kinds)
+    until = None if follow else await store.revision()
+    subscription = await hub.subscribe(after)
+    messages = stream(
+        hub, subscription, wanted, until=until, keepalive_s=settings.events_keepalive_s
+    )
+    # Proxies must not hold the stream back (nginx buffers unless told).
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers)
+
+
+def _revision(text: str) -> int:
+    if not text.strip().isdigit():
+        raise InvalidInput(f"Last-Event-ID {text!r} is not a store revision (a whole number)")
+    return int(text)

@@ -1,0 +1,164 @@
+"""A follower's events as Server-Sent Events: those it asked for that its principal may see, from
+after the revision it last saw; when those are no longer kept, an error and the state now."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from tether.frontend.events.hub import EventHub, Subscription
+from tether.model import PrincipalRecord
+from tether.model.event import EventKind, RegionEvent, RegionObject, RegionSnapshot
+
+KIND_GROUPS: Final = tuple(sorted({kind.value.split(".")[0] for kind in EventKind}))
+"""What `kind=` may name besides a kind: every kind of a group (`task`: task.started, ...)."""
+
+_GROUP_OF_OBJECT: Final = {
+    "job": "job",
+    "admission": "job",
+    "task": "task",
+    "task-status": "task",
+    "operation": "operation",
+    "machine": "machine",
+    "shard": "shard",
+}
+
+RETRY_MS: Final = 1000
+"""How long an EventSource waits before it reconnects."""
+
+
+def check_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
+    """The kinds and groups asked for; ValueError naming one that is neither."""
+    known = {kind.value for kind in EventKind} | set(KIND_GROUPS)
+    for kind in kinds:
+        if kind not in known:
+            raise ValueError(
+                f"unknown event kind {kind!r}: name a kind (such as task.started) or a group "
+                f"({', '.join(KIND_GROUPS)})"
+            )
+    return tuple(kinds)
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """What a follower asked for (None or empty: anything) and what its principal may see."""
+
+    principal: PrincipalRecord
+    entitlement: str | None = None
+    job: str | None = None
+    machine: str | None = None
+    kinds: tuple[str, ...] = ()
+
+    def selects(self, item: RegionEvent | RegionObject, group: str, kind: str = "") -> bool:
+        if self.entitlement is not None and item.entitlement != self.entitlement:
+            return False
+        if self.job is not None and item.job != self.job:
+            return False
+        if self.machine is not None and item.machine != self.machine:
+            return False
+        return not self.kinds or any(wanted in (group, kind) for wanted in self.kinds)
+
+    def sees(self, hub: EventHub, entitlement: str | None) -> bool:
+        """Admins see every event; others those of entitlements they are members of."""
+        if self.principal.is_admin:
+            return True
+        return entitlement is not None and self.principal.name in hub.members(entitlement)
+
+    def events(self, hub: EventHub, events: list[RegionEvent]) -> list[RegionEvent]:
+        return [
+            event
+            for event in events
+            if self.selects(event, event.kind.value.split(".")[0], event.kind.value)
+            and self.sees(hub, event.entitlement)
+        ]
+
+    def objects(self, hub: EventHub) -> list[RegionObject]:
+        return [
+            item
+            for item in hub.objects()
+            if self.selects(item, _GROUP_OF_OBJECT.get(item.what, item.what))
+            and self.sees(hub, item.entitlement)
+        ]
+
+
+def message(data: str, *, event: str | None = None, event_id: int | None = None) -> bytes:
+    """One Server-Sent Events message (`data` holds no newline: it is compact JSON)."""
+    lines = [f"event: {event}"] if event else []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append(f"data: {data}")
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+async def stream(
+    hub: EventHub,
+    subscription: Subscription,
+    wanted: EventFilter,
+    *,
+    until: int | None,
+    keepalive_s: float,
+) -> AsyncIterator[bytes]:
+    """The follower's messages: kept events after `subscription.after`, then each new one, until
+    the follower leaves; with `until`, only up to that revision. Ends the subscription."""
+    try:
+        yield f"retry: {RETRY_MS}\n: events after revision {subscription.after}\n\n".encode()
+        after = subscription.after
+        if subscription.gap:
+            # The state and its revision read together, with no await between.
+            after = hub.revision
+            snapshot = RegionSnapshot(revision=after, objects=wanted.objects(hub))
+            yield _gap(subscription, hub) + message(
+                snapshot.model_dump_json(), event="snapshot", event_id=after
+            )
+        for revision, events in subscription.backlog:
+            if revision > after:
+                yield _batch(hub, wanted, revision, events)
+        if until is not None:
+            await hub.wait_for(until)
+            while not subscription.queue.empty():
+                batch = subscription.queue.get_nowait()
+                if batch is None or batch[0] > until:
+                    break
+                if batch[0] > after:
+                    yield _batch(hub, wanted, *batch)
+            return
+        while True:
+            try:
+                async with asyncio.timeout(keepalive_s):
+                    batch = await subscription.queue.get()
+            except TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            if batch is None:
+                return
+            if batch[0] > after:
+                yield _batch(hub, wanted, *batch)
+    finally:
+        hub.unsubscribe(subscription)
+
+
+def _batch(hub: EventHub, wanted: EventFilter, revision: int, events: list[RegionEvent]) -> bytes:
+    """A revision's events the follower wants; the last one carries the revision as its id, so
+    that a follower cut off in the middle of a revision resumes from its start."""
+    shown = wanted.events(hub, events)
+    return b"".join(
+        message(event.model_dump_json(), event_id=revision if last else None)
+        for last, event in ((n == len(shown) - 1, event) for n, event in enumerate(shown))
+    )
+
+
+def _gap(subscription: Subscription, hub: EventHub) -> bytes:
+    problem = {
+        "type": "about:blank",
+        "title": "Events no longer kept",
+        "status": 410,
+        "detail": f"the events after revision {subscription.after} are no longer kept (this "
+        f"frontend keeps those after revision {hub.floor}); the state at revision "
+        f"{hub.revision} follows, then the events after it",
+        "last_event_id": subscription.after,
+        "kept_after": hub.floor,
+    }
+    return message(json.dumps(problem), event="gap")
