@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -240,6 +241,58 @@ def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> 
     assert failed.returncode == 1
     assert "Traceback" not in failed.stderr
     assert "nope" in failed.stderr
+
+
+def test_tether_events_follows_a_job_from_submission_to_running_and_deletion(
+    region: LocalRegion, client: httpx.Client
+) -> None:
+    handle = "default/followed"
+    # From the revision now: what follows is told however soon the stream opens.
+    since = client.get("/v1/jobs").headers["X-Tether-Revision"]
+    command = ["events", "-f", "--job", handle, "--since", since, "-o", "json"]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "tether.cli.main", *command],
+        env={**os.environ, "TETHER_URL": region.url, "TETHER_TOKEN": region.token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[dict[str, Any]] = []
+    reading = threading.Thread(
+        target=lambda: lines.extend(json.loads(line) for line in follower.stdout or ()),
+        daemon=True,
+    )
+    reading.start()
+    try:
+        assert submit(client, sleeper_job("followed", 2)) == handle
+        wait_for(lambda: all_running(client, handle, 2), timeout_s=60, what="2 running tasks")
+        wait_for(
+            lambda: sum(line["kind"] == "task.started" for line in lines) == 2 or None,
+            timeout_s=15,
+            what="both starts told",
+        )
+        assert client.delete(f"/v1/jobs/{handle}").status_code == 202
+        wait_for(
+            lambda: any(line["kind"] == "job.deleted" for line in lines) or None,
+            timeout_s=60,
+            what="the deletion told",
+        )
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+    kinds = [line["kind"] for line in lines]
+    assert kinds[:2] == ["job.submitted", "job.queued"], kinds
+    for earlier, later in (
+        ("job.admitted", "task.placed"),
+        ("task.placed", "task.started"),
+        ("task.started", "job.deleting"),
+        ("job.deleting", "task.exited"),
+        ("task.exited", "job.deleted"),
+    ):
+        assert kinds.index(earlier) < kinds.index(later), kinds
+    assert {line["job"] for line in lines} == {handle}
+    revisions = [line["revision"] for line in lines]
+    assert revisions == sorted(revisions)
 
 
 def test_killed_agent_machine_goes_down_and_its_tasks_run_elsewhere(

@@ -284,6 +284,22 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         region=True,
     ),
     SmokeRun(
+        "bench_events.py",
+        ("--followers", "3", "--seconds", "1", "--jobs", "1", "--settle-s", "0"),
+        _keys(
+            "benchmark",
+            "store",
+            "followers",
+            "seconds",
+            "frontend_cores_alone",
+            "frontend_cores_followed",
+            "followers_core_share",
+            "delivery_p50_ms",
+            "delivery_p99_ms",
+        ),
+        region=True,
+    ),
+    SmokeRun(
         "bench_esl.py",
         ("--machines", "4", "--trials", "1", "--gang-size", "2", "--set-calls", "4"),
         _keys("set_resource_p50_ms", "set_resource_p99_ms", "set_resource_lowering_p50_ms"),

@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 
 from tether import __version__
 from tether.cli import (
+    events,
     jobs,
     machines,
     maintenance,
@@ -91,6 +92,7 @@ app.add_typer(resources.app, name="resource")
 app.add_typer(shards.app, name="shard")
 app.add_typer(rebalance.app, name="rebalance")
 app.command("status")(status.status)
+app.command("events")(events.events)
 app.command("up")(region_commands.up)
 app.command("down")(region_commands.down)
 

@@ -7,9 +7,10 @@ from typing import Any, Final
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.frontend.api import BODY_MODELS, problem_content
+from tether.frontend.api import BODY_MODELS, STREAMED_MODELS, problem_content
 from tether.frontend.problems import ProblemDetails
 from tether.frontend.revisions import REVISION_HEADER
 
@@ -18,15 +19,18 @@ _REF: Final = "#/components/schemas/{model}"
 
 def document(app: FastAPI) -> dict[str, Any]:
     """`app`'s OpenAPI document (cached like FastAPI's): every error a problem+json, and the
-    schemas of the request bodies routes parse themselves (BODY_MODELS) and of ProblemDetails
-    added."""
+    schemas of the request bodies routes parse themselves (BODY_MODELS), of what event streams
+    send (STREAMED_MODELS) and of ProblemDetails added."""
     if app.openapi_schema is None:
         openapi = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
         _add_bodies(openapi, schemas)
-        _, problem = models_json_schema([(ProblemDetails, "serialization")], ref_template=_REF)
+        answered: list[type[BaseModel]] = [ProblemDetails, *STREAMED_MODELS.values()]
+        _, problem = models_json_schema(
+            [(model, "serialization") for model in answered], ref_template=_REF
+        )
         schemas.update(problem.get("$defs", {}))
         _problem_422s(openapi, schemas)
         _cached_reads(openapi)

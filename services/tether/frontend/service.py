@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from tether.frontend.app import create_app
+from tether.frontend.events.hub import EventHub
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.service import HttpServer, Service
@@ -26,8 +27,10 @@ class Frontend(Service):
         self.settings = settings or FrontendSettings()
         self.shard_counts = ShardCounts(store, self.settings.shard_counts_wait_s)
         """What each shard holds, counted from watches while the frontend serves."""
+        app = create_app(self.store, self.settings, self.shard_counts)
+        self._events: EventHub = app.state.events
         self._http = HttpServer(
-            create_app(self.store, self.settings, self.shard_counts),
+            app,
             self.settings.host,
             self.settings.port,
             name="frontend",
@@ -49,6 +52,8 @@ class Frontend(Service):
 
     async def stop(self) -> None:
         try:
+            # Followers' streams never end on their own: the server would wait for them.
+            await self._events.close()
             await self._http.stop()
         finally:
             await self.store.close()

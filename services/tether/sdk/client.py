@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
 from urllib.parse import quote
@@ -414,11 +414,13 @@ class TetherClient:
         kinds: Sequence[str] = (),
         follow: bool = True,
         since: int | None = None,
+        on_drop: Callable[[str, int | None], None] | None = None,
     ) -> Iterator[Followed]:
         """The region's events (`GET /v1/events`) that the filters select, in store order:
         from now on, or after revision `since`. Following, a dropped connection is opened again
-        after the last revision seen; without `follow`, the events up to now. An
-        `EventGapView` and a `RegionSnapshotView` stand for events no longer kept."""
+        after the last revision seen (`on_drop` is told why, and that revision); without
+        `follow`, the events up to now. An `EventGapView` and a `RegionSnapshotView` stand for
+        events no longer kept."""
         if job is not None:
             parse_job_handle(job)
         params: dict[str, Any] = {"kind": list(kinds), "follow": "true" if follow else "false"}
@@ -427,7 +429,7 @@ class TetherClient:
             for name, value in (("entitlement", entitlement), ("job", job), ("machine", machine))
             if value is not None
         }
-        return events.follow(self._http, params, since=since, reconnect=follow)
+        return events.follow(self._http, params, since=since, reconnect=follow, on_drop=on_drop)
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Sends the request; once more when the connection dropped before the answer (a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -90,9 +90,11 @@ def follow(
     *,
     since: int | None,
     reconnect: bool,
+    on_drop: Callable[[str, int | None], None] | None = None,
 ) -> Iterator[Followed]:
     """The events `GET /v1/events` streams with `params`, after revision `since`; with
-    `reconnect`, a dropped stream is opened again after the last revision seen."""
+    `reconnect`, a dropped stream is opened again after the last revision seen, and `on_drop`
+    is told why it dropped and that revision."""
     last = since
     backoff = RECONNECT_S[0]
     connected = False
@@ -118,7 +120,10 @@ def follow(
             if not reconnect:
                 return
         except httpx.TransportError as error:
+            reason = str(error) or type(error).__name__
             if not reconnect or not connected:
-                raise TetherConnectionError(str(http.base_url), str(error) or "dropped") from error
+                raise TetherConnectionError(str(http.base_url), reason) from error
+            if on_drop is not None:
+                on_drop(reason, last)
         time.sleep(backoff)
         backoff = min(backoff * 2, RECONNECT_S[1])

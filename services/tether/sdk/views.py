@@ -520,7 +520,9 @@ class RegionSnapshotView(View):
 class EventGapView(View):
     """The events after `last_event_id` are no longer kept: a snapshot follows instead."""
 
+    type: str
     title: str
+    status: int
     detail: str
     last_event_id: int
     kept_after: int

@@ -61,6 +61,13 @@ ROUTES: Final[tuple[tuple[type[View], str, str, str | None], ...]] = (
 """Each view the client returns, with the route it reads it from and, for a list, the key of
 the list in the answer."""
 
+STREAMED: Final[tuple[tuple[type[View], str], ...]] = (
+    (views.RegionEventView, "RegionEvent"),
+    (views.RegionSnapshotView, "RegionSnapshot"),
+    (views.EventGapView, "EventGap"),
+)
+"""Each view of an event stream's messages (`TetherClient.events`), with its API component."""
+
 Type = tuple[Any, ...]
 """A JSON type: `("integer",)`, `("string", "date-time")`, `("array", item)`, `("map", value)`,
 `("model", name)`, `("object",)` (any object), `("union", *members)`."""
@@ -193,6 +200,7 @@ def _model_differences(
 
 def test_every_view_the_client_returns_is_what_its_route_answers() -> None:
     roots = [(view, response_component(method, path, key)) for view, method, path, key in ROUTES]
+    roots += STREAMED
     found, compared = disagreements(roots)
     if found:
         pytest.fail(

@@ -36,6 +36,35 @@ BODY_MODELS: Final[dict[str, type[BaseModel]]] = {}
 openapi.document adds them to the components."""
 
 
+STREAMED_MODELS: Final[dict[str, type[BaseModel]]] = {}
+"""Every model `streamed` documented: what a text/event-stream route sends as its messages'
+data, added to the components by openapi.document."""
+
+
+def streamed(media_type: str, *models: type[BaseModel]) -> dict[str, Any]:
+    """The `content` of a Server-Sent Events response whose messages' data is one of `models`
+    (as JSON). Before OpenAPI 3.2 the schema of an event stream describes one message."""
+    for model in models:
+        known = STREAMED_MODELS.setdefault(model.__name__, model)
+        assert known is model, f"two streamed models are named {model.__name__}"
+    refs = [{"$ref": f"#/components/schemas/{model.__name__}"} for model in models]
+    message = {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": refs},
+            },
+        },
+    }
+    return {media_type: {"schema": message}}
+
+
 def request_body(
     model: type[BaseModel], description: str, *, yaml: bool = False, required: bool = True
 ) -> dict[str, Any]:

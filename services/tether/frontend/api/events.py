@@ -7,12 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from starlette.responses import StreamingResponse
 
-from tether.frontend.api import AUTH_PROBLEMS, problems
+from tether.frontend.api import AUTH_PROBLEMS, problems, streamed
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import EventsDep, SettingsDep, StoreDep
-from tether.frontend.events.stream import KIND_GROUPS, EventFilter, check_kinds, stream
+from tether.frontend.events.stream import (
+    KIND_GROUPS,
+    KIND_SELECTORS,
+    EventFilter,
+    check_kinds,
+    stream,
+)
 from tether.frontend.problems import InvalidInput
+from tether.frontend.schemas.events import EventGap
 from tether.model import JobHandle, Name
+from tether.model.event import RegionEvent, RegionSnapshot
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=AUTH_PROBLEMS)
 
@@ -27,7 +35,7 @@ EVENT_STREAM = "text/event-stream"
             "description": "Server-Sent Events: each `data` a RegionEvent (JSON), the last of a "
             "revision with the revision as its `id`; `event: gap` (a problem) then `event: "
             "snapshot` (a RegionSnapshot) when the events asked for are no longer kept.",
-            "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+            "content": streamed(EVENT_STREAM, RegionEvent, RegionSnapshot, EventGap),
         },
         **problems(404, 422),
     },
@@ -42,7 +50,10 @@ async def follow_events(
     machine: Annotated[Name | None, Query(description="Only this machine's.")] = None,
     kind: Annotated[
         list[str],
-        Query(description=f"Only these kinds, or groups of kinds ({', '.join(KIND_GROUPS)})."),
+        Query(
+            description=f"Only these kinds, or groups of kinds ({', '.join(KIND_GROUPS)}).",
+            json_schema_extra={"items": {"type": "string", "enum": list(KIND_SELECTORS)}},
+        ),
     ] = [],  # noqa: B006 (FastAPI copies defaults)
     follow: Annotated[
         bool, Query(description="Keep the stream open for new events; false ends it at once.")
@@ -52,9 +63,13 @@ async def follow_events(
         Query(ge=0, description="Events after this revision (as Last-Event-ID, which wins)."),
     ] = None,
     last_event_id: Annotated[
-        str | None,
-        Header(description="The revision of the last event seen: the stream resumes after it."),
-    ] = None,
+        str,
+        Header(
+            pattern=r"^[0-9]*$",
+            description="The revision of the last event seen: the stream resumes after it "
+            "(empty: none).",
+        ),
+    ] = "",
 ) -> StreamingResponse:
     """Follow the region's events, in store order: jobs submitted, queued, admitted, preempted
     and deleted; tasks placed, started, exited, lost, restarted and preempted; TaskControl
@@ -63,26 +78,21 @@ async def follow_events(
     A principal sees the events of the entitlements it is a member of (a machine's, while an
     entitlement owns it); admins see all. Without Last-Event-ID or `since`, the stream starts
     now; with one, it starts after that revision. With `follow=false` it ends at the store's
-    revision when asked, having told the events after the one given (or nothing new)."""
+    revision when asked, having told the events after the one given, or every event this
+    frontend keeps."""
     try:
         kinds = check_kinds(kind)
     except ValueError as error:
         raise InvalidInput(str(error)) from None
-    after = _revision(last_event_id) if last_event_id is not None else since
+    after = int(last_event_id) if last_event_id else since
     for name in {entitlement, job.split("/")[0] if job else None} - {None}:
         await authorize_entitlement(store, principal, str(name))
     wanted = EventFilter(principal, entitlement, job, machine, kinds)
     until = None if follow else await store.revision()
-    subscription = await hub.subscribe(after)
+    subscription = await hub.subscribe(after, kept=not follow)
     messages = stream(
         hub, subscription, wanted, until=until, keepalive_s=settings.events_keepalive_s
     )
     # Proxies must not hold the stream back (nginx buffers unless told).
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers)
-
-
-def _revision(text: str) -> int:
-    if not text.strip().isdigit():
-        raise InvalidInput(f"Last-Event-ID {text!r} is not a store revision (a whole number)")
-    return int(text)

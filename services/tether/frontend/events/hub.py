@@ -52,6 +52,7 @@ class EventHub:
         """Every revision after this one is kept."""
         self._subscriptions: set[Subscription] = set()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._closed = False
 
     @property
     def running(self) -> bool:
@@ -77,16 +78,22 @@ class EventHub:
         """The state now of everything the feed follows."""
         return [] if self._feed is None else self._feed.objects()
 
-    async def subscribe(self, after: int | None) -> Subscription:
-        """A follower's subscription from after revision `after` (None: from now on). The feed
-        starts if it does not run, at `after` when the store still has that revision."""
+    async def subscribe(self, after: int | None, *, kept: bool = False) -> Subscription:
+        """A follower's subscription from after revision `after` (None: from now on, or with
+        `kept` from the oldest event kept). The feed starts if it does not run, at `after` when
+        the store still has that revision."""
         await cancel_and_wait(self._stopping)
         self._stopping = None
+        if self._closed:
+            # The frontend is stopping: the stream ends at once, and its client goes elsewhere.
+            ended = Subscription(after or 0, [], gap=False)
+            ended.queue.put_nowait(None)
+            return ended
         async with self._starting:
             if self._feed is None:
                 await self._start(after)
         if after is None:
-            after = self.revision
+            after = self._floor if kept else self.revision
         # No await from here on: the backlog and the live events meet exactly.
         gap = after < self._floor
         backlog = [batch for batch in self._kept if batch[0] > after]
@@ -108,6 +115,9 @@ class EventHub:
         await reached
 
     async def close(self) -> None:
+        """Stops the feed and ends every stream (the HTTP server waits for open ones to end
+        before it stops); later subscriptions end at once."""
+        self._closed = True
         await cancel_and_wait(self._stopping)
         await self._stop()
 

@@ -4,12 +4,13 @@ after the revision it last saw; when those are no longer kept, an error and the 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from tether.frontend.events.hub import EventHub, Subscription
+from tether.frontend.schemas.events import EventGap
 from tether.model import PrincipalRecord
 from tether.model.event import EventKind, RegionEvent, RegionObject, RegionSnapshot
 
@@ -26,15 +27,22 @@ _GROUP_OF_OBJECT: Final = {
     "shard": "shard",
 }
 
+UNTIL_WAIT_S: Final = 2.0
+"""How long a stream that ends (`follow=false`) waits for the feed to reach the store's
+revision of the request."""
+
 RETRY_MS: Final = 1000
 """How long an EventSource waits before it reconnects."""
 
 
+KIND_SELECTORS: Final = (*KIND_GROUPS, *(kind.value for kind in EventKind))
+"""Everything `kind=` may name."""
+
+
 def check_kinds(kinds: Iterable[str]) -> tuple[str, ...]:
     """The kinds and groups asked for; ValueError naming one that is neither."""
-    known = {kind.value for kind in EventKind} | set(KIND_GROUPS)
     for kind in kinds:
-        if kind not in known:
+        if kind not in KIND_SELECTORS:
             raise ValueError(
                 f"unknown event kind {kind!r}: name a kind (such as task.started) or a group "
                 f"({', '.join(KIND_GROUPS)})"
@@ -117,7 +125,10 @@ async def stream(
             if revision > after:
                 yield _batch(hub, wanted, revision, events)
         if until is not None:
-            await hub.wait_for(until)
+            # A revision whose writes are all outside the region's keys never reaches the feed.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(UNTIL_WAIT_S):
+                    await hub.wait_for(until)
             while not subscription.queue.empty():
                 batch = subscription.queue.get_nowait()
                 if batch is None or batch[0] > until:
@@ -151,14 +162,14 @@ def _batch(hub: EventHub, wanted: EventFilter, revision: int, events: list[Regio
 
 
 def _gap(subscription: Subscription, hub: EventHub) -> bytes:
-    problem = {
-        "type": "about:blank",
-        "title": "Events no longer kept",
-        "status": 410,
-        "detail": f"the events after revision {subscription.after} are no longer kept (this "
+    gap = EventGap(
+        type="about:blank",
+        status=410,
+        title="Events no longer kept",
+        detail=f"the events after revision {subscription.after} are no longer kept (this "
         f"frontend keeps those after revision {hub.floor}); the state at revision "
         f"{hub.revision} follows, then the events after it",
-        "last_event_id": subscription.after,
-        "kept_after": hub.floor,
-    }
-    return message(json.dumps(problem), event="gap")
+        last_event_id=subscription.after,
+        kept_after=hub.floor,
+    )
+    return message(gap.model_dump_json(), event="gap")
