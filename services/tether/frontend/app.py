@@ -39,6 +39,7 @@ from tether.frontend.revisions import RevisionHeaders, RevisionNoting
 from tether.frontend.settings import FrontendSettings
 from tether.frontend.shard_counts import ShardCounts
 from tether.frontend.storewait import StoreWaitLimit
+from tether.frontend.ui import pages as ui
 from tether.store import Store, keys
 from tether.store.cache import StoreCache
 
@@ -146,6 +147,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
     app.state.settings = settings
     app.openapi = lambda: openapi.document(app)  # type: ignore[method-assign]
     problems.install(app)
+    ui.install(app)
     # The routers' own routes: the app lists an included router as one entry.
     routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
     allow.install(app, routes)

@@ -1,12 +1,12 @@
-"""Job writes: submission (admission, idempotency) and compare-and-swap changes (scale, update,
-delete)."""
+"""Jobs: their views, submission (admission, idempotency) and compare-and-swap changes (scale,
+update, delete)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -51,6 +51,21 @@ class Submitted:
     job: Job
     created: bool
     """False when an earlier submission with the same Idempotency-Key made the job."""
+
+
+async def job_views(
+    store: Store, entitlement: str | None, visible: Collection[str] | None
+) -> list[JobView]:
+    """The jobs (of `entitlement`, when given) of the entitlements in `visible` (None: all),
+    each with its task counts and admission."""
+    prefix = keys.JOBS if entitlement is None else keys.jobs_of(entitlement)
+    found = await records.scan(store, prefix, Job)
+    if visible is not None:
+        found = [job for job in found if job.spec.entitlement in visible]
+    tasks = await records.tasks_by_job(store, entitlement)
+    prefix = keys.ADMISSIONS if entitlement is None else keys.admissions_of(entitlement)
+    admissions = {record.job: record for record in await records.scan(store, prefix, Admission)}
+    return [JobView.of(job, tasks.get(job.handle, []), admissions.get(job.handle)) for job in found]
 
 
 async def job_view(store: Store, job: Job) -> JobView:

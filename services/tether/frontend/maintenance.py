@@ -10,7 +10,11 @@ from typing import Final
 from tether.frontend import records
 from tether.frontend.auth import require_admin
 from tether.frontend.problems import Conflict, NotFound, validation_problem
-from tether.frontend.schemas.maintenance import MachineDrainRequest, MaintenanceRequest
+from tether.frontend.schemas.maintenance import (
+    MachineDrainRequest,
+    MaintenanceRequest,
+    MaintenanceView,
+)
 from tether.model import (
     DRAIN_KINDS,
     MAX_MAINTENANCE_S,
@@ -45,6 +49,14 @@ _HELD_BY: Final = {
 }
 """The notices that already do what a drain or decommission asks for."""
 _UNDRAIN_ATTEMPTS: Final = 5
+
+
+async def maintenance_views(store: Store, now: datetime) -> list[MaintenanceView]:
+    """Every maintenance scheduled or under way (or over, until its notice is deleted),
+    soonest first, with its phase at `now`."""
+    notices = await records.scan(store, keys.MAINTENANCE, AdvanceNotice)
+    ordered = sorted(notices, key=lambda notice: (notice.start, notice.id))
+    return [MaintenanceView.of(notice, now) for notice in ordered]
 
 
 async def machines_of(store: Store, request: MaintenanceRequest) -> list[Machine]:

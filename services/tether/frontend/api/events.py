@@ -11,11 +11,12 @@ from tether.frontend.api import AUTH_PROBLEMS, problems, streamed
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import EventsDep, SettingsDep, StoreDep
 from tether.frontend.events.stream import (
+    EVENT_STREAM,
     KIND_GROUPS,
     KIND_SELECTORS,
     EventFilter,
     check_kinds,
-    stream,
+    response,
 )
 from tether.frontend.problems import InvalidInput
 from tether.frontend.schemas.events import EventGap
@@ -23,8 +24,6 @@ from tether.model import JobHandle, Name
 from tether.model.event import RegionEvent, RegionSnapshot
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=AUTH_PROBLEMS)
-
-EVENT_STREAM = "text/event-stream"
 
 
 @router.get(
@@ -90,9 +89,5 @@ async def follow_events(
     wanted = EventFilter(principal, entitlement, job, machine, kinds)
     until = None if follow else await store.revision()
     subscription = await hub.subscribe(after, kept=not follow)
-    messages = stream(
-        hub, subscription, wanted, until=until, keepalive_s=settings.events_keepalive_s
-    )
-    # Proxies must not hold the stream back (nginx buffers unless told).
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers)
+    keepalive_s = settings.events_keepalive_s
+    return response(hub, subscription, wanted, until=until, keepalive_s=keepalive_s)

@@ -24,7 +24,6 @@ from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.jobs import JobList, JobView, ScaleRequest, UpdateRequest
 from tether.frontend.schemas.operations import OperationList, OperationRequest
 from tether.model import Job, JobSpec, Name
-from tether.model.admission import Admission
 from tether.store import Store, keys
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=AUTH_PROBLEMS)
@@ -80,20 +79,8 @@ async def list_jobs(
     """Jobs of the entitlements the principal belongs to (every job for admins)."""
     if entitlement is not None:
         await authorize_entitlement(store, principal, entitlement)
-        found = await records.scan(store, keys.jobs_of(entitlement), Job)
-    else:
-        found = await records.scan(store, keys.JOBS, Job)
-        if not principal.is_admin:
-            visible = await visible_entitlements(store, principal)
-            found = [job for job in found if job.spec.entitlement in visible]
-    tasks = await records.tasks_by_job(store, entitlement)
-    prefix = keys.ADMISSIONS if entitlement is None else keys.admissions_of(entitlement)
-    admissions = {record.job: record for record in await records.scan(store, prefix, Admission)}
-    return JobList(
-        jobs=[
-            JobView.of(job, tasks.get(job.handle, []), admissions.get(job.handle)) for job in found
-        ]
-    ).response()
+    visible = None if principal.is_admin else await visible_entitlements(store, principal)
+    return JobList(jobs=await jobs.job_views(store, entitlement, visible)).response()
 
 
 @router.get("/{ent}/{job}", response_model=JobView, responses=problems(404))

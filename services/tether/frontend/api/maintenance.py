@@ -57,9 +57,7 @@ async def schedule_maintenance(
 @router.get("", response_model=MaintenanceList)
 async def list_maintenance(store: ReadsDep, principal: CurrentPrincipal) -> Response:
     """Maintenance scheduled or under way, soonest first."""
-    notices = await records.scan(store, keys.MAINTENANCE, AdvanceNotice)
-    now = datetime.now(UTC)
-    views = [MaintenanceView.of(n, now) for n in sorted(notices, key=lambda n: (n.start, n.id))]
+    views = await maintenance.maintenance_views(store, datetime.now(UTC))
     return MaintenanceList(maintenance=views).response()
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from tether.aio import cancel_and_wait
 from tether.frontend.events.feed import Batch, EventFeed
-from tether.model.event import RegionObject
+from tether.model.event import RegionEvent, RegionObject
 from tether.store import CompactedError, Store
 
 _log = logging.getLogger(__name__)
@@ -73,6 +73,15 @@ class EventHub:
 
     def members(self, entitlement: str) -> frozenset[str]:
         return frozenset() if self._feed is None else self._feed.members(entitlement)
+
+    def recent(self, limit: int) -> list[RegionEvent]:
+        """The latest `limit` events kept, oldest first (none while the feed does not run)."""
+        found: list[RegionEvent] = []
+        for _, events in reversed(self._kept):
+            found[:0] = events
+            if len(found) >= limit:
+                break
+        return found[-limit:]
 
     def objects(self) -> list[RegionObject]:
         """The state now of everything the feed follows."""

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from starlette.responses import StreamingResponse
+
 from tether.frontend.events.hub import EventHub, Subscription
 from tether.frontend.schemas.events import EventGap
 from tether.model import PrincipalRecord
@@ -30,6 +32,8 @@ _GROUP_OF_OBJECT: Final = {
 UNTIL_WAIT_S: Final = 2.0
 """How long a stream that ends (`follow=false`) waits for the feed to reach the store's
 revision of the request."""
+
+EVENT_STREAM: Final = "text/event-stream"
 
 RETRY_MS: Final = 1000
 """How long an EventSource waits before it reconnects."""
@@ -149,6 +153,21 @@ async def stream(
                 yield _batch(hub, wanted, *batch)
     finally:
         hub.unsubscribe(subscription)
+
+
+def response(
+    hub: EventHub,
+    subscription: Subscription,
+    wanted: EventFilter,
+    *,
+    until: int | None,
+    keepalive_s: float,
+) -> StreamingResponse:
+    """The streaming response of `stream`, which no proxy should buffer."""
+    messages = stream(hub, subscription, wanted, until=until, keepalive_s=keepalive_s)
+    # nginx buffers a response unless told not to.
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers)
 
 
 def _batch(hub: EventHub, wanted: EventFilter, revision: int, events: list[RegionEvent]) -> bytes:
