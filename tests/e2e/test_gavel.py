@@ -74,10 +74,15 @@ def test_jobs_take_turns_on_their_types_and_resume_from_their_steps(
 
             wait_for(all_done, timeout_s=180, what="every accelerator job to finish")
             views = {handle: get_json(client, f"/v1/jobs/{handle}") for handle in seen}
+            [report] = get_json(client, "/v1/accelerator-reports")["accelerator_reports"]
     finally:
         rounds.terminate()
         rounds.wait(timeout=60)
     assert rounds.returncode == 0, log.read_text()[-3000:]
+    # Each round reported itself for the dashboard.
+    assert (report["entitlement"], report["policy"]) == ("ml", "max_min_fairness_perf")
+    assert report["rounds"] >= 2
+    assert report["accelerators"] == {"v100": 1, "k80": 1}
     # The fast job ran where it is fast: the rounds pinned it there.
     (pinned,) = views[fast]["spec"]["placement"]["constraints"]
     assert pinned == {"attribute": "gpu_type", "op": "==", "value": "v100", "values": []}

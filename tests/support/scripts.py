@@ -300,6 +300,12 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         region=True,
     ),
     SmokeRun(
+        "ui_screenshots.py",
+        ("--out", "{out}/ui", "--width", "800"),
+        _keys("benchmark", "out", "pages", "seconds"),
+        region=True,
+    ),
+    SmokeRun(
         "bench_esl.py",
         ("--machines", "4", "--trials", "1", "--gang-size", "2", "--set-calls", "4"),
         _keys("set_resource_p50_ms", "set_resource_p99_ms", "set_resource_lowering_p50_ms"),

@@ -350,7 +350,7 @@ def gavel(
             runner = GavelRunner(
                 tether,
                 entitlement,
-                POLICIES[policy],
+                policy,
                 throughputs,
                 round_s=round_s,
                 accelerators=counts,

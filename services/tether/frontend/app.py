@@ -13,6 +13,7 @@ from tether import __version__
 from tether.frontend import allow, openapi, problems
 from tether.frontend.allocators import Allocators
 from tether.frontend.api import (
+    accelerators,
     admin,
     drains,
     entitlements,
@@ -56,6 +57,7 @@ ROUTERS: Final = tuple(
         entitlements,
         hostprofiles,
         throughput_profiles,
+        accelerators,
         resources,
         jobs,
         queues,

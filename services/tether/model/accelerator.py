@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, WithJsonSchema, field_validator
 
-from tether.model.base import Name, TetherModel
+from tether.model.base import JobHandle, Name, TetherModel, Timestamp
 
 GPU_TYPE_ATTRIBUTE = "gpu_type"
 """The machine attribute naming its accelerator type (`v100`, `k80`, ...): where a Gavel job's
@@ -138,3 +138,41 @@ def _mapping(value: object, where: str) -> Mapping[str, object]:
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         raise ProfileError(f"{where}: expected an object, found {type(value).__name__}")
     return value
+
+
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A fraction of the time."""
+
+
+class AcceleratorShare(TetherModel):
+    """One accelerator job in a Gavel runner's report: where it runs this round, the time the
+    policy's allocation gives it on each accelerator type, and what it received so far."""
+
+    job: JobHandle
+    running_on: str = ""
+    """The accelerator type it runs on this round; empty: it waits this round."""
+    allocation: dict[str, Share] = Field(default_factory=dict)
+    """Accelerator type -> the fraction of the time the allocation gives it there."""
+    received: dict[str, Share] = Field(default_factory=dict)
+    """Accelerator type -> the fraction of the time since the allocation was made that it ran
+    there."""
+
+
+class AcceleratorRound(TetherModel):
+    """What a Gavel runner (`tether appsched gavel`) reports after each round of an
+    entitlement's accelerator jobs."""
+
+    policy: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    """The policy's name, as `tether appsched gavel --policy` takes it."""
+    round_s: float = Field(gt=0, allow_inf_nan=False)
+    rounds: int = Field(ge=0)
+    accelerators: dict[str, int] = Field(default_factory=dict)
+    """Accelerator type -> how many the rounds share out."""
+    jobs: list[AcceleratorShare] = Field(default_factory=list, max_length=10_000)
+
+
+class AcceleratorReport(AcceleratorRound):
+    """The last round an entitlement's Gavel runner reported, as the store keeps it."""
+
+    entitlement: Name
+    updated_at: Timestamp

@@ -5,6 +5,8 @@ from tether.sdk.errors import FieldError, TetherAPIError, TetherConnectionError,
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
     RUNNING,
+    AcceleratorReportView,
+    AcceleratorShareView,
     AdmissionEventView,
     AdmissionView,
     AllocatorView,
@@ -50,6 +52,8 @@ __all__ = [
     "JSON",
     "RUNNING",
     "YAML",
+    "AcceleratorReportView",
+    "AcceleratorShareView",
     "AdmissionEventView",
     "AdmissionView",
     "AllocatorView",

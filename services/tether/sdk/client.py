@@ -19,6 +19,7 @@ from tether.sdk.errors import TetherAPIError, TetherConnectionError, problem_err
 from tether.sdk.events import Followed
 from tether.sdk.settings import ClientSettings
 from tether.sdk.views import (
+    AcceleratorReportView,
     EntitlementUseView,
     EphemeralResourceView,
     HostProfileView,
@@ -377,6 +378,16 @@ class TetherClient:
     def list_rebalances(self) -> list[RebalanceRunView]:
         """Admin: the rebalancer runs kept, newest first."""
         return _views(RebalanceRunView, self._request("GET", "/admin/rebalance/runs"), "runs")
+
+    def put_accelerator_report(
+        self, entitlement: str, report: Mapping[str, Any]
+    ) -> AcceleratorReportView:
+        """A member of `entitlement` (its Gavel runner): replace the entitlement's accelerator
+        report with `report` (an AcceleratorRound: policy, round_s, rounds, accelerators,
+        jobs)."""
+        check_name(entitlement, "entitlement")
+        path = f"/v1/accelerator-reports/{entitlement}"
+        return _view(AcceleratorReportView, self._request("PUT", path, json=dict(report)))
 
     def create_principal(self, name: str, roles: list[str]) -> PrincipalToken:
         """Admin: create a principal; the answer holds its token, shown only this once."""

@@ -526,3 +526,24 @@ class EventGapView(View):
     detail: str
     last_event_id: int
     kept_after: int
+
+
+class AcceleratorShareView(View):
+    """One job of a Gavel runner's round: where it runs, and its shares of the time."""
+
+    job: str
+    running_on: str = ""
+    allocation: dict[str, float] = Field(default_factory=dict)
+    received: dict[str, float] = Field(default_factory=dict)
+
+
+class AcceleratorReportView(View):
+    """The last round an entitlement's Gavel runner reported."""
+
+    entitlement: str
+    policy: str
+    round_s: float
+    rounds: int
+    accelerators: dict[str, int] = Field(default_factory=dict)
+    jobs: list[AcceleratorShareView] = Field(default_factory=list)
+    updated_at: datetime

@@ -19,6 +19,8 @@ QUOTA_FENCES = ROOT + "quota-fences/"  # entitlement name -> id of the allocator
 HOST_PROFILES = ROOT + "host-profiles/"  # profile name -> HostProfile
 # <entitlement>/<name> -> ThroughputProfileRecord (accelerator throughputs, for Gavel's rounds)
 THROUGHPUT_PROFILES = ROOT + "throughput-profiles/"
+# entitlement name -> AcceleratorReport (its Gavel runner's last round, for the dashboard)
+ACCELERATOR_REPORTS = ROOT + "accelerator-reports/"
 # <entitlement>/<label> -> EphemeralResource (ESCHER's set_resource)
 EPHEMERAL_RESOURCES = ROOT + "resources/"
 JOBS = ROOT + "jobs/"  # <entitlement>/<job> -> Job
@@ -60,6 +62,7 @@ ALL_PREFIXES: tuple[str, ...] = (
     QUOTA_FENCES,
     HOST_PROFILES,
     THROUGHPUT_PROFILES,
+    ACCELERATOR_REPORTS,
     EPHEMERAL_RESOURCES,
     JOBS,
     ADMISSIONS,
@@ -160,6 +163,10 @@ def entitlement(name: str) -> str:
 
 def host_profile(name: str) -> str:
     return _join(HOST_PROFILES, name)
+
+
+def accelerator_report(entitlement_name: str) -> str:
+    return _join(ACCELERATOR_REPORTS, entitlement_name)
 
 
 def throughput_profile(entitlement_name: str, name: str) -> str:

@@ -57,6 +57,7 @@ ROUTES: Final[tuple[tuple[type[View], str, str, str | None], ...]] = (
     (views.RebalanceRunView, "post", "/admin/rebalance/runs", None),
     (views.RebalanceRunView, "get", "/admin/rebalance/runs/{run_id}", None),
     (views.RebalanceRunView, "get", "/admin/rebalance/runs", "runs"),
+    (views.AcceleratorReportView, "put", "/v1/accelerator-reports/{ent}", None),
 )
 """Each view the client returns, with the route it reads it from and, for a list, the key of
 the list in the answer."""

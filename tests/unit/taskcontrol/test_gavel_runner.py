@@ -5,14 +5,15 @@ from the views, finished ones let go. The real region is in tests/e2e/test_gavel
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from tests.support.api import JOB, machine, task
 from tether.model.accelerator import ThroughputProfile
+from tether.sdk import TetherAPIError
 from tether.sdk.views import JobView, MachineView, TaskView
-from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.runner import GavelRunner, on_type, placed_type
 
 PROFILE = ThroughputProfile.parse(
@@ -31,6 +32,8 @@ class FakeRegion:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self.slow_stop: set[str] = set()
+        self.reports: list[dict[str, Any]] = []
+        self.refuse_reports = False
         self.tasks: dict[str, list[dict[str, Any]]] = {}
         """Task views by job, where a test sets them."""
         self.machines = [
@@ -95,6 +98,11 @@ class FakeRegion:
     def list_machines(self) -> list[MachineView]:
         return [MachineView.model_validate(found) for found in self.machines]
 
+    def put_accelerator_report(self, entitlement: str, report: Mapping[str, Any]) -> None:
+        if self.refuse_reports:
+            raise TetherAPIError(409, "Conflict", f"entitlement '{entitlement}' is being deleted")
+        self.reports.append({"entitlement": entitlement, **report})
+
 
 def admission(handle: str, state: str) -> dict[str, Any]:
     return {
@@ -131,7 +139,7 @@ def runner(region: FakeRegion, clock: Clock, policy: str = "max_min_fairness_per
     return GavelRunner(
         region,
         "team-a",
-        POLICIES[policy],
+        policy,
         PROFILE,
         round_s=60,
         clock=clock,
@@ -151,6 +159,31 @@ def test_each_job_is_resumed_on_the_type_the_round_gives_it() -> None:
     assert report.running == {fast: "v100", alike: "k80"}
     assert sorted(region.calls) == [("resume", f"{alike} on k80"), ("resume", f"{fast} on v100")]
     assert placed_type(region.jobs[fast]["spec"]) == "v100"
+
+
+def test_each_round_reports_where_jobs_run_and_their_shares() -> None:
+    region, clock = FakeRegion(), Clock()
+    fast = region.submit("fast", "fast-on-v100", 1e6, "2025-01-02T03:00:00Z")
+    alike = region.submit("alike", "alike", 1e6, "2025-01-02T03:01:00Z")
+    gavel = runner(region, clock)
+    gavel.round()
+    [first] = region.reports
+    assert (first["entitlement"], first["policy"], first["rounds"]) == (
+        "team-a",
+        "max_min_fairness_perf",
+        1,
+    )
+    assert first["accelerators"] == {"v100": 1, "k80": 1}
+    by_job = {share["job"]: share for share in first["jobs"]}
+    assert (by_job[fast]["running_on"], by_job[alike]["running_on"]) == ("v100", "k80")
+    # One round ran: each job had its type the whole time so far.
+    assert by_job[fast]["received"] == {"v100": 1.0}
+    assert sum(by_job[fast]["allocation"].values()) == pytest.approx(1.0, abs=1e-3)
+    # A report the region refuses stops no round.
+    region.refuse_reports = True
+    clock.sleep(60)
+    assert gavel.round().running
+    assert len(region.reports) == 1
 
 
 def test_fifo_keeps_the_oldest_running_and_the_next_takes_a_finished_jobs_gpu() -> None:

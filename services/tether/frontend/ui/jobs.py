@@ -33,9 +33,12 @@ Sort = Literal["handle", "created", "running", "state"]
 
 
 def job_state(job: JobView) -> str:
-    """One word for the list: deleting, queued, preempting, running, starting or pending."""
+    """One word for the list: deleting, suspended, queued, preempting, running, starting or
+    pending."""
     if job.deleting:
         return "deleting"
+    if job.spec.suspended:
+        return "suspended"
     if job.admission is not None and job.admission.state is not AdmissionState.ADMITTED:
         return job.admission.state.value
     if job.running >= job.count:
@@ -116,7 +119,7 @@ async def list_page(
         pages=max(1, -(-total // PAGE_SIZE)),
         entitlements=entitlements,
         state_of=job_state,
-        states=("running", "starting", "pending", "queued", "preempting", "deleting"),
+        states=("running", "starting", "pending", "queued", "preempting", "suspended", "deleting"),
     )
 
 

@@ -16,7 +16,7 @@ from tether.frontend.auth import authenticate
 from tether.frontend.deps import CacheDep, EventsDep, SettingsDep, StoreDep
 from tether.frontend.events.stream import EventFilter, response
 from tether.frontend.problems import Unauthenticated
-from tether.frontend.ui import entitlements, jobs, machines, overview
+from tether.frontend.ui import accelerators, entitlements, jobs, machines, overview
 from tether.frontend.ui.render import page
 from tether.frontend.ui.session import COOKIE, COOKIE_PATH, LoginRequired, UiPrincipal
 
@@ -90,6 +90,7 @@ def install(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(overview.router)
     app.include_router(entitlements.router)
+    app.include_router(accelerators.router)
     app.include_router(jobs.router)
     app.include_router(machines.router)
     static = Path(__file__).parent / "static"

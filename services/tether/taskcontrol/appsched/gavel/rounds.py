@@ -139,6 +139,15 @@ class RoundScheduler:
         """The jobs of `ran` held their accelerators for the `seconds` the round lasted."""
         self.ledger.record(ran, seconds)
 
+    def received(self) -> Shares:
+        """Job -> type -> the fraction of the time since the allocation was made that the job
+        ran there (to compare with `allocation`)."""
+        ledger = self.ledger
+        return {
+            job: {kind: ledger.share(job, kind) for kind in kinds}
+            for job, kinds in ledger.received.items()
+        }
+
     @property
     def allocation(self) -> Shares:
         """The allocation in force: job -> type -> fraction of time."""

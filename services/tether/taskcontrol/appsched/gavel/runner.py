@@ -18,7 +18,7 @@ from tether.model import FINISHED_STATES, GPU_TYPE_ATTRIBUTE, TaskState
 from tether.model.accelerator import ProfileError, ThroughputProfile
 from tether.sdk.errors import TetherError
 from tether.sdk.views import JobView, MachineView, TaskView
-from tether.taskcontrol.appsched.gavel.policies.registry import Policy
+from tether.taskcontrol.appsched.gavel.policies.registry import POLICIES
 from tether.taskcontrol.appsched.gavel.problem import AcceleratorJob
 from tether.taskcontrol.appsched.gavel.rounds import ROUND_S, RoundScheduler
 
@@ -38,6 +38,7 @@ class Region(Protocol):
     def suspend_job(self, handle: str) -> JobView: ...
     def resume_job(self, handle: str, placement: dict[str, Any] | None = None) -> JobView: ...
     def list_machines(self) -> list[MachineView]: ...
+    def put_accelerator_report(self, entitlement: str, report: Mapping[str, Any]) -> Any: ...
 
 
 def accelerators_of(machines: list[MachineView]) -> dict[str, int]:
@@ -94,7 +95,7 @@ class GavelRunner:
         self,
         region: Region,
         entitlement: str,
-        policy: Policy,
+        policy: str,
         profile: ThroughputProfile,
         *,
         round_s: float = ROUND_S,
@@ -110,7 +111,9 @@ class GavelRunner:
         self.stop_timeout_s = stop_timeout_s
         self._clock, self._sleep = clock, sleep
         self._given = dict(accelerators or {})
-        self.scheduler = RoundScheduler(policy, self._accelerators())
+        self.policy = policy
+        self.scheduler = RoundScheduler(POLICIES[policy], self._accelerators())
+        self.rounds = 0
         self._ignored: set[str] = set()
         """Jobs the rounds no longer look at: refused (no throughputs for them) or over."""
         self._resumed: set[str] = set()
@@ -154,7 +157,34 @@ class GavelRunner:
         self.scheduler.record(chosen, self.round_s)
         report.running = chosen
         self._resumed, self._last_round_s = set(report.resumed), now
+        self.rounds += 1
+        self._publish(chosen)
         return report
+
+    def _publish(self, chosen: Mapping[str, str]) -> None:
+        """The round for the dashboard (`PUT /v1/accelerator-reports/{entitlement}`): a round
+        whose report cannot be written still ran."""
+        allocation, received = self.scheduler.allocation, self.scheduler.received()
+        jobs = [
+            {
+                "job": name,
+                "running_on": chosen.get(name, ""),
+                "allocation": _shares(allocation.get(name, {})),
+                "received": _shares(received.get(name, {})),
+            }
+            for name in sorted(self.scheduler.jobs)
+        ]
+        report = {
+            "policy": self.policy,
+            "round_s": self.round_s,
+            "rounds": self.rounds,
+            "accelerators": self.scheduler.counts,
+            "jobs": jobs,
+        }
+        try:
+            self.region.put_accelerator_report(self.entitlement, report)
+        except TetherError as error:
+            _log.warning("round %d's report was not written: %s", self.rounds, error)
 
     def run(self, stop: threading.Event) -> None:
         """Rounds every `round_s` until `stop` is set (a round under way finishes). A round
@@ -289,3 +319,8 @@ def _stopped(view: JobView) -> bool:
     if view.admission is None:
         return view.running == 0
     return view.admission.state == "queued"
+
+
+def _shares(by_type: Mapping[str, float]) -> dict[str, float]:
+    """Fractions of the time, rounded, and within [0, 1] whatever the float sums gave."""
+    return {kind: round(min(1.0, max(0.0, share)), 4) for kind, share in by_type.items()}
