@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -28,9 +29,18 @@ def chromium_path() -> str:
 
 @contextmanager
 def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
+    # Chromium's singleton socket lives in TMPDIR, and a Unix socket's path has at most 107
+    # bytes: a test's own deep TMPDIR is too long for it.
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-chromium-", dir="/tmp") as short,
+        sync_playwright() as playwright,
+    ):
         # As root (CI), Chromium runs only without its sandbox.
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(),
+            args=["--no-sandbox"],
+            env={**os.environ, "TMPDIR": short},
+        )
         try:
             yield browser
         finally:

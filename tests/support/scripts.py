@@ -517,11 +517,13 @@ def smoke(run: SmokeRun, tmp_path: Path, *, timeout_s: float) -> dict[str, Any]:
     for path in run.outputs(out):
         if path.suffix:
             assert path.read_bytes().startswith(b"\x89PNG"), path
-        else:  # a directory of flame graphs, or of capacity traces
+        else:  # a directory of flame graphs, capacity traces or screenshots
             graphs, traces = list(path.glob("*.svg")), list(path.glob("*.jsonl"))
-            assert graphs or traces, f"no flame graph or trace in {path}"
+            shots = list(path.glob("*.png"))
+            assert graphs or traces or shots, f"no flame graph, trace or screenshot in {path}"
             assert all(b"<svg" in graph.read_bytes()[:1000] for graph in graphs), graphs
             assert all(trace.read_bytes().startswith(b'{"at_s"') for trace in traces), traces
+            assert all(shot.read_bytes().startswith(b"\x89PNG") for shot in shots), shots
     assert leftovers(directory) == []
     return result
 
