@@ -10,6 +10,7 @@ import pytest
 import typer
 import yaml
 from rich.console import Console
+from typer.testing import CliRunner
 
 from tests.support.api import JOB, machine, shard, task
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
@@ -136,3 +137,24 @@ def test_an_unknown_output_is_refused(api: FakeAPI) -> None:
     assert result.exit_code == 2
     assert "xml" in result.stderr
     assert api.requests == []
+
+
+def test_shell_completion_offers_commands_and_output_formats() -> None:
+    def complete(words: str) -> list[str]:
+        result = CliRunner().invoke(
+            app,
+            [],
+            env={
+                "_TETHER_COMPLETE": "complete_bash",
+                "COMP_WORDS": words,
+                "COMP_CWORD": str(len(words.split(" ")) - 1),
+            },
+            prog_name="tether",
+        )
+        assert result.exit_code == 0, result.output
+        return result.stdout.split()
+
+    assert complete("tether ev") == ["events"]
+    assert complete("tether job ls -o ") == ["table", "wide", "json", "yaml"]
+    installer = CliRunner().invoke(app, ["--help"], prog_name="tether")
+    assert "--install-completion" in installer.stdout
