@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from tether.cli.common import out
 
@@ -55,6 +56,9 @@ class Column(Generic[Row]):
     """Shown only in `-o wide`."""
     whole: bool = False
     """Never wrapped or cut (handles and names, which a user copies)."""
+    markup: bool = False
+    """The cells are Rich markup (a colour for a state); others are shown as they are, so that
+    a message like `[/tmp/x]` is text."""
     justify: Literal["left", "right"] = "left"
 
 
@@ -138,7 +142,9 @@ def _table(
             column.header, justify=column.justify, no_wrap=column.whole, min_width=widest
         )
     for row in cells:
-        table.add_row(*(row[index] for index in shown))
+        table.add_row(
+            *(row[index] if columns[index].markup else Text(row[index]) for index in shown)
+        )
     return table
 
 

@@ -60,11 +60,13 @@ def _where(machine: MachineView) -> str:
 MACHINE_COLUMNS: list[Column[MachineView]] = [
     Column("id", lambda machine: machine.id, whole=True),
     Column("dc/msb/rack", _where, give_way=3),
-    Column("state", _state),
+    Column("state", _state, markup=True),
     Column("tasks", lambda machine: str(machine.tasks), justify="right"),
     Column("cpu", lambda m: f"{_cores(m.allocated.cpu)}/{_cores(m.capacity.cpu)}", give_way=4),
     Column("memory MiB", lambda m: f"{m.allocated.memory_mib}/{m.capacity.memory_mib}", give_way=2),
-    Column("heartbeat", lambda m: "yes" if m.heartbeat else "[red]no[/red]", give_way=1),
+    Column(
+        "heartbeat", lambda m: "yes" if m.heartbeat else "[red]no[/red]", give_way=1, markup=True
+    ),
     Column("hardware", lambda machine: machine.hardware_type, wide_only=True),
     Column("entitlement", lambda machine: machine.entitlement or "-", wide_only=True),
     Column("host profile", lambda machine: machine.host_profile or "-", wide_only=True),

@@ -154,7 +154,10 @@ def _print(run: RebalanceRunView, output: Output) -> None:
     out().print(f"run {run.id}: {verb} {len(run.moves)} tasks")
     if run.moves:
         not_proposed = "-" if run.dry_run else "[yellow]not proposed[/yellow]"
-        columns = [*MOVE_COLUMNS, Column("operation", lambda m: m.operation or not_proposed)]
+        operation: Column[RebalanceMoveView] = Column(
+            "operation", lambda m: m.operation or not_proposed, markup=True
+        )
+        columns = [*MOVE_COLUMNS, operation]
         print_table(out(), run.moves, columns, output)
     gains = Table("strategy", "before", "after", "expected gain", box=box.SIMPLE_HEAD)
     for name, before in run.before.items():

@@ -47,10 +47,10 @@ def list_shards(
 
 def _columns(now: datetime) -> list[Column[ShardDetailView]]:
     return [
-        Column("shard", _name, whole=True),
-        Column("leader", _leader),
+        Column("shard", _name, whole=True, markup=True),
+        Column("leader", _leader, markup=True),
         Column("lease", lambda shard: _in(shard.lease_expires_at, now), give_way=2),
-        Column("standbys", _standbys, give_way=4),
+        Column("standbys", _standbys, give_way=4, markup=True),
         Column("reconciled", lambda shard: _ago(shard.last_reconcile_at, now), give_way=3),
         Column("tasks", lambda shard: str(shard.tasks), justify="right"),
         Column("machines", lambda shard: str(shard.machines), give_way=1, justify="right"),

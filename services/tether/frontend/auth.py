@@ -34,11 +34,18 @@ async def authenticate(
     until the cache hears of it: within the watch's delay."""
     if credentials is None:
         raise Unauthenticated("send the header 'Authorization: Bearer <token>'")
-    key = keys.principal(token_digest(credentials.credentials))
-    record = await records.get_confirmed(store, cache, key, PrincipalRecord)
-    if record is None:
+    found = await principal_of(store, cache, credentials.credentials)
+    if found is None:
         raise Unauthenticated("the bearer token is not known to this region")
-    return record.model
+    return found
+
+
+async def principal_of(store: Store, cache: StoreCache, token: str) -> PrincipalRecord | None:
+    """The principal of `token`, from the cache (confirmed in the store when it is not
+    there); None for a token the region does not know."""
+    key = keys.principal(token_digest(token))
+    record = await records.get_confirmed(store, cache, key, PrincipalRecord)
+    return None if record is None else record.model
 
 
 CurrentPrincipal = Annotated[PrincipalRecord, Depends(authenticate)]

@@ -38,6 +38,9 @@ class SseParser:
     """Turns a stream's lines into messages (the WHATWG rules for event, data, id; comments and
     retry are skipped)."""
 
+    last_id: str | None = None
+    """The id of the last block that ended, with data or without (a position the server sent):
+    where a reconnect resumes, as a browser's EventSource keeps it."""
     _event: str = ""
     _data: list[str] = field(default_factory=list)
     _id: str | None = None
@@ -45,6 +48,8 @@ class SseParser:
     def feed(self, line: str) -> ServerSentEvent | None:
         """The message a blank line ends, else None."""
         if not line:
+            if self._id is not None:
+                self.last_id = self._id
             if not self._data:
                 self._event, self._id = "", None
                 return None
@@ -111,12 +116,14 @@ def follow(
                     response.read()
                     raise problem_error(response)
                 connected = True
-                for message in SseParser().parse(response.iter_lines()):
-                    followed = view_of(message)
-                    backoff = RECONNECT_S[0]
-                    if message.id is not None and message.id.isdigit():
-                        last = int(message.id)
-                    yield followed
+                parser = SseParser()
+                for line in response.iter_lines():
+                    message = parser.feed(line)
+                    if parser.last_id is not None and parser.last_id.isdigit():
+                        last = int(parser.last_id)
+                    if message is not None:
+                        backoff = RECONNECT_S[0]
+                        yield view_of(message)
             if not reconnect:
                 return
         except httpx.TransportError as error:

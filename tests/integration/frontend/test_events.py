@@ -13,20 +13,41 @@ from typing import Any
 
 import httpx
 
-from tests.integration.frontend.conftest import ADMIN, ALICE, MALLORY, QUOTA, Region, job_spec
+from tests.integration.frontend.conftest import (
+    ADMIN,
+    ALICE,
+    MALLORY,
+    QUOTA,
+    Region,
+    job_spec,
+    seed_region,
+    serving,
+)
 from tests.support.waiting import eventually
-from tether.model import Entitlement, Quota, Task, TaskState, TaskStatus, to_json
+from tether.frontend.settings import FrontendSettings
+from tether.model import (
+    Entitlement,
+    PrincipalRecord,
+    Quota,
+    Task,
+    TaskState,
+    TaskStatus,
+    to_json,
+    token_digest,
+)
 from tether.sdk.events import ServerSentEvent, SseParser
-from tether.store import keys
+from tether.store import Store, keys
 
 Headers = dict[str, str]
 
 
 class Follower:
-    """The messages one stream brought so far."""
+    """The messages one stream brought so far, and the last id it was told (its position)."""
 
     def __init__(self) -> None:
         self.messages: list[ServerSentEvent] = []
+        self.parser = SseParser()
+        self.ended = asyncio.Event()
 
     def events(self) -> list[dict[str, Any]]:
         return [json.loads(m.data) for m in self.messages if m.event == "message"]
@@ -57,13 +78,13 @@ async def following(
         request = api.build_request("GET", "/v1/events", params=params, headers=headers)
         response = await api.send(request, stream=True)
         answered.set_result(response.status_code)
-        parser = SseParser()
         try:
             async for line in response.aiter_lines():
-                message = parser.feed(line)
+                message = follower.parser.feed(line)
                 if message is not None:
                     follower.messages.append(message)
         finally:
+            follower.ended.set()
             await response.aclose()
 
     reading = asyncio.create_task(read())
@@ -187,6 +208,38 @@ async def test_a_follower_resumes_after_its_last_event(region: Region) -> None:
     assert min(event["revision"] for event in again.events()) > int(last_id)
 
 
+async def test_a_follower_that_saw_no_event_yet_resumes_from_its_position(
+    region: Region,
+) -> None:
+    async with following(region.api, ADMIN, job="team-a/later") as quiet:
+        await submit(region, ALICE, name="other")
+        await eventually(lambda: quiet.parser.last_id, what="the stream's position")
+    position = quiet.parser.last_id
+    assert position is not None
+    assert quiet.events() == []
+    later = await submit(region, ALICE, name="later")
+    async with following(region.api, ADMIN | {"Last-Event-ID": position}, job=later) as again:
+        await again.saw("job.submitted", later)
+
+
+async def test_a_token_deleted_while_following_ends_the_stream(
+    store: Store, store_url: str
+) -> None:
+    await seed_region(store)
+    await store.put(
+        keys.principal(token_digest("short-lived")), to_json(PrincipalRecord(name="temp"))
+    )
+    settings = FrontendSettings(host="127.0.0.1", port=0, events_keepalive_s=0.2)
+    async with (
+        serving(store_url, settings) as api,
+        following(api, {"Authorization": "Bearer short-lived"}) as follower,
+    ):
+        assert not follower.ended.is_set()
+        await store.delete(keys.principal(token_digest("short-lived")))
+        async with asyncio.timeout(10):
+            await follower.ended.wait()
+
+
 async def test_without_follow_the_kept_events_and_an_end(region: Region) -> None:
     async with following(region.api, ADMIN) as follower:
         handle = await submit(region, ALICE)
@@ -229,6 +282,7 @@ async def test_bad_input_is_a_problem_that_names_it(region: Region) -> None:
         ({}, ADMIN | {"Last-Event-ID": "yesterday"}, "last-event-id"),
         ({"job": "no-slash"}, ADMIN, "job"),
         ({"since": "-1"}, ADMIN, "since"),
+        ({"since": "999999999"}, ADMIN, "is after the store's"),
     ):
         answer = await region.api.get("/v1/events", params=params, headers=headers)
         assert answer.status_code == 422, (params, answer.text)

@@ -43,6 +43,16 @@ async def test_pages_send_a_stranger_to_the_login_page(region: Region) -> None:
     assert unknown.headers["location"] == "/ui/login"
 
 
+async def test_another_sites_form_and_a_huge_body_are_refused(region: Region) -> None:
+    forged = await region.api.post(
+        "/ui/login", data={"token": "admin-token"}, headers={"Origin": "http://evil.test"}
+    )
+    assert forged.status_code == 403
+    assert "set-cookie" not in forged.headers
+    huge = await region.api.post("/ui/login", data={"token": "x" * 10_000})
+    assert huge.status_code == 413
+
+
 async def test_a_wrong_or_missing_token_is_said_on_the_login_page(region: Region) -> None:
     wrong = await region.api.post("/ui/login", data={"token": "not-a-token"})
     assert wrong.status_code == 401

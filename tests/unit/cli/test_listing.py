@@ -158,3 +158,12 @@ def test_shell_completion_offers_commands_and_output_formats() -> None:
     assert complete("tether job ls -o ") == ["table", "wide", "json", "yaml"]
     installer = CliRunner().invoke(app, ["--help"], prog_name="tether")
     assert "--install-completion" in installer.stdout
+
+
+def test_text_from_the_region_is_shown_as_it_is_not_as_markup(api: FakeAPI) -> None:
+    api.on("GET", "/v1/jobs/team-a/web", httpx.Response(200, json=JOB))
+    odd = task(0, "failed", "m1", message="[/tmp/x] is missing [bold]")
+    api.on("GET", "/v1/jobs/team-a/web/tasks", httpx.Response(200, json={"tasks": [odd]}))
+    result = run("job", "show", "team-a/web")
+    assert result.exit_code == 0, result.output
+    assert "[/tmp/x] is missing [bold]" in result.stdout

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import StreamingResponse
 
 from tether.frontend.api import AUTH_PROBLEMS, problems, streamed
-from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
-from tether.frontend.deps import EventsDep, SettingsDep, StoreDep
+from tether.frontend.auth import CurrentPrincipal, authorize_entitlement, principal_of
+from tether.frontend.deps import CacheDep, EventsDep, SettingsDep, StoreDep
 from tether.frontend.events.stream import (
     EVENT_STREAM,
     KIND_GROUPS,
@@ -40,7 +40,9 @@ router = APIRouter(prefix="/v1/events", tags=["events"], responses=AUTH_PROBLEMS
     },
 )
 async def follow_events(
+    request: Request,
     store: StoreDep,
+    cache: CacheDep,
     hub: EventsDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
@@ -84,10 +86,21 @@ async def follow_events(
     except ValueError as error:
         raise InvalidInput(str(error)) from None
     after = int(last_event_id) if last_event_id else since
+    now = await store.revision()
+    if after is not None and after > now:
+        raise InvalidInput(
+            f"revision {after} is after the store's ({now}): it names no event of this region"
+        )
     for name in {entitlement, job.split("/")[0] if job else None} - {None}:
         await authorize_entitlement(store, principal, str(name))
     wanted = EventFilter(principal, entitlement, job, machine, kinds)
-    until = None if follow else await store.revision()
-    subscription = await hub.subscribe(after, kept=not follow)
-    keepalive_s = settings.events_keepalive_s
-    return response(hub, subscription, wanted, until=until, keepalive_s=keepalive_s)
+    token = request.headers["authorization"].partition(" ")[2].strip()
+    subscription = await hub.subscribe(after, now, kept=not follow)
+    return response(
+        hub,
+        subscription,
+        wanted,
+        until=None if follow else now,
+        keepalive_s=settings.events_keepalive_s,
+        recheck=lambda: principal_of(store, cache, token),
+    )

@@ -117,6 +117,11 @@ class EventFeed:
             except StoreError as error:
                 _log.warning("the event feed's watch failed, retrying: %s", error)
                 await asyncio.sleep(_RETRY_S)
+            except Exception:
+                # A bug must not leave followers with keepalives only: list again, go on.
+                _log.exception("the event feed failed; listing again")
+                await asyncio.sleep(_RETRY_S)
+                await self._relist()
 
     async def _relist(self) -> None:
         while True:

@@ -16,6 +16,10 @@ from tether.store import CompactedError, Store
 
 _log = logging.getLogger(__name__)
 
+MAX_REPLAY = 100_000
+"""The most revisions back a feed starts at for a resuming follower; from further back it starts
+at the store's revision, and the follower gets the state instead (a gap)."""
+
 
 @dataclass(eq=False)
 class Subscription:
@@ -87,22 +91,25 @@ class EventHub:
         """The state now of everything the feed follows."""
         return [] if self._feed is None else self._feed.objects()
 
-    async def subscribe(self, after: int | None, *, kept: bool = False) -> Subscription:
-        """A follower's subscription from after revision `after` (None: from now on, or with
-        `kept` from the oldest event kept). The feed starts if it does not run, at `after` when
-        the store still has that revision."""
+    async def subscribe(self, after: int | None, now: int, *, kept: bool = False) -> Subscription:
+        """A follower's subscription from after revision `after` (None: from `now`, the store's
+        revision, or with `kept` from the oldest event kept). The feed starts if it does not
+        run: at `after` when the store still has that revision and it is at most
+        `MAX_REPLAY` revisions back, else at the store's revision."""
+        # An idle stop not yet under way is called off; one under way holds the lock.
         await cancel_and_wait(self._stopping)
         self._stopping = None
-        if self._closed:
-            # The frontend is stopping: the stream ends at once, and its client goes elsewhere.
-            ended = Subscription(after or 0, [], gap=False)
-            ended.queue.put_nowait(None)
-            return ended
         async with self._starting:
+            if self._closed:
+                # The frontend is stopping: the stream ends at once, its client goes elsewhere.
+                ended = Subscription(after or now, [], gap=False)
+                ended.queue.put_nowait(None)
+                return ended
             if self._feed is None:
-                await self._start(after)
+                replay = after is not None and now - after <= MAX_REPLAY
+                await self._start(after if replay else None)
         if after is None:
-            after = self._floor if kept else self.revision
+            after = self._floor if kept else max(now, self._floor)
         # No await from here on: the backlog and the live events meet exactly.
         gap = after < self._floor
         backlog = [batch for batch in self._kept if batch[0] > after]
@@ -111,6 +118,8 @@ class EventHub:
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """Ends the subscription (at once or after its stream ended: either is fine, and both
+        happen)."""
         self._subscriptions.discard(subscription)
         if not self._subscriptions and self._feed is not None and self._stopping is None:
             self._stopping = asyncio.create_task(self._stop_when_idle(), name="event hub idle")
@@ -128,7 +137,8 @@ class EventHub:
         before it stops); later subscriptions end at once."""
         self._closed = True
         await cancel_and_wait(self._stopping)
-        await self._stop()
+        async with self._starting:
+            await self._stop()
 
     async def _start(self, after: int | None) -> None:
         feed = EventFeed(self._store, self._keep)
@@ -145,14 +155,16 @@ class EventHub:
 
     async def _stop_when_idle(self) -> None:
         await asyncio.sleep(self._idle_s)
-        if not self._subscriptions:
-            self._stopping = None
-            await self._stop()
+        # From here on a subscriber does not call the stop off: it waits for the lock, and
+        # starts the feed again.
+        self._stopping = None
+        async with self._starting:
+            if not self._subscriptions:
+                await self._stop()
 
     async def _stop(self) -> None:
-        await cancel_and_wait(self._following)
-        self._following = None
-        self._feed = None
+        following, self._following, self._feed = self._following, None, None
+        await cancel_and_wait(following)
         for subscription in self._subscriptions:
             subscription.queue.put_nowait(None)
         self._wake(None)
@@ -173,8 +185,8 @@ class EventHub:
                 subscription.queue.put_nowait(batch)
                 continue
             subscription.overflowed = True
-            self._subscriptions.discard(subscription)
             subscription.queue.put_nowait(None)
+            self.unsubscribe(subscription)
 
     def _wake(self, revision: int | None) -> None:
         """Resolves the waiters for `revision` or earlier (all of them when None: stopped)."""

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from starlette.background import BackgroundTask
 from starlette.responses import StreamingResponse
 
+from tether.frontend.events.feed import Batch
 from tether.frontend.events.hub import EventHub, Subscription
 from tether.frontend.schemas.events import EventGap
 from tether.model import PrincipalRecord
@@ -105,6 +109,10 @@ def message(data: str, *, event: str | None = None, event_id: int | None = None)
     return ("\n".join(lines) + "\n\n").encode()
 
 
+Recheck = Callable[[], Awaitable[PrincipalRecord | None]]
+"""The follower's principal as it is now; None once its token is gone."""
+
+
 async def stream(
     hub: EventHub,
     subscription: Subscription,
@@ -112,12 +120,16 @@ async def stream(
     *,
     until: int | None,
     keepalive_s: float,
+    recheck: Recheck,
 ) -> AsyncIterator[bytes]:
     """The follower's messages: kept events after `subscription.after`, then each new one, until
-    the follower leaves; with `until`, only up to that revision. Ends the subscription."""
+    the follower leaves; with `until`, only up to that revision. Its principal is looked up
+    again every `keepalive_s`: a deleted token ends the stream, a changed role or membership
+    applies. Ends the subscription."""
     try:
-        yield f"retry: {RETRY_MS}\n: events after revision {subscription.after}\n\n".encode()
         after = subscription.after
+        # The position, as an id without data: a client resumes from it before any event.
+        yield f"retry: {RETRY_MS}\nid: {after}\n\n".encode()
         if subscription.gap:
             # The state and its revision read together, with no await between.
             after = hub.revision
@@ -134,22 +146,33 @@ async def stream(
                 async with asyncio.timeout(UNTIL_WAIT_S):
                     await hub.wait_for(until)
             while not subscription.queue.empty():
-                batch = subscription.queue.get_nowait()
-                if batch is None or batch[0] > until:
+                queued = subscription.queue.get_nowait()
+                if queued is None or queued[0] > until:
                     break
-                if batch[0] > after:
-                    yield _batch(hub, wanted, *batch)
+                if queued[0] > after:
+                    yield _batch(hub, wanted, *queued)
             return
+        position = max([after, *(revision for revision, _ in subscription.backlog)])
+        checked = time.monotonic()
         while True:
+            batch: Batch | None = None
             try:
                 async with asyncio.timeout(keepalive_s):
                     batch = await subscription.queue.get()
             except TimeoutError:
-                yield b": keepalive\n\n"
-                continue
+                pass  # nothing to tell: a keepalive below
+            else:
+                if batch is None:
+                    return
+            if time.monotonic() - checked >= keepalive_s:
+                principal = await recheck()
+                if principal is None:
+                    return
+                wanted, checked = dataclasses.replace(wanted, principal=principal), time.monotonic()
             if batch is None:
-                return
-            if batch[0] > after:
+                yield f"id: {position}\n: keepalive\n\n".encode()
+            elif batch[0] > after:
+                position = batch[0]
                 yield _batch(hub, wanted, *batch)
     finally:
         hub.unsubscribe(subscription)
@@ -162,12 +185,17 @@ def response(
     *,
     until: int | None,
     keepalive_s: float,
+    recheck: Recheck,
 ) -> StreamingResponse:
-    """The streaming response of `stream`, which no proxy should buffer."""
-    messages = stream(hub, subscription, wanted, until=until, keepalive_s=keepalive_s)
+    """The streaming response of `stream`, which no proxy should buffer. Its subscription ends
+    with it, also when the client left before it began (the stream never ran)."""
+    messages = stream(
+        hub, subscription, wanted, until=until, keepalive_s=keepalive_s, recheck=recheck
+    )
     # nginx buffers a response unless told not to.
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers)
+    ended = BackgroundTask(hub.unsubscribe, subscription)
+    return StreamingResponse(messages, media_type=EVENT_STREAM, headers=headers, background=ended)
 
 
 def _batch(hub: EventHub, wanted: EventFilter, revision: int, events: list[RegionEvent]) -> bytes:

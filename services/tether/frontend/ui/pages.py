@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Final
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
 
-from tether.frontend.auth import authenticate
+from tether.frontend.auth import authenticate, principal_of
+from tether.frontend.bodies import read_body
 from tether.frontend.deps import CacheDep, EventsDep, SettingsDep, StoreDep
 from tether.frontend.events.stream import EventFilter, response
-from tether.frontend.problems import Unauthenticated
+from tether.frontend.problems import Forbidden, Unauthenticated
 from tether.frontend.ui import accelerators, entitlements, jobs, machines, overview
 from tether.frontend.ui.render import page
 from tether.frontend.ui.session import COOKIE, COOKIE_PATH, LoginRequired, UiPrincipal
@@ -39,8 +40,9 @@ async def login_page() -> Response:
 @router.post("/login")
 async def log_in(request: Request, store: StoreDep, cache: CacheDep) -> Response:
     """Takes the token from the form; a known one is kept in the cookie."""
-    body = await request.body()
-    token = parse_qs(body[:MAX_FORM_BYTES].decode(errors="replace")).get("token", [""])[0].strip()
+    same_site(request)
+    body = await read_body(request, MAX_FORM_BYTES)
+    token = parse_qs(body.decode(errors="replace")).get("token", [""])[0].strip()
     if not token:
         return page("login.html", None, status=400, error="Paste a token to log in.")
     try:
@@ -50,14 +52,17 @@ async def log_in(request: Request, store: StoreDep, cache: CacheDep) -> Response
     except Unauthenticated:
         return page("login.html", None, status=401, error="This region does not know that token.")
     answer = RedirectResponse(HOME, status_code=303)
+    # Secure when the dashboard is served over TLS: the cookie holds the token.
+    secure = request.url.scheme == "https"
     answer.set_cookie(
-        COOKIE, token, path=COOKIE_PATH, httponly=True, samesite="strict", secure=False
+        COOKIE, token, path=COOKIE_PATH, httponly=True, samesite="strict", secure=secure
     )
     return answer
 
 
 @router.post("/logout")
-async def log_out() -> Response:
+async def log_out(request: Request) -> Response:
+    same_site(request)
     answer = RedirectResponse("/ui/login", status_code=303)
     answer.delete_cookie(COOKIE, path=COOKIE_PATH)
     return answer
@@ -65,6 +70,9 @@ async def log_out() -> Response:
 
 @router.get("/events")
 async def follow(
+    request: Request,
+    store: StoreDep,
+    cache: CacheDep,
     hub: EventsDep,
     settings: SettingsDep,
     principal: UiPrincipal,
@@ -73,9 +81,24 @@ async def follow(
 ) -> Response:
     """The events the page shows, from now on (pages refresh their live parts on each)."""
     wanted = EventFilter(principal, job=job, machine=machine)
-    subscription = await hub.subscribe(None)
-    keepalive_s = settings.events_keepalive_s
-    return response(hub, subscription, wanted, until=None, keepalive_s=keepalive_s)
+    subscription = await hub.subscribe(None, await store.revision())
+    token = request.cookies.get(COOKIE, "")
+    return response(
+        hub,
+        subscription,
+        wanted,
+        until=None,
+        keepalive_s=settings.events_keepalive_s,
+        recheck=lambda: principal_of(store, cache, token),
+    )
+
+
+def same_site(request: Request) -> None:
+    """403 for a form another site posts (browsers name the page's origin in `Origin`): the
+    login and logout forms are plain forms, without htmx's header."""
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden(f"a form of {origin} may not log in or out of this dashboard")
 
 
 def _to_login(request: Request, error: Exception) -> Response:
