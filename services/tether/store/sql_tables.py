@@ -161,7 +161,11 @@ def move_old_leases(conn: Connection) -> None:
 def make_engine(url: str, path: Path | None) -> Engine:
     """The engine for `url`, whose SQLite file is `path` (None: not SQLite)."""
     if path is None:
-        engine = sa.create_engine(url, pool_size=8, pool_pre_ping=True)
+        parsed = sa.engine.make_url(url)
+        if parsed.drivername == "postgresql":
+            # The driver `tether[postgresql]` installs (SQLAlchemy's default is psycopg2).
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        engine = sa.create_engine(parsed, pool_size=8, pool_pre_ping=True)
         return engine.execution_options(schema_translate_map={LEASES_SCHEMA: None})
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(

@@ -1,14 +1,17 @@
-"""The store conformance suite: every test runs unchanged against real etcd and real SQLite."""
+"""The store conformance suite: every test runs unchanged against real etcd, real SQLite and the
+SQL store on a real PostgreSQL server."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import EVERY_BACKEND, empty_store
 from tether.store import (
     CompactedError,
     Compare,
@@ -32,6 +35,12 @@ from tether.store import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(params=EVERY_BACKEND)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with empty_store(request.param, request, tmp_path) as url:
+        yield url
 
 
 async def collect(watch: Watch, count: int, timeout_s: float = 10.0) -> list[WatchEvent]:
