@@ -23,6 +23,7 @@ from tether.cli import (
     profiles,
     queues,
     rebalance,
+    region,
     resources,
     shards,
     status,
@@ -91,6 +92,7 @@ app.add_typer(profiles.app, name="profile")
 app.add_typer(resources.app, name="resource")
 app.add_typer(shards.app, name="shard")
 app.add_typer(rebalance.app, name="rebalance")
+app.add_typer(region.app, name="region")
 app.command("status")(status.status)
 app.command("events")(events.events)
 app.command("up")(region_commands.up)
