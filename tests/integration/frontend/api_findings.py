@@ -87,6 +87,8 @@ INTENDED: Final = (
     ),
     Intended(ENTITLEMENT_WRITES, "borrowing_limit", "quota plus borrowing limit exceed", STORE),
     Intended(CACHED_READS, "min_revision", "is newer than the store's revision", STORE),
+    Intended(("GET /v1/events",), "since", "is after the store's revision", STORE),
+    Intended(("GET /v1/events",), "last-event-id", "is after the store's revision", STORE),
     Intended(("POST /v1/jobs",), "min_count", "must be at most count", ACROSS_FIELDS),
     Intended(("POST /v1/jobs",), "accelerator", ACCELERATOR, ACROSS_FIELDS),
     Intended(

@@ -18,7 +18,7 @@ from tether.frontend.events.stream import (
     check_kinds,
     response,
 )
-from tether.frontend.problems import InvalidInput
+from tether.frontend.problems import FieldError, InvalidInput
 from tether.frontend.schemas.events import EventGap
 from tether.model import JobHandle, Name
 from tether.model.event import RegionEvent, RegionSnapshot
@@ -61,14 +61,18 @@ async def follow_events(
     ] = True,
     since: Annotated[
         int | None,
-        Query(ge=0, description="Events after this revision (as Last-Event-ID, which wins)."),
+        Query(
+            ge=0,
+            description="Events after this revision (as Last-Event-ID, which wins). 422 if it "
+            "is after the store's revision.",
+        ),
     ] = None,
     last_event_id: Annotated[
         str,
         Header(
             pattern=r"^[0-9]*$",
             description="The revision of the last event seen: the stream resumes after it "
-            "(empty: none).",
+            "(empty: none). 422 if it is after the store's revision.",
         ),
     ] = "",
 ) -> StreamingResponse:
@@ -88,8 +92,10 @@ async def follow_events(
     after = int(last_event_id) if last_event_id else since
     now = await store.revision()
     if after is not None and after > now:
+        why = f"is after the store's revision ({now}): it names no event of this region"
+        field = "last-event-id" if last_event_id else "since"
         raise InvalidInput(
-            f"revision {after} is after the store's ({now}): it names no event of this region"
+            f"invalid request: {field}: {why}", errors=[FieldError(loc=[field], msg=why)]
         )
     for name in {entitlement, job.split("/")[0] if job else None} - {None}:
         await authorize_entitlement(store, principal, str(name))
