@@ -136,14 +136,15 @@ def argument_parser(parse: Callable[[str], T]) -> Callable[[str], T]:
     return parser
 
 
-def _job_handle(handle: str) -> str:
+def job_handle(handle: str) -> str:
+    """`handle` once it is a job handle (`<entitlement>/<job>`); ValueError naming why not."""
     parse_job_handle(handle)
     return handle
 
 
 HandleArgument = typer.Argument(
     ...,
-    parser=argument_parser(_job_handle),
+    parser=argument_parser(job_handle),
     help="The job's handle: <entitlement>/<job>.",
     show_default=False,
 )

@@ -16,19 +16,14 @@ from tether.cli.common import (
     argument_parser,
     client,
     err,
+    job_handle,
     out,
 )
 from tether.cli.listing import Output, OutputOption
-from tether.model import parse_job_handle
 from tether.sdk import EventGapView, RegionEventView, RegionObjectView, RegionSnapshotView
 from tether.sdk.events import Followed
 
 KIND_STYLES = {"job": "cyan", "task": "green", "operation": "magenta", "machine": "yellow"}
-
-
-def _job(handle: str) -> str:
-    parse_job_handle(handle)
-    return handle
 
 
 def events(
@@ -36,7 +31,10 @@ def events(
         False, "--follow", "-f", help="Keep following: print each new event as it happens."
     ),
     job: str | None = typer.Option(
-        None, "--job", parser=argument_parser(_job), help="Only this job's (<entitlement>/<job>)."
+        None,
+        "--job",
+        parser=argument_parser(job_handle),
+        help="Only this job's (<entitlement>/<job>).",
     ),
     entitlement: str | None = typer.Option(
         None, "--entitlement", "-e", help="Only this entitlement's."

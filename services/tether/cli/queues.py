@@ -8,7 +8,8 @@ import typer
 
 from tether.cli.common import RegionDirOption, TokenOption, UrlOption, client, out
 from tether.cli.listing import Column, Output, OutputOption, print_rows, print_table, records
-from tether.sdk import EntitlementUseView, QueuedJobView, QueueView, ResourcesView
+from tether.model.resources import resources_text
+from tether.sdk import EntitlementUseView, QueuedJobView, QueueView
 
 app = typer.Typer(
     help="Admission queues: jobs waiting for their entitlement's quota, in the order they start.",
@@ -102,22 +103,6 @@ def _tasks_text(job: QueuedJobView) -> str:
     """e.g. "4", "2-8" (elastic), "4 (2 admitted)" (scaled up, or growing)."""
     text = str(job.tasks) if job.least_tasks == job.tasks else f"{job.least_tasks}-{job.tasks}"
     return f"{text} ({job.admitted} admitted)" if job.admitted else text
-
-
-def resources_text(resources: ResourcesView) -> str:
-    """e.g. "cpu 2000m, mem 512Mi, gpus 1"; "0" when there is nothing."""
-    parts = [
-        f"{label} {amount}{unit}"
-        for label, amount, unit in (
-            ("cpu", resources.cpu, "m"),
-            ("mem", resources.memory_mib, "Mi"),
-            ("disk", resources.disk_gib, "Gi"),
-            ("gpus", resources.gpus, ""),
-        )
-        if amount
-    ]
-    parts += [f"{name} {amount}" for name, amount in sorted(resources.extra.items()) if amount]
-    return ", ".join(parts) or "0"
 
 
 def duration_text(seconds: float) -> str:

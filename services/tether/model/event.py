@@ -42,7 +42,24 @@ class EventKind(enum.StrEnum):
     """An entitlement's jobs are decided by another scheduler shard."""
 
 
-class RegionEvent(TetherModel):
+class Subject(TetherModel):
+    """What an event, or a state in a snapshot, is about."""
+
+    entitlement: Name | None = None
+    """Whose it is; None for a machine in the free pool (seen by admins only)."""
+    job: JobHandle | None = None
+    task: int | None = Field(default=None, ge=0)
+    attempt: int | None = Field(default=None, ge=0)
+    machine: Name | None = None
+    operation: str | None = None
+    shard: str | None = None
+    state: str | None = None
+    """Its state (for an event, the new one: a task's, a machine's, an operation's)."""
+    detail: str = ""
+    """What a person reads: a pid, an exit code, who preempted, where a task moved."""
+
+
+class RegionEvent(Subject):
     """One event. `revision` is the store revision of the change: events come in its order, and
     a client resumes after the last revision it saw (SSE's Last-Event-ID)."""
 
@@ -50,36 +67,15 @@ class RegionEvent(TetherModel):
     kind: EventKind
     at: Timestamp
     """When the frontend saw the change."""
-    entitlement: Name | None = None
-    """Whose event it is; None for a machine in the free pool (seen by admins only)."""
-    job: JobHandle | None = None
-    task: int | None = Field(default=None, ge=0)
-    attempt: int | None = Field(default=None, ge=0)
-    machine: Name | None = None
-    operation: str | None = None
-    shard: str | None = None
-    state: str | None = None
-    """The new state of what the event is about (a task's, a machine's, an operation's)."""
-    detail: str = ""
-    """What a person reads: a pid, an exit code, who preempted, where a task moved."""
 
 
-class RegionObject(TetherModel):
+class RegionObject(Subject):
     """One thing's state now, as a snapshot tells it: what a follower that missed events needs
     instead of them."""
 
     what: str
     """job, admission, task (as the scheduler has it), task-status (as its agent reports it),
     operation, machine or shard."""
-    entitlement: Name | None = None
-    job: JobHandle | None = None
-    task: int | None = Field(default=None, ge=0)
-    attempt: int | None = Field(default=None, ge=0)
-    machine: Name | None = None
-    operation: str | None = None
-    shard: str | None = None
-    state: str | None = None
-    detail: str = ""
 
 
 class RegionSnapshot(TetherModel):

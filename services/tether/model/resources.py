@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from pydantic import Field, field_validator
 
@@ -141,3 +141,34 @@ def from_amounts(amounts: Mapping[str, int]) -> Resources:
 
 ZERO: Final = Resources()
 """No resources at all."""
+
+
+class Amounts(Protocol):
+    """What `resources_text` reads: a `Resources`, or the SDK's view of one."""
+
+    @property
+    def cpu(self) -> int: ...
+    @property
+    def memory_mib(self) -> int: ...
+    @property
+    def disk_gib(self) -> int: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def extra(self) -> Mapping[str, int]: ...
+
+
+def resources_text(amounts: Amounts) -> str:
+    """e.g. "cpu 2000m, mem 512Mi, gpus 1"; "0" when there is nothing."""
+    parts = [
+        f"{label} {amount}{unit}"
+        for label, amount, unit in (
+            ("cpu", amounts.cpu, "m"),
+            ("mem", amounts.memory_mib, "Mi"),
+            ("disk", amounts.disk_gib, "Gi"),
+            ("gpus", amounts.gpus, ""),
+        )
+        if amount
+    ]
+    parts += [f"{name} {amount}" for name, amount in sorted(amounts.extra.items()) if amount]
+    return ", ".join(parts) or "0"

@@ -475,38 +475,35 @@ class ResourceStateView(View):
     machines_truncated: bool = False
 
 
-class RegionEventView(View):
+class _Subject(BaseModel):
+    """What an event, or a state in a snapshot, is about: the fields of both views (not a
+    view itself, which would answer a route of its own)."""
+
+    entitlement: str | None = None
+    job: str | None = None
+    task: int | None = None
+    attempt: int | None = None
+    machine: str | None = None
+    operation: str | None = None
+    shard: str | None = None
+    state: str | None = None
+    detail: str = ""
+
+
+class RegionEventView(View, _Subject):
     """One event of `GET /v1/events`: `kind` (job.submitted, task.started, ...), the store
     `revision` of the change, and what it is about."""
 
     revision: int
     kind: str
     at: datetime
-    entitlement: str | None = None
-    job: str | None = None
-    task: int | None = None
-    attempt: int | None = None
-    machine: str | None = None
-    operation: str | None = None
-    shard: str | None = None
-    state: str | None = None
-    detail: str = ""
 
 
-class RegionObjectView(View):
+class RegionObjectView(View, _Subject):
     """One thing's state in a snapshot: a job, admission, task, task-status, operation, machine
     or shard (`what`)."""
 
     what: str
-    entitlement: str | None = None
-    job: str | None = None
-    task: int | None = None
-    attempt: int | None = None
-    machine: str | None = None
-    operation: str | None = None
-    shard: str | None = None
-    state: str | None = None
-    detail: str = ""
 
 
 class RegionSnapshotView(View):

@@ -30,6 +30,17 @@ def started(revision: int, index: int) -> dict[str, object]:
     }
 
 
+GAP = {
+    "type": "about:blank",
+    "title": "Events no longer kept",
+    "status": 410,
+    "detail": "the events after revision 3 are no longer kept",
+    "last_event_id": 3,
+    "kept_after": 9,
+}
+"""An EventGap: the events after revision 3 are gone."""
+
+
 def stream(*messages: str) -> httpx.Response:
     body = "retry: 1000\n: events after revision 0\n\n" + "".join(messages)
     return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
@@ -50,19 +61,11 @@ def test_events_are_a_line_each(api: FakeAPI) -> None:
 
 
 def test_json_is_one_object_a_line_gap_and_snapshot_included(api: FakeAPI) -> None:
-    gap = {
-        "type": "about:blank",
-        "title": "Events no longer kept",
-        "status": 410,
-        "detail": "the events after revision 3 are no longer kept",
-        "last_event_id": 3,
-        "kept_after": 9,
-    }
     snapshot = {"revision": 9, "objects": [{"what": "machine", "machine": "m1", "state": "up"}]}
     api.on(
         "GET",
         "/v1/events",
-        stream(message(gap, event="gap"), message(snapshot, event="snapshot", at=9)),
+        stream(message(GAP, event="gap"), message(snapshot, event="snapshot", at=9)),
     )
     result = run("events", "--since", "3", "-o", "json")
     assert result.exit_code == 0, result.output
@@ -73,14 +76,6 @@ def test_json_is_one_object_a_line_gap_and_snapshot_included(api: FakeAPI) -> No
 
 
 def test_a_gap_warns_and_prints_the_state(api: FakeAPI) -> None:
-    gap = {
-        "type": "about:blank",
-        "title": "Events no longer kept",
-        "status": 410,
-        "detail": "the events after revision 3 are no longer kept",
-        "last_event_id": 3,
-        "kept_after": 9,
-    }
     snapshot = {
         "revision": 9,
         "objects": [{"what": "task-status", "job": "a/b", "task": 0, "state": "running"}],
@@ -88,7 +83,7 @@ def test_a_gap_warns_and_prints_the_state(api: FakeAPI) -> None:
     api.on(
         "GET",
         "/v1/events",
-        stream(message(gap, event="gap"), message(snapshot, event="snapshot", at=9)),
+        stream(message(GAP, event="gap"), message(snapshot, event="snapshot", at=9)),
     )
     result = run("events", "--since", "3")
     assert result.exit_code == 0, result.output

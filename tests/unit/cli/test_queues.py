@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 
 from tests.unit.cli.conftest import FakeAPI, run, table_rows
-from tether.cli.queues import duration_text, resources_text
+from tether.cli.queues import duration_text
+from tether.model.resources import resources_text
 from tether.sdk import ResourcesView
 
 

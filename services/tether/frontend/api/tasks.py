@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
-import httpx
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
@@ -13,13 +11,12 @@ from tether.frontend import records
 from tether.frontend.api import AUTH_PROBLEMS, EntitlementName, JobName, problems
 from tether.frontend.auth import CurrentPrincipal, authorize_entitlement
 from tether.frontend.deps import AgentsDep
-from tether.frontend.problems import BadGateway, NotFound, Unavailable
+from tether.frontend.problems import NotFound
 from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.tasks import TaskList, TaskView
-from tether.model import AgentHeartbeat, LogStream, Task
+from tether.frontend.task_logs import task_log
+from tether.model import LogStream
 from tether.store import keys
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/jobs/{ent}/{job}/tasks", tags=["tasks"], responses=AUTH_PROBLEMS)
 
@@ -61,49 +58,5 @@ async def task_logs(
     """The last `tail_bytes` of the task's current attempt's stdout or stderr, as its agent
     has them."""
     await authorize_entitlement(store, principal, ent)
-    found = await records.get(store, keys.task(ent, job, index), Task)
-    if found is None:
-        if await store.get(keys.job(ent, job)) is None:
-            raise NotFound(f"job '{ent}/{job}' does not exist")
-        raise NotFound(f"job '{ent}/{job}' has no task {index}")
-    task = found.model
-    if task.machine is None:
-        raise NotFound(
-            f"task {task.task_id} has no machine yet (state '{task.state}'), so it has no logs"
-        )
-    heartbeat = await records.get(store, keys.heartbeat(task.machine), AgentHeartbeat)
-    if heartbeat is None:
-        raise Unavailable(
-            f"the agent of machine '{task.machine}' is not heartbeating; its logs cannot be "
-            "read until it is back"
-        )
-    address = heartbeat.model.address.rstrip("/")
-    try:
-        answer = await agents.get(
-            f"{address}/v1/tasks/{ent}/{job}/{index}/logs",
-            params={"stream": stream, "tail_bytes": tail_bytes, "attempt": task.attempt},
-        )
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        log.warning("agent of %s at %s: %s", task.machine, address, exc)
-        raise Unavailable(
-            f"the agent of machine '{task.machine}' at {address} cannot be reached: "
-            f"{str(exc) or type(exc).__name__}"
-        ) from None
-    if answer.status_code == 404:
-        raise NotFound(_agent_detail(answer) or f"the agent has no {stream} log of this task")
-    if answer.status_code != 200:
-        raise BadGateway(
-            f"the agent of machine '{task.machine}' answered {answer.status_code}: "
-            f"{_agent_detail(answer)}"
-        )
-    return Response(answer.content, media_type="text/plain; charset=utf-8")
-
-
-def _agent_detail(answer: httpx.Response) -> str:
-    """The agent's explanation: a problem's `detail`, else the start of its body."""
-    try:
-        body = answer.json()
-    except ValueError:
-        return answer.text[:300]
-    detail = body.get("detail") if isinstance(body, dict) else None
-    return detail if isinstance(detail, str) else answer.text[:300]
+    content = await task_log(store, agents, ent, job, index, stream, tail_bytes)
+    return Response(content, media_type="text/plain; charset=utf-8")

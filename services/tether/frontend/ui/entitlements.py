@@ -16,8 +16,9 @@ from tether.frontend.deps import QueueIndexDep
 from tether.frontend.revisions import ReadsDep
 from tether.frontend.ui.render import page
 from tether.frontend.ui.session import UiPrincipal
-from tether.model import Entitlement, Resources
+from tether.model import Entitlement
 from tether.model.admission import Admission, AdmissionEventKind, EntitlementUse
+from tether.model.resources import resources_text
 from tether.store import keys
 
 router = APIRouter(prefix="/ui/entitlements", include_in_schema=False)
@@ -67,22 +68,6 @@ def tree(entitlements: list[Entitlement]) -> list[tuple[Entitlement, int]]:
     return ordered
 
 
-def resources(amount: Resources) -> str:
-    """e.g. "cpu 2000m, mem 512Mi, gpus 1"; "0" for nothing."""
-    parts = [
-        f"{label} {value}{unit}"
-        for label, value, unit in (
-            ("cpu", amount.cpu, "m"),
-            ("mem", amount.memory_mib, "Mi"),
-            ("disk", amount.disk_gib, "Gi"),
-            ("gpus", amount.gpus, ""),
-        )
-        if value
-    ]
-    parts += [f"{name} {value}" for name, value in sorted(amount.extra.items()) if value]
-    return ", ".join(parts) or "0"
-
-
 @router.get("")
 async def entitlements_page(
     store: ReadsDep, index: QueueIndexDep, principal: UiPrincipal, fragment: bool = False
@@ -125,5 +110,5 @@ async def entitlements_page(
         principal,
         branches=branches,
         preemptions=preemptions,
-        resources=resources,
+        resources=resources_text,
     )

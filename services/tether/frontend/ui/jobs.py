@@ -11,7 +11,8 @@ from starlette.responses import Response
 
 from tether.allocator_calls import AllocatorRefused, AllocatorUnavailable
 from tether.frontend import jobs, records
-from tether.frontend.api import EntitlementName, JobName, tasks
+from tether.frontend.api import EntitlementName, JobName
+from tether.frontend.api.tasks import DEFAULT_TAIL_BYTES
 from tether.frontend.auth import authorize_entitlement, visible_entitlements
 from tether.frontend.deps import AgentsDep, AllocatorsDep
 from tether.frontend.operations import job_operations
@@ -20,6 +21,7 @@ from tether.frontend.revisions import ReadsDep
 from tether.frontend.schemas.jobs import JobView
 from tether.frontend.schemas.placement import PlacementView
 from tether.frontend.schemas.tasks import TaskView
+from tether.frontend.task_logs import task_log
 from tether.frontend.ui.render import page
 from tether.frontend.ui.session import UiPrincipal
 from tether.model import Job, LogStream
@@ -142,7 +144,7 @@ async def placement(
 
 
 @router.get("/{ent}/{job}/tasks/{index}/logs")
-async def task_log(
+async def task_log_page(
     store: ReadsDep,
     agents: AgentsDep,
     principal: UiPrincipal,
@@ -152,9 +154,9 @@ async def task_log(
     stream: LogStream = LogStream.STDOUT,
 ) -> Response:
     """The end of the task's log, as `GET /v1/jobs/{ent}/{job}/tasks/{index}/logs` answers."""
-    return await tasks.task_logs(
-        store, agents, principal, ent, job, index, stream, tasks.DEFAULT_TAIL_BYTES
-    )
+    await authorize_entitlement(store, principal, ent)
+    content = await task_log(store, agents, ent, job, index, stream, DEFAULT_TAIL_BYTES)
+    return Response(content, media_type="text/plain; charset=utf-8")
 
 
 @router.get("/{ent}/{job}")

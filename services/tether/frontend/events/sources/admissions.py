@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.frontend.events.sources.base import Change, Source, read
+from tether.frontend.events.sources.base import Change, Source, of_job, read
 from tether.model.admission import Admission, AdmissionEventKind, AdmissionState
 from tether.model.event import EventKind, RegionEvent, RegionObject
 from tether.store import KeyValue, keys
@@ -41,11 +41,9 @@ class Admissions(Source[AdmissionSeen]):
         )
 
     def state(self, key: str, digest: AdmissionSeen) -> RegionObject:
-        handle = self.name(key)
         return RegionObject(
             what="admission",
-            entitlement=handle.split("/")[0],
-            job=handle,
+            **of_job(self.name(key)),
             state=digest.state.value,
             detail=f"{digest.admitted} of {digest.tasks} task(s) admitted",
         )
@@ -55,8 +53,7 @@ class Admissions(Source[AdmissionSeen]):
     ) -> list[RegionEvent]:
         if after is None:
             return []
-        handle = self.name(key)
-        about = {"entitlement": handle.split("/")[0], "job": handle, "state": after.state.value}
+        about = {**of_job(self.name(key)), "state": after.state.value}
         found = []
         if after.preemptions > (before.preemptions if before else 0):
             by = f"by {after.preempted_by}" if after.preempted_by else "by its owner"

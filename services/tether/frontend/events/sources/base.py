@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from tether.model import TetherModel, from_json
 from tether.model.event import EventKind, RegionEvent, RegionObject
-from tether.store import KeyValue
+from tether.store import KeyValue, keys
 
 D = TypeVar("D", bound=Hashable)
 M = TypeVar("M", bound=TetherModel)
@@ -54,6 +54,17 @@ class Source(abc.ABC, Generic[D]):
     def name(self, key: str) -> str:
         """The key below the prefix, e.g. `<entitlement>/<job>`."""
         return key[len(self.prefix) :]
+
+
+def of_job(handle: str) -> dict[str, Any]:
+    """What an event or a state of the job `handle` is about: its entitlement and handle."""
+    return {"entitlement": handle.split("/")[0], "job": handle}
+
+
+def of_task(key: str) -> dict[str, Any]:
+    """What an event or a state of the task at `key` (a task's or a status's) is about."""
+    entitlement, job, index = keys.task_of_key(key)
+    return {**of_job(f"{entitlement}/{job}"), "task": index}
 
 
 def read(model: type[M], kv: KeyValue) -> M | None:

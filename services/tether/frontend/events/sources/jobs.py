@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.frontend.events.sources.base import Change, Source, read
+from tether.frontend.events.sources.base import Change, Source, of_job, read
 from tether.model import Job
 from tether.model.event import EventKind, RegionEvent, RegionObject
 from tether.store import KeyValue, keys
@@ -25,11 +25,9 @@ class Jobs(Source[JobSeen]):
         return None if job is None else JobSeen(job.generation, job.spec.count, job.deleting)
 
     def state(self, key: str, digest: JobSeen) -> RegionObject:
-        handle = self.name(key)
         return RegionObject(
             what="job",
-            entitlement=handle.split("/")[0],
-            job=handle,
+            **of_job(self.name(key)),
             state="deleting" if digest.deleting else "active",
             detail=f"generation {digest.generation}, {digest.count} task(s)",
         )
@@ -37,8 +35,7 @@ class Jobs(Source[JobSeen]):
     def events(
         self, key: str, before: JobSeen | None, after: JobSeen | None, change: Change
     ) -> list[RegionEvent]:
-        handle = self.name(key)
-        about = {"entitlement": handle.split("/")[0], "job": handle}
+        about = of_job(self.name(key))
         if after is None:
             return [change.event(EventKind.JOB_DELETED, **about)] if before else []
         tasks = f"{after.count} task(s)"

@@ -4,8 +4,9 @@ preemption stopped."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from tether.frontend.events.sources.base import Change, Source, read
+from tether.frontend.events.sources.base import Change, Source, of_job, read
 from tether.model.event import EventKind, RegionEvent, RegionObject
 from tether.model.operation import OperationKind, OperationState, TaskOperation
 from tether.store import KeyValue, keys
@@ -42,29 +43,24 @@ class Operations(Source[OperationSeen]):
         )
 
     def state(self, key: str, digest: OperationSeen) -> RegionObject:
-        entitlement, job, operation_id = self.name(key).split("/")
         return RegionObject(
             what="operation",
-            entitlement=entitlement,
-            job=f"{entitlement}/{job}",
-            operation=operation_id,
+            **self._of(key),
             machine=digest.target_machine,
             state=digest.state.value,
             detail=f"{digest.kind.value} of task(s) {', '.join(map(str, digest.tasks))}",
         )
+
+    def _of(self, key: str) -> dict[str, Any]:
+        handle, _, operation_id = self.name(key).rpartition("/")
+        return {**of_job(handle), "operation": operation_id}
 
     def events(
         self, key: str, before: OperationSeen | None, after: OperationSeen | None, change: Change
     ) -> list[RegionEvent]:
         if after is None:
             return []
-        entitlement, job, operation_id = self.name(key).split("/")
-        about = {
-            "entitlement": entitlement,
-            "job": f"{entitlement}/{job}",
-            "operation": operation_id,
-            "machine": after.target_machine,
-        }
+        about = {**self._of(key), "machine": after.target_machine}
         found = []
         if before is None:
             tasks = ", ".join(map(str, after.tasks))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.frontend.events.sources.base import Change, Source, read
+from tether.frontend.events.sources.base import Change, Source, of_task, read
 from tether.model import TaskState, TaskStatus
 from tether.model.event import EventKind, RegionEvent, RegionObject
 from tether.model.task import FINISHED_STATES
@@ -37,12 +37,9 @@ class Statuses(Source[StatusSeen]):
         return StatusSeen(status.attempt, status.state, status.machine, detail)
 
     def state(self, key: str, digest: StatusSeen) -> RegionObject:
-        entitlement, job, index = keys.task_of_key(key)
         return RegionObject(
             what="task-status",
-            entitlement=entitlement,
-            job=f"{entitlement}/{job}",
-            task=index,
+            **of_task(key),
             attempt=digest.attempt,
             machine=digest.machine,
             state=digest.state.value,
@@ -62,13 +59,10 @@ class Statuses(Source[StatusSeen]):
             kind = EventKind.TASK_EXITED
         else:
             return []
-        entitlement, job, index = keys.task_of_key(key)
         return [
             change.event(
                 kind,
-                entitlement=entitlement,
-                job=f"{entitlement}/{job}",
-                task=index,
+                **of_task(key),
                 attempt=after.attempt,
                 machine=after.machine,
                 state=after.state.value,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.frontend.events.sources.base import Change, Source, read
+from tether.frontend.events.sources.base import Change, Source, of_task, read
 from tether.model import Task, TaskState
 from tether.model.event import EventKind, RegionEvent, RegionObject
 from tether.store import KeyValue, keys
@@ -28,12 +28,9 @@ class Tasks(Source[TaskSeen]):
         return TaskSeen(task.attempt, task.state, task.machine, task.restarts)
 
     def state(self, key: str, digest: TaskSeen) -> RegionObject:
-        entitlement, job, index = keys.task_of_key(key)
         return RegionObject(
             what="task",
-            entitlement=entitlement,
-            job=f"{entitlement}/{job}",
-            task=index,
+            **of_task(key),
             attempt=digest.attempt,
             machine=digest.machine,
             state=digest.state.value,
@@ -45,11 +42,8 @@ class Tasks(Source[TaskSeen]):
     ) -> list[RegionEvent]:
         if after is None:
             return []
-        entitlement, job, index = keys.task_of_key(key)
         about = {
-            "entitlement": entitlement,
-            "job": f"{entitlement}/{job}",
-            "task": index,
+            **of_task(key),
             "attempt": after.attempt,
             "machine": after.machine,
             "state": after.state.value,
