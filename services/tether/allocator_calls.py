@@ -11,9 +11,11 @@ from typing import Final, TypeVar
 import grpc
 from pydantic import ValidationError
 
+from tether.config import TlsSettings
 from tether.model import AllocatorEndpoint, from_json
 from tether.proto.allocator.v1 import allocator_pb2_grpc
 from tether.store import Store, keys
+from tether.tls import grpc_channel
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,10 @@ class AllocatorReplicas:
     """Calls any live allocator replica: the registered ones in id order, the next one after
     UNAVAILABLE or a timeout. One channel per address, reused across requests."""
 
-    def __init__(self, store: Store, timeout_s: float) -> None:
+    def __init__(self, store: Store, timeout_s: float, tls: TlsSettings) -> None:
         self._store = store
         self.timeout_s = timeout_s
+        self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def call(
@@ -81,7 +84,7 @@ class AllocatorReplicas:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = grpc_channel(address, self._tls)
         return channel
 
     async def _forget_channels_except(self, addresses: set[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_STORE_URL = "sqlite:///.tether/store.db"
@@ -57,3 +57,47 @@ class LimitSettings(BaseSettings):
 def limit_settings() -> LimitSettings:
     """The process-wide limits, read once from the environment."""
     return LimitSettings()
+
+
+class TlsSettings(BaseSettings):
+    """TLS for the process's own servers and clients (REST, gRPC, agents' log endpoints, metrics),
+    read from TETHER_TLS_* environment variables; `tether certs init` makes the files."""
+
+    model_config = SettingsConfigDict(env_prefix="TETHER_TLS_", extra="ignore")
+
+    ca_file: FilePath | None = Field(
+        default=None,
+        description="The region's CA certificate. Set, every connection this process opens to "
+        "another service uses TLS and trusts only servers it signed; under `mutual`, servers "
+        "accept only clients it signed.",
+    )
+    cert_file: FilePath | None = Field(
+        default=None,
+        description="This process's certificate: set, its servers serve TLS only, and its "
+        "clients show it to servers that ask (mutual TLS).",
+    )
+    key_file: FilePath | None = Field(default=None, description="The private key of cert_file.")
+    mutual: bool = Field(
+        default=False,
+        description="Service-to-service servers (gRPC, agents' log endpoints) refuse a client "
+        "without a certificate signed by ca_file. The REST API authenticates its callers by "
+        "token and asks for no certificate.",
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together: set both or neither")
+        if self.mutual and (self.ca_file is None or self.cert_file is None):
+            raise ValueError("mutual TLS needs ca_file, cert_file and key_file")
+        return self
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process's servers serve TLS."""
+        return self.cert_file is not None
+
+    @property
+    def connecting(self) -> bool:
+        """Whether this process's connections to other services use TLS."""
+        return self.ca_file is not None

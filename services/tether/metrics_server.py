@@ -9,6 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp
 
+from tether.config import TlsSettings
 from tether.service import HttpServer, Service
 
 
@@ -29,7 +30,7 @@ class MetricsServer(Service):
 
     name = "metrics"
 
-    def __init__(self, port: int, host: str | None = None) -> None:
+    def __init__(self, port: int, host: str | None = None, tls: TlsSettings | None = None) -> None:
         self._http = HttpServer(
             cast(ASGIApp, make_asgi_app(REGISTRY)),
             host or MetricsSettings().host,
@@ -37,11 +38,13 @@ class MetricsServer(Service):
             name="metrics",
             lifespan="off",
             access_log=False,
+            # Over TLS when the process serves TLS; Prometheus needs no certificate of its own.
+            tls=tls,
         )
 
     @property
     def url(self) -> str:
-        """`http://host:port/metrics`, with the actual port once started."""
+        """`http(s)://host:port/metrics`, with the actual port once started."""
         return f"{self._http.url}/metrics"
 
     async def start(self) -> None:
@@ -59,10 +62,16 @@ class WithMetrics(Service):
     """`service`, with its process's metrics served on `port` while it runs (0: a free port,
     which `metrics.url` names once started)."""
 
-    def __init__(self, service: Service, port: int, host: str | None = None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        port: int,
+        host: str | None = None,
+        tls: TlsSettings | None = None,
+    ) -> None:
         self.name = service.name
         self.service = service
-        self.metrics = MetricsServer(port, host)
+        self.metrics = MetricsServer(port, host, tls)
 
     async def start(self) -> None:
         # First: a port in use fails the process before the service registers anywhere.

@@ -19,9 +19,10 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from tether.aio import wait_set
-from tether.config import StoreSettings
+from tether.config import StoreSettings, TlsSettings
 from tether.model import RegionConfig, from_json
 from tether.store import Store, StoreError, StoreMissing, keys, open_store
+from tether.tls import http_scheme, http_server_options
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -214,10 +215,13 @@ class HttpServer:
         lifespan: Literal["on", "off"] = "on",
         access_log: bool | None = None,
         graceful_shutdown_s: int | None = None,
+        tls: TlsSettings | None = None,
+        verify_clients: bool = False,
     ) -> None:
         self.host = host
         self.port = port
         self._name = name
+        self._scheme = http_scheme(tls) if tls else "http"
         if access_log is None:
             # A line per request costs a busy frontend a twentieth of its CPU: kept for
             # debugging, as the kube-apiserver keeps its request log for higher verbosity.
@@ -232,15 +236,16 @@ class HttpServer:
             lifespan=lifespan,
             access_log=access_log,
             timeout_graceful_shutdown=graceful_shutdown_s,
+            **(http_server_options(tls, verify_clients=verify_clients) if tls else {}),
         )
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
-        """`http://host:port`, with the actual port once started."""
+        """`http://host:port` (`https` with TLS), with the actual port once started."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self._scheme}://{host}:{self.port}"
 
     async def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET

@@ -15,6 +15,7 @@ from typing import Any
 
 from tether import metrics
 from tether.aio import cancel_and_wait
+from tether.config import TlsSettings
 from tether.model import RegionConfig, from_json
 from tether.scheduler.admission.decider import Decider
 from tether.scheduler.admission.queues import Decision
@@ -75,7 +76,7 @@ async def start_decider(
             identity,
             1001,
             # Never started: the race admits within quota, and a preemption would wait.
-            allocator or AllocatorClient(store, timeout_s=5.0),
+            allocator or AllocatorClient(store, timeout_s=5.0, tls=TlsSettings()),
             interval_s=0.2,
             pause_s=pause_s,
         )

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from tether.agent.workdir import STREAMS, TaskRef, WorkDir, tail
+from tether.config import TlsSettings
 from tether.model import check_name
 from tether.service import HttpServer
 
@@ -84,8 +85,9 @@ def log_app(work_dir: WorkDir) -> FastAPI:
     return app
 
 
-def log_server(work_dir: WorkDir, host: str, port: int) -> HttpServer:
-    """The agent's HTTP server; its `port` is known once `start()` returns."""
+def log_server(work_dir: WorkDir, host: str, port: int, tls: TlsSettings) -> HttpServer:
+    """The agent's HTTP server; its `port` is known once `start()` returns. Under mutual TLS it
+    answers only clients with a certificate of the region (the frontends)."""
     return HttpServer(
         log_app(work_dir),
         host,
@@ -95,4 +97,6 @@ def log_server(work_dir: WorkDir, host: str, port: int) -> HttpServer:
         access_log=False,
         # A client that keeps a request open must not hold up the agent's stop.
         graceful_shutdown_s=STOP_TIMEOUT_S,
+        tls=tls,
+        verify_clients=tls.mutual,
     )

@@ -40,6 +40,7 @@ from tether.store import (
     keys,
 )
 from tether.store.mirror import PrefixMirror
+from tether.tls import http_scheme
 
 _log = logging.getLogger(__name__)
 
@@ -81,7 +82,9 @@ class Agent(Service):
         self._observer = Observer(self._executor, settings)
         logs = self._executor.logs
         self._http = (
-            None if logs is None else log_server(logs, settings.http_host, settings.http_port)
+            None
+            if logs is None
+            else log_server(logs, settings.http_host, settings.http_port, settings.tls)
         )
         self._assignments = PrefixMirror(
             store, keys.assignments_of(machine.id), self._assignments_changed
@@ -123,7 +126,7 @@ class Agent(Service):
             await self._http.start()
             host = self._settings.http_host
             advertised = self.machine.hostname if host in ("0.0.0.0", "::") else host
-            self.address = f"http://{advertised}:{self._http.port}"
+            self.address = f"{http_scheme(self._settings.tls)}://{advertised}:{self._http.port}"
         self._started_at = datetime.now(UTC)
         self.machine = _with_profile(self.machine, self._profiles.load())
         started = time.monotonic()

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
+
 CgroupMode = Literal["auto", "v2", "v1", "none"]
 
 
@@ -17,6 +19,10 @@ class AgentSettings(BaseSettings):
     switches host profiles."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_AGENT_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     lease_ttl_s: int = Field(
         default=6,

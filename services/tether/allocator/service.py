@@ -24,6 +24,7 @@ from tether.store import Store, StoreError, keys
 from tether.store.feed import PrefixFeed
 from tether.store.mirror import PrefixMirror
 from tether.store.registration import Registration
+from tether.tls import add_grpc_port
 
 _log = logging.getLogger(__name__)
 
@@ -106,7 +107,9 @@ class Allocator(Service):
         allocator_pb2_grpc.add_AllocatorServicer_to_server(
             AllocatorServicer(self.engine), self._server
         )
-        port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        port = add_grpc_port(
+            self._server, f"{self.settings.host}:{self.settings.port}", self.settings.tls
+        )
         await self._server.start()
         self.address = f"{self.settings.host}:{port}"
         await self._registration.start()

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
 from tether.model import Name
 
 
@@ -15,6 +16,10 @@ class AllocatorSettings(BaseSettings):
     """Where a replica listens, how it registers, and how hard it retries a conflicting commit."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_ALLOCATOR_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     host: str = Field(default="127.0.0.1", description="Address the gRPC server binds to.")
     port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")

@@ -12,7 +12,8 @@ import httpx
 import typer
 
 from tether.cli.common import TOKEN_HINT, TokenOption, UrlOption, client, fail
-from tether.cli.serving import LogLevel
+from tether.cli.serving import LogLevel, load_settings
+from tether.config import TlsSettings
 from tether.model import check_name, parse_job_handle
 from tether.model.accelerator import ThroughputProfile
 from tether.region.plan import RegionOptions
@@ -147,6 +148,7 @@ def _serve(controller: ReferenceController, registration: Registration, log_leve
     # --shard-map-url makes a request per call: httpx's own line for each would drown the
     # decisions.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    tls = load_settings(TlsSettings, {})
     try:
         controller.run(
             registration.listen,
@@ -155,6 +157,7 @@ def _serve(controller: ReferenceController, registration: Registration, log_leve
             job_handle=registration.job_handle,
             entitlement=registration.entitlement,
             ttl_s=registration.ttl_s,
+            tls=tls,
         )
     except grpc.aio.AioRpcError as error:
         code = error.code()

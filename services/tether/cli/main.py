@@ -35,7 +35,7 @@ from tether.cli.common import err
 from tether.cli.helptext import hide_flag_types, readable
 from tether.cli.services import SERVICE_COMMANDS, command
 
-LAZY_GROUPS: Final = {"appsched": "tether.cli.appsched:app"}
+LAZY_GROUPS: Final = {"appsched": "tether.cli.appsched:app", "certs": "tether.cli.certs:app"}
 """Command groups imported only when used, as `module:attribute` (a `typer.Typer`)."""
 _LAZY_NAMES: Final = (*SERVICE_COMMANDS, *LAZY_GROUPS)
 

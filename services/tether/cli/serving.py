@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import pydantic
 import typer
 
+from tether.config import TlsSettings
 from tether.metrics_server import MetricsPortUnavailable, WithMetrics
 from tether.service import InRegion, Service, connect_store, run
 from tether.store import Store, StoreError
@@ -40,9 +41,12 @@ def load_settings(factory: Callable[[], S], options: dict[str, str]) -> S:
     try:
         return factory()
     except pydantic.ValidationError as error:
+        # TLS settings come from the environment alone, whichever service reads them.
+        tls = error.title == TlsSettings.__name__
         for problem in error.errors(include_url=False):
             field = str(problem["loc"][0]) if problem["loc"] else ""
-            option = options.get(field, field)
+            option = f"TETHER_TLS_{field.upper()}" if tls and field else options.get(field, field)
+            option = option or ("TETHER_TLS_*" if tls else "settings")
             if problem["type"] == "missing":
                 typer.echo(f"error: {option} is required", err=True)
             else:
@@ -63,7 +67,9 @@ def serve(
         # A store file that is not there is no region: found so, it is not created either.
         store = connect_store(url, create=False)
         service: Service = InRegion(make_service(store), store)
-        run(WithMetrics(service, metrics_port) if metrics_port else service, log_level)
+        if metrics_port:
+            service = WithMetrics(service, metrics_port, tls=load_settings(TlsSettings, {}))
+        run(service, log_level)
     except (StoreError, MetricsPortUnavailable) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None

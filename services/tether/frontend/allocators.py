@@ -10,6 +10,7 @@ from typing import Final
 import grpc
 
 from tether.allocator_calls import AllocatorRefused, AllocatorReplicas
+from tether.config import TlsSettings
 from tether.frontend.problems import BadRequest, Conflict, NotFound, Problem
 from tether.proto.allocator.v1 import allocator_pb2
 from tether.store import Store
@@ -42,8 +43,8 @@ def refusal_problem(error: AllocatorRefused) -> Problem:
 class Allocators:
     """The frontend's calls to the allocator replicas (`AllocatorReplicas`)."""
 
-    def __init__(self, store: Store, timeout_s: float) -> None:
-        self._replicas = AllocatorReplicas(store, timeout_s)
+    def __init__(self, store: Store, timeout_s: float, tls: TlsSettings) -> None:
+        self._replicas = AllocatorReplicas(store, timeout_s, tls)
 
     async def explain(self, job_handle: str) -> allocator_pb2.ExplainResponse:
         """Allocator.Explain for the job `<entitlement>/<job>`."""

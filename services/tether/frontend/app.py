@@ -43,6 +43,7 @@ from tether.frontend.storewait import StoreWaitLimit
 from tether.frontend.ui import pages as ui
 from tether.store import Store, keys
 from tether.store.cache import StoreCache
+from tether.tls import http_client_verify
 
 DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 `Authorization: Bearer <token>`; errors are `application/problem+json`.
@@ -123,14 +124,16 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        allocators = Allocators(store, settings.allocator_timeout_s)
+        allocators = Allocators(store, settings.allocator_timeout_s, settings.tls)
         app.state.allocators = allocators
         queue_index = app.state.queue_index = QueueIndex(store, settings.shard_counts_wait_s)
         await cache.start()
         await shard_counts.start()
         await queue_index.start()
         try:
-            async with httpx.AsyncClient(timeout=settings.agent_timeout_s) as agents:
+            async with httpx.AsyncClient(
+                timeout=settings.agent_timeout_s, verify=http_client_verify(settings.tls)
+            ) as agents:
                 app.state.agents = agents
                 yield
         finally:

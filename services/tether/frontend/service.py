@@ -34,6 +34,7 @@ class Frontend(Service):
             self.settings.host,
             self.settings.port,
             name="frontend",
+            tls=self.settings.tls,
         )
 
     @property

@@ -5,11 +5,17 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
+
 
 class FrontendSettings(BaseSettings):
     """Where the REST API listens and how it treats requests, agents and allocators."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_FRONTEND_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=8080, ge=0, le=65535, description="Port to listen on; 0 picks one.")

@@ -41,6 +41,9 @@ class RegionState(TetherModel):
     registry_address: NonEmptyStr
     """`host:port` of the TaskControllerRegistry (gRPC), `tether appsched`'s default."""
     admin_token_file: Path
+    ca_file: Path | None = None
+    """The region CA's certificate when the region serves TLS (`tether up --tls`): the CLI and
+    the SDK trust it."""
     store: NonEmptyStr
     """The store's URL, for starting a service again by hand (`TETHER_STORE`)."""
     etcd_pid: int = Field(ge=0)

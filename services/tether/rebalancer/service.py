@@ -54,7 +54,9 @@ class Rebalancer(Service):
             identity,
             liveness_host=self.settings.liveness_host,
         )
-        self._allocators = AllocatorReplicas(store, self.settings.allocator_timeout_s)
+        self._allocators = AllocatorReplicas(
+            store, self.settings.allocator_timeout_s, self.settings.tls
+        )
         self._wake = asyncio.Event()
         self._runs = PrefixMirror(store, keys.rebalance_runs(), self._runs_changed)
         self.leading = asyncio.Event()

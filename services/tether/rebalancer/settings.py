@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
 from tether.model.rebalance import STRATEGY_NAMES, StrategyName
 
 
@@ -12,6 +13,10 @@ class RebalancerSettings(BaseSettings):
     """How the rebalancer elects its leader, how often it plans, and how much it may move."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_REBALANCER_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     lease_ttl_s: int = Field(
         default=15,

@@ -11,10 +11,12 @@ from typing import Protocol, TypeVar
 import grpc
 from pydantic import ValidationError
 
+from tether.config import TlsSettings
 from tether.model import AllocatorEndpoint, from_json, parse_job_handle
 from tether.proto.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from tether.store import Store, keys
 from tether.store.mirror import PrefixMirror
+from tether.tls import grpc_channel
 
 _log = logging.getLogger(__name__)
 
@@ -106,8 +108,9 @@ class AllocatorClient:
     """Calls the entitlement's home allocator replica, trying the next one on UNAVAILABLE or a
     timeout."""
 
-    def __init__(self, store: Store, timeout_s: float) -> None:
+    def __init__(self, store: Store, timeout_s: float, tls: TlsSettings) -> None:
         self._timeout_s = timeout_s
+        self._tls = tls
         self._mirror = PrefixMirror(store, keys.ALLOCATORS, self._endpoints_changed)
         # Both keyed by the replica id in the registration's key.
         self._endpoints: dict[str, AllocatorEndpoint] = {}
@@ -209,7 +212,7 @@ class AllocatorClient:
     def _channel(self, replica: str, endpoint: AllocatorEndpoint) -> grpc.aio.Channel:
         channel = self._channels.get(replica)
         if channel is None:
-            channel = grpc.aio.insecure_channel(endpoint.address)
+            channel = grpc_channel(endpoint.address, self._tls)
             self._channels[replica] = channel
         return channel
 

@@ -175,7 +175,7 @@ class Term:
             reshaped=self._reshaped,
             holding_changed=self._holding_changed,
         )
-        self._allocator = AllocatorClient(store, settings.allocator_timeout_s)
+        self._allocator = AllocatorClient(store, settings.allocator_timeout_s, settings.tls)
         self.decider = Decider(
             store,
             self._state,
@@ -193,7 +193,7 @@ class Term:
         # Job handle -> monotonic time before which its unplaced tasks are not offered again.
         self._place_after: dict[str, float] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._controllers = ControllerClient(settings.control_timeout_s)
+        self._controllers = ControllerClient(settings.control_timeout_s, settings.tls)
         # Job handle -> its approval step under way, apart from reconciles: a slow controller
         # must not hold up restarts and replacements of the job's tasks.
         self._controlling: dict[str, asyncio.Task[None]] = {}

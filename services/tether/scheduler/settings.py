@@ -5,11 +5,17 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
+
 
 class SchedulerSettings(BaseSettings):
     """How a scheduler replica elects its shard's leader and how often the leader reconciles."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_SCHEDULER_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     lease_ttl_s: int = Field(
         default=15,

@@ -12,6 +12,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tether.config import TlsSettings
 from tether.model import (
     AdvanceNotice,
     ControllerRegistration,
@@ -25,6 +26,7 @@ from tether.model import (
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
 from tether.scheduler.plan import JobView, Stored, is_healthy
+from tether.tls import grpc_channel
 
 _log = logging.getLogger(__name__)
 
@@ -216,8 +218,9 @@ def control_request(
 class ControllerClient:
     """Calls controllers' TaskController.Process, one channel per endpoint."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, tls: TlsSettings) -> None:
         self._timeout_s = timeout_s
+        self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     async def process(
@@ -226,7 +229,7 @@ class ControllerClient:
         """The ids the controller acknowledged, among the request's pending operations."""
         channel = self._channels.get(registration.endpoint)
         if channel is None:
-            channel = grpc.aio.insecure_channel(registration.endpoint)
+            channel = grpc_channel(registration.endpoint, self._tls)
             self._channels[registration.endpoint] = channel
         stub = taskcontrol_pb2_grpc.TaskControllerStub(channel)
         try:

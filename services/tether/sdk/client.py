@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
 from urllib.parse import quote
@@ -42,6 +43,7 @@ from tether.sdk.views import (
     TaskView,
     View,
 )
+from tether.tls import client_context
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -68,13 +70,20 @@ class TetherClient:
         *,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        ca_file: Path | None = None,
     ) -> None:
+        """`ca_file`: the CA that signed the frontend's certificate, for a region with its own CA
+        (else an https:// frontend is verified against the system's CAs)."""
         self.url = url.rstrip("/")
         headers = {"User-Agent": f"tether-sdk/{__version__}", "Accept": f"{JSON}, {PROBLEM}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            verify=client_context(ca_file),
         )
         self._written = 0
         """The store revision of this client's newest write: its reads see at least that."""
@@ -86,7 +95,13 @@ class TetherClient:
         """A client for the configured region (TETHER_URL, TETHER_TOKEN, `.tether/region.json`)."""
         settings = settings or ClientSettings()
         token = settings.token.get_secret_value() if settings.token else None
-        return cls(settings.url, token, timeout_s=settings.timeout_s, transport=transport)
+        return cls(
+            settings.url,
+            token,
+            timeout_s=settings.timeout_s,
+            transport=transport,
+            ca_file=settings.ca_file,
+        )
 
     def close(self) -> None:
         """Close the connection pool."""

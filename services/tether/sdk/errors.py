@@ -42,10 +42,18 @@ class TetherConnectionError(TetherError):
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(
-            f"cannot reach the Tether frontend at {url} ({reason}); is the region running? "
-            "Start one with scripts/up, or point --url / TETHER_URL at a frontend."
-        )
+        if "CERTIFICATE_VERIFY_FAILED" in reason:
+            message = (
+                f"cannot trust the Tether frontend at {url} ({reason}); set TETHER_CA_FILE to "
+                "the region's CA certificate (ca.pem of tether certs init)."
+            )
+        else:
+            message = (
+                f"cannot reach the Tether frontend at {url} ({reason}); is the region running? "
+                "Start one with scripts/up, or point --url / TETHER_URL at a frontend (https:// "
+                "for a region that serves TLS)."
+            )
+        super().__init__(message)
 
 
 def problem_error(response: httpx.Response) -> TetherAPIError:

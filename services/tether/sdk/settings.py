@@ -48,6 +48,12 @@ def region_token(region_dir: Path) -> SecretStr | None:
     return SecretStr(token) if token else None
 
 
+def region_ca_file(region_dir: Path) -> Path | None:
+    """The CA certificate of the region in `region_dir` when it serves TLS (`tether up --tls`)."""
+    region = local_region(region_dir)
+    return region.ca_file if region else None
+
+
 class ClientSettings(BaseSettings):
     """How the SDK and the user verbs of the CLI reach a region's REST API."""
 
@@ -68,5 +74,11 @@ class ClientSettings(BaseSettings):
         default_factory=lambda data: region_token(data["region_dir"]),
         validation_alias=AliasChoices("token", "TETHER_TOKEN", "TETHER_CLIENT_TOKEN"),
         description="Bearer token of the principal to act as.",
+    )
+    ca_file: Path | None = Field(
+        default_factory=lambda data: region_ca_file(data["region_dir"]),
+        validation_alias=AliasChoices("ca_file", "TETHER_CA_FILE", "TETHER_TLS_CA_FILE"),
+        description="The CA certificate that signed the frontend's (a region's own CA); "
+        "without one, an https:// frontend is verified against the system's CAs.",
     )
     timeout_s: float = Field(default=10.0, gt=0, description="Deadline of one HTTP request.")

@@ -26,8 +26,10 @@ from typing import Final
 import grpc
 
 from tether.aio import cancel_and_wait
+from tether.config import TlsSettings
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.tls import add_grpc_port, grpc_channel
 
 _log = logging.getLogger(__name__)
 
@@ -87,17 +89,23 @@ class Controller(taskcontrol_pb2_grpc.TaskControllerServicer):
         job_handle: str = "",
         entitlement: str = "",
         ttl_s: int = 0,
+        tls: TlsSettings | None = None,
     ) -> None:
         """Serves on `endpoint` (`host:port`, port 0 picks one) and registers it for one job or
         a whole entitlement; returns once registered. Raises grpc.aio.AioRpcError when the
-        registry refuses (a bad token, another entitlement)."""
+        registry refuses (a bad token, another entitlement).
+
+        `tls` (else TETHER_TLS_* from the environment) serves TLS with its certificate (one of
+        `tether certs issue`) and trusts the region's CA when calling the registry; under
+        mutual TLS only the region's schedulers may call this controller."""
+        tls = tls or TlsSettings()
         host, _, port = endpoint.rpartition(":")
         self._server = grpc.aio.server()
         taskcontrol_pb2_grpc.add_TaskControllerServicer_to_server(self, self._server)
-        bound = self._server.add_insecure_port(endpoint)
+        bound = add_grpc_port(self._server, endpoint, tls)
         await self._server.start()
         self.address = f"{host}:{bound or port}"
-        self._channel = grpc.aio.insecure_channel(registry_address)
+        self._channel = grpc_channel(registry_address, tls)
         registry = taskcontrol_pb2_grpc.TaskControllerRegistryStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
         request = pb.RegisterRequest(endpoint=self.address, ttl_seconds=ttl_s)
@@ -142,6 +150,7 @@ class Controller(taskcontrol_pb2_grpc.TaskControllerServicer):
         job_handle: str = "",
         entitlement: str = "",
         ttl_s: int = 0,
+        tls: TlsSettings | None = None,
     ) -> None:
         """`start`, serve until SIGINT or SIGTERM, `stop`."""
 
@@ -157,6 +166,7 @@ class Controller(taskcontrol_pb2_grpc.TaskControllerServicer):
                 job_handle=job_handle,
                 entitlement=entitlement,
                 ttl_s=ttl_s,
+                tls=tls,
             )
             _log.info("serving on %s, registration %s", self.address, self.registration_id)
             try:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.scheduler.fake_allocator import serve_fake_allocator
 from tests.integration.scheduler.helpers import make_job, make_machine, put
+from tether.config import TlsSettings
 from tether.model import AllocatorEndpoint, MachineState
 from tether.scheduler.allocator_client import (
     AllocatorClient,
@@ -38,7 +39,7 @@ async def register_dead_replica(store: Store, replica: str) -> None:
 
 @pytest.fixture
 async def client(store: Store) -> AsyncIterator[AllocatorClient]:
-    allocator_client = AllocatorClient(store, timeout_s=3)
+    allocator_client = AllocatorClient(store, timeout_s=3, tls=TlsSettings())
     try:
         yield allocator_client
     finally:

@@ -12,6 +12,7 @@ from tether.store import Store
 from tether.taskcontrol.registry.registrations import Registrations
 from tether.taskcontrol.registry.servicer import RegistryServicer
 from tether.taskcontrol.registry.settings import RegistrySettings
+from tether.tls import add_grpc_port
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ class Registry(Service):
         taskcontrol_pb2_grpc.add_TaskControllerRegistryServicer_to_server(
             RegistryServicer(self.registrations), self._server
         )
-        port = self._server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        port = add_grpc_port(
+            self._server, f"{self.settings.host}:{self.settings.port}", self.settings.tls
+        )
         await self._server.start()
         self.address = f"{self.settings.host}:{port}"
         _log.info("registry serving on %s", self.address)

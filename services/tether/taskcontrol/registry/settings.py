@@ -5,11 +5,17 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tether.config import TlsSettings
+
 
 class RegistrySettings(BaseSettings):
     """Where the registry listens, and how long registrations live between renewals."""
 
     model_config = SettingsConfigDict(env_prefix="TETHER_REGISTRY_", extra="ignore")
+
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS of its servers and clients: TETHER_TLS_*."
+    )
 
     host: str = Field(default="127.0.0.1", description="Address the gRPC server binds to.")
     port: int = Field(default=0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
