@@ -33,6 +33,7 @@ from tether.model import (
     write_region_state,
 )
 from tether.region.bootstrap import BootstrapResult, bootstrap_region
+from tether.region.certs import LOCAL_HOSTS, CertsError, ensure_certs
 from tether.region.plan import (
     FRONTEND_PORT_STEP,
     RegionOptions,
@@ -49,8 +50,8 @@ from tether.region.supervisor import (
     process_alive,
     wait_until_ready,
 )
-from tether.service import connect_store
-from tether.store.etcd_server import EtcdServer
+from tether.store import open_store
+from tether.store.etcd_server import ClientTls, EtcdServer
 
 _RESTARTS: Final = RestartPolicy()
 """How `tether up` restarts services (`--restart`)."""
@@ -166,6 +167,14 @@ def up(
             f"{_RESTARTS.fast_s:g} s of starting.",
         ),
     ] = True,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve every endpoint over TLS, and mutual TLS between the services, with the "
+            "region's own CA and a certificate per service (made in DIR/tls on first use).",
+        ),
+    ] = False,
     ready_timeout_s: Annotated[
         float, typer.Option(min=1, help="Give up if the region is not ready in this time.")
     ] = 120.0,
@@ -206,11 +215,9 @@ def up(
             f"port {registry_port} on {host} is in use; choose another with --registry-port"
         )
 
-    etcd_server = _start_etcd(state_dir) if etcd else None
-    store_url = etcd_server.url if etcd_server else store or f"sqlite:///{state_dir / 'store.db'}"
     options = RegionOptions(
         state_dir=state_dir,
-        store_url=store_url,
+        store_url=store or f"sqlite:///{state_dir / 'store.db'}",
         agents=agents,
         agent_capacity=Resources(cpu=agent_cpu, memory_mib=agent_memory_mib, disk_gib=20),
         host=host,
@@ -221,7 +228,18 @@ def up(
         fencing_s=fencing_s,
         non_preemptible_priority=non_preemptible_priority,
         log_level=log_level,
+        tls=tls,
+        store_tls=tls and etcd,
     )
+    if tls:
+        try:
+            ensure_certs(options.tls_dir, [] if host in LOCAL_HOSTS else [host])
+        except (CertsError, OSError) as error:
+            _usage_error(f"cannot make the region's certificates in {options.tls_dir}: {error}")
+    etcd_server = _start_etcd(state_dir, options.etcd_tls) if etcd else None
+    if etcd_server:
+        options = dataclasses.replace(options, store_url=etcd_server.url)
+    store_url = options.store_url
     supervisor = Supervisor(
         options,
         env={**os.environ, "TETHER_STORE": store_url},
@@ -289,7 +307,7 @@ def up(
 
 
 async def _bootstrap(options: RegionOptions) -> BootstrapResult:
-    async with connect_store(options.store_url) as store:
+    async with open_store(settings=options.store_settings("admin")) as store:
         return await bootstrap_region(
             store,
             name=options.region_name,
@@ -308,7 +326,7 @@ class _EtcdPorts(TetherModel):
     peer_port: int = Field(gt=0, le=65535)
 
 
-def _start_etcd(state_dir: Path) -> EtcdServer:
+def _start_etcd(state_dir: Path, client_tls: ClientTls | None) -> EtcdServer:
     # The same ports each time, so that a resumed region's etcd keeps its advertised URLs.
     ports_file = state_dir / "etcd.json"
     try:
@@ -319,6 +337,7 @@ def _start_etcd(state_dir: Path) -> EtcdServer:
         data_dir=state_dir / "etcd",
         client_port=saved.client_port if saved else None,
         peer_port=saved.peer_port if saved else None,
+        client_tls=client_tls,
     )
     server.data_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -347,13 +366,14 @@ def _state(
         docs_url=options.url + "/docs",
         registry_address=options.registry_address,
         admin_token_file=options.admin_token_file,
+        ca_file=options.ca_file,
         store=options.store_url,
         etcd_pid=etcd_server.process.pid if etcd_server and etcd_server.process else 0,
         logs=options.log_dir,
         started_at=started_at,
         # Frontends serve GET /metrics themselves (with the token), on their REST port.
         metrics={
-            r.spec.name: f"http://{metrics_host}:{r.spec.metrics_port}/metrics"
+            r.spec.name: f"{options.scheme}://{metrics_host}:{r.spec.metrics_port}/metrics"
             for r in processes
             if r.spec.metrics_port
         },
@@ -380,6 +400,8 @@ def _print_ready(options: RegionOptions, supervisor: Supervisor) -> None:
     console.print(f"  REST API     {'  '.join(options.urls)}")
     console.print(f"  API docs     {options.url}/docs")
     console.print(f"  admin token  {options.admin_token_file}")
+    if options.ca_file:
+        console.print(f"  region CA    {options.ca_file} (mutual TLS between services)")
     console.print(f"  TaskControl  {options.registry_address} (TaskControllerRegistry, gRPC)")
     # Other directories than the one every command looks in by default must be named.
     elsewhere = options.state_dir != DEFAULT_STATE_DIR.resolve()

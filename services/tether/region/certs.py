@@ -25,8 +25,12 @@ SERVICES: Final = (
     "health",
     "rebalancer",
     "agent",
+    "etcd",
+    "admin",
 )
-"""Each gets its own certificate from `tether certs init`, named after it."""
+"""Each gets its own certificate from `tether certs init`, named after it: Tether's services,
+etcd (serving the store), and the operator's commands that reach the store or a service
+directly (`tether up`, `tether region init`)."""
 LOCAL_HOSTS: Final = ("localhost", "127.0.0.1", "::1")
 """In every certificate's names, so that a region on one machine needs no `--host`."""
 CA_NAME: Final = "ca"

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from tether.region.forkserver import ForkEvent, ForkRequest, die_with_parent
@@ -93,13 +94,15 @@ class Launcher:
         assert self._server.stdout is not None
         os.set_blocking(self._server.stdout.fileno(), False)
 
-    def spawn(self, name: str, args: list[str], title: str, log_path: Path) -> ForkedProcess:
-        """Starts service `name` (`python -m tether.cli.services ARGS`), appending its output
-        to `log_path`; returns once it runs."""
+    def spawn(
+        self, name: str, args: list[str], title: str, log_path: Path, env: Mapping[str, str]
+    ) -> ForkedProcess:
+        """Starts service `name` (`python -m tether.cli.services ARGS`) with `env` besides the
+        launcher's environment, appending its output to `log_path`; returns once it runs."""
         self.start_server()
         assert self._server is not None
         assert self._server.stdin is not None
-        request = ForkRequest(args=args, env=self._env, log=str(log_path), title=title)
+        request = ForkRequest(args=args, env={**self._env, **env}, log=str(log_path), title=title)
         try:
             self._server.stdin.write(request.model_dump_json().encode() + b"\n")
             self._server.stdin.flush()

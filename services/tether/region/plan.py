@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tether.config import StoreSettings
 from tether.model import (
     DEFAULT_FENCING_S,
     DEFAULT_NON_PREEMPTIBLE_PRIORITY,
@@ -14,7 +15,8 @@ from tether.model import (
     Resources,
 )
 from tether.region.bootstrap import ADMIN_PRINCIPAL
-from tether.store.etcd_server import free_port
+from tether.region.certs import CertFiles, ca_files
+from tether.store.etcd_server import ClientTls, free_port
 
 DATACENTERS = ("dc1", "dc2")
 MSBS_PER_DC = 2
@@ -47,6 +49,11 @@ class RegionOptions:
     non_preemptible_priority: int = DEFAULT_NON_PREEMPTIBLE_PRIORITY
     region_name: str = "local"
     log_level: str = "INFO"
+    tls: bool = False
+    """Every endpoint over TLS, and mutual TLS between services (`tether up --tls`)."""
+    store_tls: bool = False
+    """The store is an etcd the region's CA certifies (`tether up --tls --etcd`): its clients
+    show their own certificates."""
 
     @property
     def log_dir(self) -> Path:
@@ -63,7 +70,7 @@ class RegionOptions:
     @property
     def urls(self) -> list[str]:
         """Every frontend's base URL; they are stateless and serve the same API."""
-        return [f"http://{self.host}:{port}" for port in self.frontend_ports]
+        return [f"{self.scheme}://{self.host}:{port}" for port in self.frontend_ports]
 
     @property
     def url(self) -> str:
@@ -74,6 +81,67 @@ class RegionOptions:
     def registry_address(self) -> str:
         """`host:port` of the TaskController registry (gRPC)."""
         return f"{self.host}:{self.registry_port}"
+
+    @property
+    def tls_dir(self) -> Path:
+        """The region's CA and its services' certificates, when it serves TLS."""
+        return self.state_dir / "tls"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The region CA's certificate, when it serves TLS."""
+        return ca_files(self.tls_dir).cert_file if self.tls else None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def etcd_tls(self) -> ClientTls | None:
+        """How the etcd `tether up --etcd` starts serves its clients."""
+        if not self.store_tls:
+            return None
+        own = CertFiles.named(self.tls_dir, "etcd")
+        return ClientTls(ca_files(self.tls_dir).cert_file, own.cert_file, own.key_file)
+
+    def store_settings(self, role: str) -> StoreSettings:
+        """How a `role` process (a service's, or `admin` for `tether up` itself) opens the
+        store."""
+        if not self.store_tls:
+            return StoreSettings(TETHER_STORE=self.store_url)
+        own = CertFiles.named(self.tls_dir, role)
+        return StoreSettings(
+            TETHER_STORE=self.store_url,
+            ca_file=ca_files(self.tls_dir).cert_file,
+            cert_file=own.cert_file,
+            key_file=own.key_file,
+        )
+
+    def process_env(self, role: str) -> dict[str, str]:
+        """The environment of a `role` service besides the region's: in a TLS region its own
+        certificate, the region's CA and mutual TLS between services (each role has its
+        certificate, region/certs.py), for its store's connections too when the region's CA
+        certifies the store."""
+        if not self.tls:
+            return {}
+        own = CertFiles.named(self.tls_dir, role)
+        return {
+            "TETHER_TLS_CA_FILE": str(ca_files(self.tls_dir).cert_file),
+            "TETHER_TLS_CERT_FILE": str(own.cert_file),
+            "TETHER_TLS_KEY_FILE": str(own.key_file),
+            "TETHER_TLS_MUTUAL": "true",
+            **self._store_tls_env(role),
+        }
+
+    def _store_tls_env(self, role: str) -> dict[str, str]:
+        if not self.store_tls:
+            return {}
+        settings = self.store_settings(role)
+        return {
+            "TETHER_STORE_CA_FILE": str(settings.ca_file),
+            "TETHER_STORE_CERT_FILE": str(settings.cert_file),
+            "TETHER_STORE_KEY_FILE": str(settings.key_file),
+        }
 
 
 @dataclass(frozen=True)
@@ -96,6 +164,8 @@ class ProcessSpec:
     args: list[str]
     metrics_port: int = 0
     """Where it serves its Prometheus metrics; 0: nowhere (a frontend serves GET /metrics)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Its own environment, besides the region's: its certificate, in a TLS region."""
 
     def service_args(self) -> list[str]:
         """Its arguments to `python -m tether.cli.services`."""
@@ -231,5 +301,5 @@ def region_processes(options: RegionOptions) -> list[ProcessSpec]:
         if spec.role != "frontend":
             spec = replace(spec, metrics_port=free_port(avoid=taken))
             taken.add(spec.metrics_port)
-        planned.append(spec)
+        planned.append(replace(spec, env=options.process_env(spec.role)))
     return planned

@@ -77,7 +77,7 @@ class Supervisor:
     def _spawn(self, spec: ProcessSpec, log_path: Path) -> ForkedProcess:
         try:
             return self._launcher.spawn(
-                spec.name, spec.service_args(), " ".join(spec.argv()), log_path
+                spec.name, spec.service_args(), " ".join(spec.argv()), log_path, spec.env
             )
         except LaunchError as error:
             raise RegionError(str(error)) from error
@@ -150,7 +150,9 @@ def wait_until_ready(
     leader. `alive` raises when a service died meanwhile."""
     deadline = time.monotonic() + timeout_s
     waiting_for = "the frontend"
-    clients = [TetherClient(url, token, timeout_s=2.0) for url in options.urls]
+    clients = [
+        TetherClient(url, token, timeout_s=2.0, ca_file=options.ca_file) for url in options.urls
+    ]
     try:
         while time.monotonic() < deadline:
             alive()

@@ -12,11 +12,13 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -99,6 +101,22 @@ class _Managed(abc.ABC):
         self.cleanup()
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """etcd serving its clients over TLS with `cert_file`, and only to clients with a
+    certificate `ca_file` signed (etcd's --client-cert-auth)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def context(self) -> ssl.SSLContext:
+        """A client's: trusting `ca_file`, showing `cert_file`."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
 class EtcdServer(_Managed):
     """One etcd member on 127.0.0.1. `restart()` keeps its ports and data."""
 
@@ -113,6 +131,7 @@ class EtcdServer(_Managed):
         extra_client_hosts: Sequence[str] = (),
         history_retention: str = ETCD_HISTORY_RETENTION,
         snapshot_count: int = ETCD_SNAPSHOT_COUNT,
+        client_tls: ClientTls | None = None,
     ) -> None:
         shm = Path("/dev/shm")
         parent = shm if on_tmpfs and shm.is_dir() else None
@@ -127,6 +146,7 @@ class EtcdServer(_Managed):
         """etcd's `--auto-compaction-retention` (periodic): a Go duration such as 5m."""
         self.snapshot_count = snapshot_count
         """etcd's `--snapshot-count`."""
+        self.client_tls = client_tls
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self.initial_cluster = f"{name}={self.peer_url}"
@@ -135,8 +155,12 @@ class EtcdServer(_Managed):
         """`--initial-cluster-token`; etcd's default for a lone member."""
 
     @property
+    def client_scheme(self) -> str:
+        return "https" if self.client_tls else "http"
+
+    @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.client_scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -145,11 +169,11 @@ class EtcdServer(_Managed):
     @property
     def url(self) -> str:
         """The Tether store URL of this server."""
-        return f"etcd://127.0.0.1:{self.client_port}"
+        return self.url_on("127.0.0.1")
 
     def url_on(self, host: str) -> str:
         """The Tether store URL of this server at `host` (127.0.0.1 or an extra client host)."""
-        return f"etcd://{host}:{self.client_port}"
+        return f"{'etcds' if self.client_tls else 'etcd'}://{host}:{self.client_port}"
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Starts the member and returns once it is healthy (it has a leader)."""
@@ -160,7 +184,19 @@ class EtcdServer(_Managed):
         """Starts the member's process without waiting: a cluster's members must all be
         running before any of them is healthy."""
         listen = ",".join(
-            f"http://{host}:{self.client_port}" for host in ("127.0.0.1", *self.extra_client_hosts)
+            f"{self.client_scheme}://{host}:{self.client_port}"
+            for host in ("127.0.0.1", *self.extra_client_hosts)
+        )
+        tls = self.client_tls
+        tls_flags = (
+            [
+                f"--cert-file={tls.cert_file}",
+                f"--key-file={tls.key_file}",
+                f"--trusted-ca-file={tls.ca_file}",
+                "--client-cert-auth",
+            ]
+            if tls
+            else []
         )
         command = [
             etcd_binary(),
@@ -182,6 +218,7 @@ class EtcdServer(_Managed):
             "--auto-compaction-mode=periodic",
             f"--auto-compaction-retention={self.history_retention}",
             f"--snapshot-count={self.snapshot_count}",
+            *tls_flags,
         ]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -195,7 +232,7 @@ class EtcdServer(_Managed):
             if self.process.poll() is not None:
                 raise RuntimeError(f"etcd exited at start:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(self.client_url + "/health", timeout=1) as response:
+                with self._open(self.client_url + "/health", timeout_s=1) as response:
                     if b'"health":"true"' in response.read():
                         return
             except OSError:
@@ -209,9 +246,13 @@ class EtcdServer(_Managed):
         request = urllib.request.Request(
             self.client_url + path, data=json.dumps(body or {}).encode(), method="POST"
         )
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with self._open(request, timeout_s=5) as response:
             answer: dict[str, Any] = json.load(response)
         return answer
+
+    def _open(self, request: str | urllib.request.Request, timeout_s: float) -> Any:
+        context = self.client_tls.context() if self.client_tls else None
+        return urllib.request.urlopen(request, timeout=timeout_s, context=context)
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -37,18 +37,18 @@ def test_services_are_forked_named_logged_and_reaped(tmp_path: Path) -> None:
     launcher = Launcher({**os.environ, "TETHER_STORE": url}, tmp_path / "forkserver.log", tmp_path)
     try:
         log = tmp_path / "health.log"
-        health = launcher.spawn("health", ["health", "--log-level", "INFO"], HEALTH_TITLE, log)
+        health = launcher.spawn("health", ["health", "--log-level", "INFO"], HEALTH_TITLE, log, {})
         wait_for(lambda: _started(log), timeout_s=60, what="the health service to start")
         assert _cmdline(health.pid) == HEALTH_TITLE
         assert health.poll() is None
 
-        refused = launcher.spawn("nope", ["nope"], "python -m tether.cli.services nope", log)
+        refused = launcher.spawn("nope", ["nope"], "python -m tether.cli.services nope", log, {})
         assert refused.wait(timeout=60) == 2
         assert "usage: python -m tether.cli.services" in log.read_text()
 
         health.kill()
         assert health.wait(timeout=30) == -signal.SIGKILL
-        again = launcher.spawn("health", ["health", "--log-level", "INFO"], HEALTH_TITLE, log)
+        again = launcher.spawn("health", ["health", "--log-level", "INFO"], HEALTH_TITLE, log, {})
         assert again.pid != health.pid
         wait_for(
             lambda: log.read_text().count("health: started") == 2,
