@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 import httpx
 
 from tether.agent.procfs import start_ticks
+from tether.config import StoreSettings
 from tether.model import REGION_FILE_NAME, RegionState, ShardLeader, from_json, read_region_state
-from tether.region.plan import FRONTEND_PORT_STEP
+from tether.region.plan import FRONTEND_PORT_STEP, RegionOptions
 from tether.region.supervisor import port_is_free
 from tether.store import keys, open_store
 from tether.store.etcd_server import free_port
+from tether.tls import client_context
 
 T = TypeVar("T")
 
@@ -93,6 +95,8 @@ class LocalRegion:
     for the services' own defaults."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """Environment for every service on top of `timings`, e.g. TETHER_AGENT_PROFILE_HOOK."""
+    tls: bool = False
+    """`tether up --tls`: every endpoint over TLS, mutual TLS between services."""
     process: subprocess.Popen[bytes] | None = None
     service_pids_at_stop: list[int] = field(default_factory=list)
     """The service processes that ran when `stop()` was last called."""
@@ -106,7 +110,12 @@ class LocalRegion:
     @property
     def url(self) -> str:
         """The first frontend's URL."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The region CA's certificate, when it serves TLS."""
+        return self.state_dir / "tls" / "ca.pem" if self.tls else None
 
     @property
     def urls(self) -> list[str]:
@@ -179,6 +188,7 @@ class LocalRegion:
             "--ready-timeout-s",
             str(timeout_s),
             *self.store_args,
+            *(["--tls"] if self.tls else []),
             *self.up_args,
         ]
         earlier_output = len(self.output()) if self.output_path.exists() else 0
@@ -282,11 +292,22 @@ class LocalRegion:
         """The region's store, from its state file."""
         return self.state().store
 
+    def store_settings(self) -> StoreSettings:
+        """How an operator's tool opens the region's store: with the admin's certificate when
+        the region's CA certifies it (`--tls --etcd`)."""
+        options = RegionOptions(
+            self.state_dir,
+            self.store_url(),
+            tls=self.tls,
+            store_tls=self.tls and "--etcd" in self.store_args,
+        )
+        return options.store_settings("admin")
+
     def shard_leader(self, shard: str) -> ShardLeader | None:
         """The shard's leader record as the store holds it now."""
 
         async def read() -> ShardLeader | None:
-            async with open_store(self.store_url()) as store:
+            async with open_store(settings=self.store_settings()) as store:
                 kv = await store.get(keys.shard_leader(shard))
                 return None if kv is None else from_json(ShardLeader, kv.value, stored=True)
 
@@ -296,7 +317,7 @@ class LocalRegion:
         """The shard that schedules the entitlement's jobs, from the store's shard map."""
 
         async def read() -> str:
-            async with open_store(self.store_url()) as store:
+            async with open_store(settings=self.store_settings()) as store:
                 kv = await store.get(keys.shard_assignment(entitlement))
                 assert kv is not None, f"entitlement {entitlement} is on no shard"
                 return kv.value.decode()
@@ -309,7 +330,12 @@ class LocalRegion:
             [sys.executable, "-m", "tether.cli.main", *args],
             capture_output=True,
             text=True,
-            env={**os.environ, "TETHER_URL": self.url, "TETHER_TOKEN": self.token},
+            env={
+                **os.environ,
+                "TETHER_URL": self.url,
+                "TETHER_TOKEN": self.token,
+                **({"TETHER_CA_FILE": str(self.ca_file)} if self.ca_file else {}),
+            },
             timeout=timeout_s,
             check=False,
         )
@@ -320,6 +346,7 @@ class LocalRegion:
             base_url=self.urls[frontend] if frontend else self.url,
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=10,
+            verify=client_context(self.ca_file),
         )
 
     def cleanup(self) -> None:

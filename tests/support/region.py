@@ -41,6 +41,7 @@ def region_file_fields(state_dir: Path) -> dict[str, object]:
         "docs_url": "http://127.0.0.1:18080/docs",
         "registry_address": "127.0.0.1:18081",
         "admin_token_file": str(state_dir / "admin.token"),
+        "ca_file": None,
         "store": f"sqlite:///{state_dir / 'store.db'}",
         "etcd_pid": 0,
         "logs": str(state_dir / "logs"),
