@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from tether.config import TlsSettings
+from tether.region.certs import CertFiles, ca_files, init_certs
 from tether.service import HttpServer
+from tether.tls import client_context
 
 
 def app() -> Starlette:
@@ -54,3 +59,30 @@ async def test_stop_ends_the_server_without_waiting_for_its_next_tick() -> None:
     started = time.monotonic()
     await server.stop()
     assert time.monotonic() - started < 0.5
+
+
+async def test_over_tls_it_serves_https_and_under_mutual_tls_only_clients_of_the_region(
+    tmp_path: Path,
+) -> None:
+    init_certs(tmp_path)
+    own = CertFiles.named(tmp_path, "agent")
+    ca = ca_files(tmp_path).cert_file
+    tls = TlsSettings(ca_file=ca, cert_file=own.cert_file, key_file=own.key_file, mutual=True)
+    server = HttpServer(
+        app(), "127.0.0.1", 0, name="tls-test", lifespan="off", tls=tls, verify_clients=True
+    )
+    await server.start()
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        frontend = CertFiles.named(tmp_path, "frontend")
+        trusted = client_context(ca, frontend.cert_file, frontend.key_file)
+        async with httpx.AsyncClient(verify=trusted, timeout=10) as client:
+            assert (await client.get(server.url)).text == "ok"
+        async with httpx.AsyncClient(verify=client_context(ca), timeout=10) as client:
+            with pytest.raises(httpx.TransportError):
+                await client.get(server.url)  # no certificate to show
+        async with httpx.AsyncClient(timeout=10) as client:
+            with pytest.raises(httpx.TransportError):
+                await client.get(server.url.replace("https://", "http://"))
+    finally:
+        await server.stop()

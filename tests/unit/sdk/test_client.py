@@ -275,6 +275,18 @@ def test_transport_failures_name_the_url_and_scripts_up(exc: httpx.TransportErro
     assert "scripts/up" in str(caught.value)
 
 
+def test_an_untrusted_certificate_names_the_setting_that_trusts_it() -> None:
+    reason = "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(reason)
+
+    with pytest.raises(TetherConnectionError) as caught:
+        client(handler).list_machines()
+    assert "TETHER_CA_FILE" in str(caught.value)
+    assert "scripts/up" not in str(caught.value)
+
+
 def test_a_bad_handle_fails_before_any_request() -> None:
     recorder = Recorder(httpx.Response(200, json=JOB))
     with pytest.raises(ValueError, match="invalid job handle"):

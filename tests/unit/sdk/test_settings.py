@@ -14,7 +14,14 @@ from tether.sdk.settings import DEFAULT_URL
 @pytest.fixture(autouse=True)
 def empty_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    names = ("TETHER_URL", "TETHER_TOKEN", "TETHER_CLIENT_URL", "TETHER_CLIENT_TOKEN")
+    names = (
+        "TETHER_URL",
+        "TETHER_TOKEN",
+        "TETHER_CLIENT_URL",
+        "TETHER_CLIENT_TOKEN",
+        "TETHER_CA_FILE",
+        "TETHER_TLS_CA_FILE",
+    )
     for name in (*names, "TETHER_REGION_DIR"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -93,3 +100,16 @@ def test_tether_region_dir_names_the_region(
     assert settings.url == DEFAULT_URL
     assert settings.token is not None
     assert settings.token.get_secret_value() == "other-token"
+
+
+def test_the_ca_file_comes_from_the_environment_else_the_region_file(
+    empty_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert ClientSettings().ca_file is None
+    recorded = empty_dir / ".tether" / "tls" / "ca.pem"
+    write_region_file(empty_dir / ".tether", url="https://127.0.0.1:18080", ca_file=str(recorded))
+    assert ClientSettings().ca_file == recorded
+    monkeypatch.setenv("TETHER_TLS_CA_FILE", "/etc/tether/tls/ca.pem")
+    assert ClientSettings().ca_file == Path("/etc/tether/tls/ca.pem")
+    monkeypatch.setenv("TETHER_CA_FILE", "/srv/ca.pem")
+    assert ClientSettings().ca_file == Path("/srv/ca.pem")
