@@ -77,6 +77,13 @@ class TlsSettings(BaseSettings):
         "clients show it to servers that ask (mutual TLS).",
     )
     key_file: FilePath | None = Field(default=None, description="The private key of cert_file.")
+    server_name: str | None = Field(
+        default=None,
+        description="The name this process's clients check in other services' certificates "
+        "instead of the address they connect to: for services that register addresses no "
+        "certificate can list in advance (pod IPs). Every certificate of `tether certs init` "
+        "carries services.tether.internal.",
+    )
     mutual: bool = Field(
         default=False,
         description="Service-to-service servers (gRPC, agents' log endpoints) refuse a client "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 
 from tether.config import TlsSettings
 
@@ -42,6 +43,8 @@ def grpc_channel(
         private_key=_read(tls.key_file),
         certificate_chain=_read(tls.cert_file),
     )
+    if tls.server_name:
+        options = [*(options or ()), ("grpc.ssl_target_name_override", tls.server_name)]
     return grpc.aio.secure_channel(address, credentials, options)
 
 
@@ -74,9 +77,19 @@ def client_context(
     return context
 
 
-def http_client_verify(tls: TlsSettings) -> ssl.SSLContext | bool:
-    """httpx's `verify` for this process's calls to other services' HTTP endpoints."""
-    return client_context(tls.ca_file, tls.cert_file, tls.key_file)
+def http_client_options(tls: TlsSettings) -> dict[str, Any]:
+    """httpx.AsyncClient's arguments for this process's calls to other services' HTTP
+    endpoints: the region's CA, this process's certificate, and `server_name` checked in place
+    of the address called."""
+    options: dict[str, Any] = {"verify": client_context(tls.ca_file, tls.cert_file, tls.key_file)}
+    server_name = tls.server_name
+    if server_name:
+
+        async def check_server_name(request: httpx.Request) -> None:
+            request.extensions["sni_hostname"] = server_name
+
+        options["event_hooks"] = {"request": [check_server_name]}
+    return options
 
 
 def _read(path: Path | None) -> bytes | None:

@@ -15,9 +15,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tether.config import TlsSettings
-from tether.region.certs import CertFiles, ca_files, init_certs
+from tether.region.certs import SERVICES_NAME, CertFiles, ca_files, init_certs
 from tether.service import HttpServer
-from tether.tls import client_context
+from tether.tls import client_context, http_client_options
 
 
 def app() -> Starlette:
@@ -84,5 +84,32 @@ async def test_over_tls_it_serves_https_and_under_mutual_tls_only_clients_of_the
         async with httpx.AsyncClient(timeout=10) as client:
             with pytest.raises(httpx.TransportError):
                 await client.get(server.url.replace("https://", "http://"))
+    finally:
+        await server.stop()
+
+
+async def test_a_server_name_is_checked_in_place_of_an_address_no_certificate_lists(
+    tmp_path: Path,
+) -> None:
+    # 127.0.0.2 is in no certificate (as a pod's IP would not be): a client that checks the
+    # address refuses the server, one told TETHER_TLS_SERVER_NAME accepts it, by that name.
+    init_certs(tmp_path)
+    own = CertFiles.named(tmp_path, "agent")
+    ca = ca_files(tmp_path).cert_file
+    serving = TlsSettings(ca_file=ca, cert_file=own.cert_file, key_file=own.key_file)
+    server = HttpServer(app(), "127.0.0.2", 0, name="sni-test", lifespan="off", tls=serving)
+    await server.start()
+    try:
+        by_address = TlsSettings(ca_file=ca)
+        async with httpx.AsyncClient(timeout=10, **http_client_options(by_address)) as client:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(server.url)
+        by_name = TlsSettings(ca_file=ca, server_name=SERVICES_NAME)
+        async with httpx.AsyncClient(timeout=10, **http_client_options(by_name)) as client:
+            assert (await client.get(server.url)).text == "ok"
+        wrong_name = TlsSettings(ca_file=ca, server_name="elsewhere.example")
+        async with httpx.AsyncClient(timeout=10, **http_client_options(wrong_name)) as client:
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await client.get(server.url)
     finally:
         await server.stop()

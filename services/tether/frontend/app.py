@@ -43,7 +43,7 @@ from tether.frontend.storewait import StoreWaitLimit
 from tether.frontend.ui import pages as ui
 from tether.store import Store, keys
 from tether.store.cache import StoreCache
-from tether.tls import http_client_verify
+from tether.tls import http_client_options
 
 DESCRIPTION = """Tether's REST API. Every `/v1` and `/admin` route needs
 `Authorization: Bearer <token>`; errors are `application/problem+json`.
@@ -132,7 +132,7 @@ def create_app(store: Store, settings: FrontendSettings, shard_counts: ShardCoun
         await queue_index.start()
         try:
             async with httpx.AsyncClient(
-                timeout=settings.agent_timeout_s, verify=http_client_verify(settings.tls)
+                timeout=settings.agent_timeout_s, **http_client_options(settings.tls)
             ) as agents:
                 app.state.agents = agents
                 yield

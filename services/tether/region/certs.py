@@ -33,6 +33,9 @@ etcd (serving the store), and the operator's commands that reach the store or a 
 directly (`tether up`, `tether region init`)."""
 LOCAL_HOSTS: Final = ("localhost", "127.0.0.1", "::1")
 """In every certificate's names, so that a region on one machine needs no `--host`."""
+SERVICES_NAME: Final = "services.tether.internal"
+"""In every certificate's names too: what clients check instead of an address no certificate
+can list in advance (TETHER_TLS_SERVER_NAME), such as a pod's IP."""
 CA_NAME: Final = "ca"
 CA_COMMON_NAME: Final = "tether region CA"
 DEFAULT_DAYS: Final = 825
@@ -113,7 +116,7 @@ def issue_cert(
         raise CertsError(f"{ca.key_file}: expected the EC key tether certs init writes")
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
-    for host in dict.fromkeys([*LOCAL_HOSTS, *hosts]):
+    for host in dict.fromkeys([*LOCAL_HOSTS, SERVICES_NAME, *hosts]):
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 import pytest
 
 from tests.support.allocator_builders import entitlement
 from tests.support.waiting import eventually
+from tether.config import TlsSettings
 from tether.model import (
     ControllerRegistration,
     PrincipalRecord,
@@ -22,6 +24,8 @@ from tether.model import (
 )
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
+from tether.region.certs import SERVICES_NAME, CertFiles, ca_files, init_certs, issue_cert
+from tether.scheduler.taskcontrol import ControllerClient, ControllerFailed
 from tether.store import Store, keys, open_store
 from tether.taskcontrol.registry.service import Registry
 from tether.taskcontrol.registry.settings import RegistrySettings
@@ -294,3 +298,56 @@ async def test_an_sdk_controller_for_another_entitlement_is_refused(
         await controller.start("127.0.0.1:0", registry.address, BOB, entitlement="ads")
     assert raised.value.code() is grpc.StatusCode.PERMISSION_DENIED
     assert await stored_registrations(region) == []
+
+
+async def test_over_mutual_tls_only_holders_of_the_region_certificates_register_and_call(
+    region: Store, store_url: str, tmp_path: Path
+) -> None:
+    # On 127.0.0.2, an address no certificate lists (as a pod's IP): every client checks the
+    # certificates' services name instead.
+    init_certs(tmp_path)
+    issue_cert(tmp_path, "appsched-ads")
+
+    def tls(name: str | None) -> TlsSettings:
+        own = CertFiles.named(tmp_path, name) if name else None
+        return TlsSettings(
+            ca_file=ca_files(tmp_path).cert_file,
+            cert_file=own.cert_file if own else None,
+            key_file=own.key_file if own else None,
+            mutual=own is not None,
+            server_name=SERVICES_NAME,
+        )
+
+    settings = RegistrySettings(host="127.0.0.2", tls=tls("registry"))
+    registry = Registry(open_store(store_url), settings)
+    await registry.start()
+    controller = FirstOnly()
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await FirstOnly().start("127.0.0.2:0", registry.address, ALICE, tls=tls(None))
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        await controller.start(
+            "127.0.0.2:0", registry.address, ALICE, job_handle="ads/web", tls=tls("appsched-ads")
+        )
+        registered = await read_registration(region, controller.registration_id)
+        assert registered is not None
+        request = pb.TaskControlRequest(
+            job_handle="ads/web",
+            sequence_number=1,
+            pending_operations=[pb.TaskOperation(id="op-0", kind=pb.OPERATION_KIND_RESTART)],
+        )
+        scheduler = ControllerClient(5.0, tls("scheduler"))
+        try:
+            assert await scheduler.process(registered, request) == ["op-0"]
+        finally:
+            await scheduler.close()
+        stranger = ControllerClient(5.0, tls(None))
+        try:
+            with pytest.raises(ControllerFailed, match="UNAVAILABLE"):
+                await stranger.process(registered, request)
+        finally:
+            await stranger.close()
+        assert controller.calls == [1]
+    finally:
+        await controller.stop()
+        await registry.stop()

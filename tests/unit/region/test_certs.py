@@ -13,6 +13,7 @@ from cryptography import x509
 from tether.region.certs import (
     LOCAL_HOSTS,
     SERVICES,
+    SERVICES_NAME,
     CertFiles,
     CertsError,
     ca_files,
@@ -74,7 +75,7 @@ def test_init_writes_a_ca_and_a_certificate_per_service(tmp_path: Path) -> None:
     for files in made:
         assert stat.S_IMODE(files.key_file.stat().st_mode) == 0o600
     frontend = CertFiles.named(tmp_path / "tls", "frontend")
-    assert names_of(frontend) == {*LOCAL_HOSTS[:2], "::1", "tether.example", "10.1.2.3"}
+    assert names_of(frontend) == {*LOCAL_HOSTS, SERVICES_NAME, "tether.example", "10.1.2.3"}
     cert = x509.load_pem_x509_certificate(frontend.cert_file.read_bytes())
     ca = x509.load_pem_x509_certificate(made[0].cert_file.read_bytes())
     cert.verify_directly_issued_by(ca)
