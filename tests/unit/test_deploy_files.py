@@ -15,6 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from tether.cli.main import app
+from tether.config import StoreSettings, TlsSettings
+from tether.region.certs import SERVICES, SERVICES_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -124,3 +126,45 @@ def test_the_docker_build_context_is_small_and_holds_what_the_dockerfile_copies(
     assert users, "the image runs as root"
     assert users[-1] not in ("root", "0")
     assert 'ENTRYPOINT ["tether"]' in dockerfile
+
+
+ROLE_OF_COMMAND = {"region": "admin"}
+"""The certificate each command's pod mounts, when it is not named after the command."""
+
+
+def test_every_pod_mounts_the_region_ca_and_its_own_certificate() -> None:
+    config = next(d for _, d in manifests() if d["kind"] == "ConfigMap")["data"]
+    for name in config:
+        if name.startswith("TETHER_TLS_"):
+            assert name.removeprefix("TETHER_TLS_").lower() in TlsSettings.model_fields, name
+        elif name.startswith("TETHER_STORE_"):
+            assert name.removeprefix("TETHER_STORE_").lower() in StoreSettings.model_fields, name
+    assert config["TETHER_STORE"].startswith("etcds://")
+    assert config["TETHER_TLS_MUTUAL"] == "true"
+    assert config["TETHER_TLS_SERVER_NAME"] == SERVICES_NAME
+    mounted = {config[f"TETHER_TLS_{name}"] for name in ("CA_FILE", "CERT_FILE", "KEY_FILE")}
+    assert mounted == {
+        "/etc/tether/tls/ca.pem",
+        "/etc/tether/tls/tls.crt",
+        "/etc/tether/tls/tls.key",
+    }
+    for _, document in manifests():
+        pod = document.get("spec", {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []):
+            if container["image"] != "tether":
+                continue
+            role = ROLE_OF_COMMAND.get(container["args"][0], container["args"][0])
+            assert role in SERVICES, role
+            mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+            assert mount["mountPath"] == "/etc/tether/tls"
+            volume = next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]
+            assert volume["secretName"] == "tether-tls"
+            items = {item["key"]: item["path"] for item in volume["items"]}
+            assert items == {"ca.pem": "ca.pem", f"{role}.pem": "tls.crt", f"{role}.key": "tls.key"}
+            assert pod["securityContext"]["fsGroup"] == container["securityContext"]["runAsUser"]
+    frontend = next(d for _, d in manifests() if d["metadata"]["name"] == "frontend")
+    probe = frontend["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert probe["httpGet"]["scheme"] == "HTTPS"
+    etcd = next(d for _, d in manifests() if d["kind"] == "StatefulSet")
+    flags = etcd["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert {"--client-cert-auth", "--peer-client-cert-auth"} <= set(flags)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -111,7 +112,11 @@ class Allocator(Service):
             self._server, f"{self.settings.host}:{self.settings.port}", self.settings.tls
         )
         await self._server.start()
-        self.address = f"{self.settings.host}:{port}"
+        host = self.settings.host
+        # Bound to every interface, it is registered under this machine's name: other hosts
+        # cannot call 0.0.0.0.
+        advertised = socket.gethostname() if host in ("0.0.0.0", "::") else host
+        self.address = f"{advertised}:{port}"
         await self._registration.start()
         await self._replicas.start()
         await self._replicas_changed(set())

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tether.config import StoreSettings, TlsSettings
+from tether.region.certs import SERVICES
+
 ROOT = Path(__file__).resolve().parents[3]
 UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))
 INSTALLED = "/opt/tether/bin/tether"
@@ -72,3 +75,35 @@ def test_every_unit_runs_a_command_tether_has(unit: Path) -> None:
     # Every option the unit passes is one the command takes.
     for option in re.findall(r"(--[a-z-]+)", " ".join(args)):
         assert option in answered.stdout, (unit.name, option)
+
+
+def environment_file() -> dict[str, str]:
+    lines = (ROOT / "deploy" / "systemd" / "tether.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda unit: unit.name)
+def test_every_unit_serves_and_calls_with_its_own_certificate(unit: Path) -> None:
+    command = exec_start(unit)[1]
+    role = "admin" if command == "region" else command
+    assert role in SERVICES
+    settings = dict(
+        line.removeprefix("Environment=").split("=", 1)
+        for line in unit.read_text().splitlines()
+        if line.startswith("Environment=")
+    )
+    for variable in ("TETHER_TLS_CERT_FILE", "TETHER_STORE_CERT_FILE"):
+        assert settings[variable] == f"/etc/tether/tls/{role}.pem", (unit.name, variable)
+    for variable in ("TETHER_TLS_KEY_FILE", "TETHER_STORE_KEY_FILE"):
+        assert settings[variable] == f"/etc/tether/tls/{role}.key", (unit.name, variable)
+
+
+def test_the_environment_file_sets_tls_settings_tether_has() -> None:
+    environment = environment_file()
+    assert environment["TETHER_STORE"].startswith("etcds://")
+    assert environment["TETHER_TLS_MUTUAL"] == "true"
+    for name in environment:
+        if name.startswith("TETHER_TLS_"):
+            assert name.removeprefix("TETHER_TLS_").lower() in TlsSettings.model_fields, name
+        if name.startswith("TETHER_STORE_"):
+            assert name.removeprefix("TETHER_STORE_").lower() in StoreSettings.model_fields, name
