@@ -80,6 +80,7 @@ from tests.support.harness import (
 )
 from tether.aio import first_of
 from tether.store import open_store
+from tether.tls import client_context
 
 SCALE_SHARDS = 4
 SCALE_FRONTENDS = 2
@@ -104,6 +105,11 @@ def parse_args() -> argparse.Namespace:
         "--store", choices=("sqlite", "etcd"), default="sqlite", help="the region's store"
     )
     parser.add_argument("--etcd", action="store_true", help="the same as --store etcd")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="tether up --tls: every hop over TLS, mutual TLS between services (and to etcd)",
+    )
     parser.add_argument("--tasks", type=int, default=40, help="tasks of the job(s) submitted")
     parser.add_argument("--agents", type=int, default=4, help="timings: real local agents")
     parser.add_argument(
@@ -228,8 +234,10 @@ async def run_scale(
 ) -> dict[str, Any]:
     """Submits the jobs and waits until every task runs; returns the measurements."""
     headers = {"Authorization": f"Bearer {region.token}"}
+    verify = client_context(region.ca_file)
     frontends = [
-        httpx.AsyncClient(base_url=url, headers=headers, timeout=120) for url in region.urls
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=120, verify=verify)
+        for url in region.urls
     ]
     entitlements = [f"team-{n:02d}" for n in range(SCALE_SHARDS * ENTITLEMENTS_PER_SHARD)]
     counts = [args.job_tasks] * (args.tasks // args.job_tasks)
@@ -252,7 +260,7 @@ async def run_scale(
             shard["shard"]: len(set(shard["entitlements"]) & set(entitlements)) for shard in shards
         }
         log(f"entitlements per shard: {spread}")
-        async with open_store(region.store_url()) as store:
+        async with open_store(settings=region.store_settings()) as store:
             running = Running()
             first_revision = await store.revision()
             follower = asyncio.create_task(running.follow(store, first_revision + 1))
@@ -319,13 +327,17 @@ def measure_scale(region: LocalRegion, args: argparse.Namespace) -> dict[str, An
             ],
             stdout=sim_log,
             stderr=subprocess.STDOUT,
-            env=region.env(),
+            env={**region.env(), **region.options().process_env("agent")},
             start_new_session=True,
         )
     try:
         started = time.monotonic()
         log(f"starting {args.machines:,} simulated machines (log: {log_path})")
-        asyncio.run(wait_for_machines(store_url, args.machines, simulator, args.min_available_mib))
+        asyncio.run(
+            wait_for_machines(
+                region.store_settings(), args.machines, simulator, args.min_available_mib
+            )
+        )
         up_s = time.monotonic() - started
         log(f"{args.machines:,} machines up after {up_s:.1f} s")
         pids = {**region.service_pids(), "agent-sim": simulator.pid}
@@ -370,10 +382,11 @@ def main() -> None:
                 shards=SCALE_SHARDS,
                 timings=SCALE_TIMINGS,
                 fencing_s=SCALE_FENCING_S,
+                tls=args.tls,
             )
         else:
             region = LocalRegion(
-                Path(directory) / "tether", store_args=store_args, agents=args.agents
+                Path(directory) / "tether", store_args=store_args, agents=args.agents, tls=args.tls
             )
         try:
             results = (
@@ -389,7 +402,17 @@ def main() -> None:
         finally:
             region.cleanup()
     benchmark = "region-scale" if args.machines else "region"
-    print(json.dumps({"benchmark": benchmark, "store": args.store, "tasks": args.tasks, **results}))
+    print(
+        json.dumps(
+            {
+                "benchmark": benchmark,
+                "store": args.store,
+                "tls": args.tls,
+                "tasks": args.tasks,
+                **results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import httpx
 import orjson
 
 from benchkit import available_mib, log
+from tether.config import StoreSettings
 from tether.store import EventType, Store, keys, open_store
 
 SUBMITTING_AT_ONCE = 16
@@ -37,9 +38,9 @@ async def machines_up(store: Store) -> int:
 
 
 async def wait_for_machines(
-    store_url: str, machines: int, simulator: subprocess.Popen[bytes], floor_mib: float
+    settings: StoreSettings, machines: int, simulator: subprocess.Popen[bytes], floor_mib: float
 ) -> None:
-    async with open_store(store_url) as store:
+    async with open_store(settings=settings) as store:
         reported = -1
         while (up := await machines_up(store)) < machines:
             if simulator.poll() is not None:

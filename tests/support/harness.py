@@ -292,16 +292,19 @@ class LocalRegion:
         """The region's store, from its state file."""
         return self.state().store
 
-    def store_settings(self) -> StoreSettings:
-        """How an operator's tool opens the region's store: with the admin's certificate when
-        the region's CA certifies it (`--tls --etcd`)."""
-        options = RegionOptions(
+    def options(self) -> RegionOptions:
+        """What `tether up` was asked for, as far as TLS and the store go."""
+        return RegionOptions(
             self.state_dir,
             self.store_url(),
             tls=self.tls,
             store_tls=self.tls and "--etcd" in self.store_args,
         )
-        return options.store_settings("admin")
+
+    def store_settings(self) -> StoreSettings:
+        """How an operator's tool opens the region's store: with the admin's certificate when
+        the region's CA certifies it (`--tls --etcd`)."""
+        return self.options().store_settings("admin")
 
     def shard_leader(self, shard: str) -> ShardLeader | None:
         """The shard's leader record as the store holds it now."""
@@ -427,7 +430,8 @@ def start_simulated_machines(
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=region.env(),
+            # In a TLS region, with an agent's certificate, as `tether up` starts its agents.
+            env={**region.env(), **region.options().process_env("agent")},
         )
     with region.client() as client:
         wait_for(

@@ -220,7 +220,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
         "bench_region.py",
         (
             *("--machines", "20", "--tasks", "40", "--job-tasks", "10", "--max-pending", "20"),
-            *("--profile", "{out}/profiles"),
+            *("--profile", "{out}/profiles", "--tls"),
         ),
         _keys(
             "machines_up_s",
