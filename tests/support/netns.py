@@ -1,5 +1,6 @@
-"""Network partitions on one host: a network namespace joined to the host by a veth pair, and an
-agent of the region that runs inside it and reaches the store only through that link."""
+"""Network partitions on one machine: a network namespace joined to the host by a veth pair, with
+an agent of the region inside that reaches the store only through it; and several namespaces on a
+bridge, each a host of a region spread over them."""
 
 from __future__ import annotations
 
@@ -87,3 +88,71 @@ def start_agent_in(
             env={**region.env(), "TETHER_STORE": store_url},
         )
     return agent, machine
+
+
+@dataclass(frozen=True)
+class Host:
+    """A network namespace standing for one host, linked to a bridge by a veth pair."""
+
+    namespace: str
+    ip: str
+    bridge_link: str
+    """The pair's end on the bridge, outside the namespace."""
+    inner_link: str
+
+    @property
+    def prefix(self) -> list[str]:
+        """Runs a command on this host: `ip netns exec NAMESPACE`."""
+        return ["ip", "netns", "exec", self.namespace]
+
+
+@dataclass
+class BridgedHosts:
+    """Hosts (network namespaces) on one bridge, as machines on one network. The bridge has an
+    address too, so the test itself reaches every host; `cut` takes a host's link down."""
+
+    bridge: str
+    bridge_ip: str
+    hosts: list[Host]
+
+    @classmethod
+    def unique(cls, count: int) -> BridgedHosts:
+        # Interface names have at most 15 characters; the pid keeps concurrent runs apart.
+        tag = os.getpid() % 100_000
+        subnet = f"10.214.{os.getpid() % 250}"
+        hosts = [
+            Host(f"tether-{tag}-h{i}", f"{subnet}.{i}", f"tth{tag}b{i}", f"tth{tag}i{i}")
+            for i in range(1, count + 1)
+        ]
+        return cls(f"tthbr{tag}", f"{subnet}.254", hosts)
+
+    def create(self) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for host in self.hosts:
+            _ip("netns", "add", host.namespace)
+            _ip("link", "add", host.bridge_link, "type", "veth", "peer", "name", host.inner_link)
+            _ip("link", "set", host.inner_link, "netns", host.namespace)
+            _ip("link", "set", host.bridge_link, "master", self.bridge)
+            _ip("link", "set", host.bridge_link, "up")
+            inside = ("netns", "exec", host.namespace, "ip")
+            _ip(*inside, "addr", "add", f"{host.ip}/24", "dev", host.inner_link)
+            _ip(*inside, "link", "set", "lo", "up")
+            _ip(*inside, "link", "set", host.inner_link, "up")
+
+    def cut(self, host: Host) -> None:
+        """Nothing gets to or from `host` any more."""
+        _ip("link", "set", host.bridge_link, "down")
+
+    def heal(self, host: Host) -> None:
+        _ip("link", "set", host.bridge_link, "up")
+
+    def delete(self) -> None:
+        """Removes the hosts, their links and the bridge, whatever exists of them."""
+        for host in self.hosts:
+            for args in (("link", "del", host.bridge_link), ("netns", "del", host.namespace)):
+                subprocess.run(["ip", *args], capture_output=True, timeout=10, check=False)
+        subprocess.run(
+            ["ip", "link", "del", self.bridge], capture_output=True, timeout=10, check=False
+        )

@@ -118,7 +118,7 @@ class ClientTls:
 
 
 class EtcdServer(_Managed):
-    """One etcd member on 127.0.0.1. `restart()` keeps its ports and data."""
+    """One etcd member, on 127.0.0.1 unless `host` says. `restart()` keeps its ports and data."""
 
     def __init__(
         self,
@@ -132,6 +132,8 @@ class EtcdServer(_Managed):
         history_retention: str = ETCD_HISTORY_RETENTION,
         snapshot_count: int = ETCD_SNAPSHOT_COUNT,
         client_tls: ClientTls | None = None,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         shm = Path("/dev/shm")
         parent = shm if on_tmpfs and shm.is_dir() else None
@@ -147,6 +149,11 @@ class EtcdServer(_Managed):
         self.snapshot_count = snapshot_count
         """etcd's `--snapshot-count`."""
         self.client_tls = client_tls
+        self.host = host
+        """Where it listens for clients and peers, and what it advertises."""
+        self.command_prefix = tuple(command_prefix)
+        """Run before etcd's own command, e.g. `ip netns exec NAME` to run it in a network
+        namespace (which must then hold `host`)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self.initial_cluster = f"{name}={self.peer_url}"
@@ -160,19 +167,19 @@ class EtcdServer(_Managed):
 
     @property
     def client_url(self) -> str:
-        return f"{self.client_scheme}://127.0.0.1:{self.client_port}"
+        return f"{self.client_scheme}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def url(self) -> str:
         """The Tether store URL of this server."""
-        return self.url_on("127.0.0.1")
+        return self.url_on(self.host)
 
     def url_on(self, host: str) -> str:
-        """The Tether store URL of this server at `host` (127.0.0.1 or an extra client host)."""
+        """The Tether store URL of this server at `host` (its own or an extra client host)."""
         return f"{'etcds' if self.client_tls else 'etcd'}://{host}:{self.client_port}"
 
     def start(self, timeout_s: float = 30.0) -> None:
@@ -185,7 +192,7 @@ class EtcdServer(_Managed):
         running before any of them is healthy."""
         listen = ",".join(
             f"{self.client_scheme}://{host}:{self.client_port}"
-            for host in ("127.0.0.1", *self.extra_client_hosts)
+            for host in (self.host, *self.extra_client_hosts)
         )
         tls = self.client_tls
         tls_flags = (
@@ -199,6 +206,7 @@ class EtcdServer(_Managed):
             else []
         )
         command = [
+            *self.command_prefix,
             etcd_binary(),
             f"--name={self.name}",
             f"--data-dir={self.data_dir / 'data'}",
@@ -296,10 +304,12 @@ class EtcdServer(_Managed):
 
 
 class EtcdCluster(_Managed):
-    """`size` etcd members on 127.0.0.1 forming one cluster; `cleanup()` stops and removes all.
+    """`size` etcd members forming one cluster; `cleanup()` stops and removes all.
 
     Each member is an `EtcdServer` (`members`), so one can be killed and restarted alone; the
-    cluster serves while a majority of them runs.
+    cluster serves while a majority of them runs. They run on 127.0.0.1, or member i on
+    `hosts[i]` with its command prefixed by `command_prefixes[i]` (in a network namespace of its
+    own, say).
     """
 
     def __init__(
@@ -309,11 +319,19 @@ class EtcdCluster(_Managed):
         name: str = "tether",
         on_tmpfs: bool = False,
         extra_client_hosts: Sequence[str] = (),
+        hosts: Sequence[str] = (),
+        command_prefixes: Sequence[Sequence[str]] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one member, not {size}")
         self.members = [
-            EtcdServer(name=f"{name}-{i}", on_tmpfs=on_tmpfs, extra_client_hosts=extra_client_hosts)
+            EtcdServer(
+                name=f"{name}-{i}",
+                on_tmpfs=on_tmpfs,
+                extra_client_hosts=extra_client_hosts,
+                host=hosts[i] if hosts else "127.0.0.1",
+                command_prefix=command_prefixes[i] if command_prefixes else (),
+            )
             for i in range(size)
         ]
         initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
@@ -325,8 +343,8 @@ class EtcdCluster(_Managed):
 
     @property
     def url(self) -> str:
-        """The Tether store URL naming every member."""
-        return self.url_on("127.0.0.1")
+        """The Tether store URL naming every member, each at its own host."""
+        return "etcd://" + ",".join(f"{m.host}:{m.client_port}" for m in self.members)
 
     def url_on(self, host: str) -> str:
         """The Tether store URL naming every member at `host` (127.0.0.1 or an extra client
