@@ -32,6 +32,7 @@ from tests.support.harness import (
     wait_for,
 )
 from tests.support.metrics import Scrape
+from tests.support.readme import run_shell, tour_blocks
 from tether.model import ShardLeader, shard_for
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2, taskcontrol_pb2_grpc
 from tether.region.plan import SHARDS
@@ -202,11 +203,24 @@ def tether(region: LocalRegion, *args: str, timeout_s: float = 90) -> str:
     return done.stdout
 
 
-def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> None:
-    example = Path(__file__).parents[2] / "examples" / "hello.yaml"
-    assert tether(region, "job", "submit", str(example), "--wait").strip() == "default/hello"
-    assert "default/hello" in tether(region, "job", "ls")
+def test_the_readme_tour_runs_as_written(region: LocalRegion, client: httpx.Client) -> None:
+    # Every command of the tour, as a user types them in the directory that holds `.tether`.
+    home = region.state_dir.parent
+    cli, curl, _over_tls = tour_blocks()
+    said = run_shell(cli.commands(), home, region.url)
+    assert "hello from task default/hello/0" in said
+    assert "all 5 tasks run version 2" in said
+    assert client.get("/v1/jobs/default/hello").status_code == 404
+    said = run_shell(curl.commands(), home, region.url)
+    assert '"handle":"default/hello"' in said.replace(" ", "")
+    wait_for(
+        lambda: client.get("/v1/jobs/default/hello").status_code == 404,
+        timeout_s=60,
+        what="the job curl deleted to be gone",
+    )
+
     # Found by its directory alone, as `tether up --dir` left it; its records as JSON.
+    assert submit(client, sleeper_job("listed", 1)) == "default/listed"
     by_dir = {**os.environ, "TETHER_REGION_DIR": str(region.state_dir)}
     for name in ("TETHER_URL", "TETHER_TOKEN"):
         by_dir.pop(name, None)
@@ -219,23 +233,8 @@ def test_readme_tour_with_the_cli(region: LocalRegion, client: httpx.Client) -> 
         check=False,
     )
     assert listed.returncode == 0, listed.stderr
-    assert "default/hello" in [job["handle"] for job in json.loads(listed.stdout)]
-    assert "running" in tether(region, "job", "show", "default/hello")
-    wait_for(
-        lambda: (
-            "hello from task default/hello/0" in tether(region, "task", "logs", "default/hello/0")
-        ),
-        timeout_s=15,
-        what="the task's greeting in its log",
-    )
-    assert "m04" in tether(region, "machine", "ls")
-    assert "shard-0" in tether(region, "status")
-    tether(region, "job", "scale", "default/hello", "1")
-    wait_for(lambda: len(tasks_of(client, "default/hello")) == 1, timeout_s=30, what="scale down")
-    updated = tether(region, "job", "update", "default/hello", "--version", "2", "--wait")
-    assert "all 1 tasks run version 2" in updated
-    tether(region, "job", "rm", "default/hello", "--wait")
-    assert client.get("/v1/jobs/default/hello").status_code == 404
+    assert "default/listed" in [job["handle"] for job in json.loads(listed.stdout)]
+    tether(region, "job", "rm", "default/listed", "--wait")
 
     failed = region.cli("job", "show", "default/nope", timeout_s=60)
     assert failed.returncode == 1

@@ -122,7 +122,7 @@ async def test_standby_takes_over_at_once_when_the_leader_is_killed(
 
 # etcd only: a SQLite store's writers share one lock, and a process stopped inside one of its
 # writes (a lease renewal, every few hundred ms here) holds it until it resumes, so nobody can
-# expire its lease meanwhile (README, "Scheduler failover").
+# expire its lease meanwhile (docs/benchmarks.md, "Scheduler failover").
 @pytest.mark.parametrize("store_url", ["etcd"], indirect=True)
 async def test_a_hung_leader_is_replaced_when_its_lease_lapses(
     store: Store, spawn: Spawn, tmp_path: Path

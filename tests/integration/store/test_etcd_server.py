@@ -9,7 +9,7 @@ from tether.store.etcd_server import ETCD_HISTORY_RETENTION, ETCD_SNAPSHOT_COUNT
 
 
 async def test_a_local_etcd_compacts_history_older_than_its_retention() -> None:
-    assert ETCD_HISTORY_RETENTION == "5m"  # what README ("Choosing the store") says
+    assert ETCD_HISTORY_RETENTION == "5m"  # what docs/operator-guide.md ("Choosing the store") says
     with EtcdServer(on_tmpfs=True, history_retention="1s") as server:
         async with open_store(server.url) as store:
             old = await store.put("/h/a", b"1")
@@ -33,7 +33,7 @@ async def test_a_local_etcd_compacts_history_older_than_its_retention() -> None:
 
 async def test_a_local_etcd_snapshots_after_its_snapshot_count() -> None:
     # A snapshot lets etcd drop the raft entries it held in memory since the last one.
-    assert ETCD_SNAPSHOT_COUNT == 10_000  # what README ("Choosing the store") says
+    assert ETCD_SNAPSHOT_COUNT == 10_000  # what docs/operator-guide.md ("Choosing the store") says
     with EtcdServer(on_tmpfs=True, snapshot_count=50) as server:
         snapshots = server.data_dir / "data" / "member" / "snap"
         async with open_store(server.url) as store:
