@@ -29,7 +29,6 @@ from tether.store import StoreError, keys, open_store
 from tether.tls import client_context
 
 
-
 @pytest.fixture(scope="module")
 def region(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegion]:
     running = LocalRegion(make_home(tmp_path_factory.mktemp("tls")), ["--etcd"], tls=True)
