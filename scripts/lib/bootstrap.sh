@@ -64,6 +64,20 @@ ensure_postgres() {
   export TETHER_POSTGRES_BIN
 }
 
+# curl, which the README's tour uses and its test runs as written (tests/e2e/test_region.py):
+# Debian's curl package (as root) unless it is there.
+ensure_curl() {
+  if command -v curl >/dev/null 2>&1; then
+    return 0
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian's curl package"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends curl ca-certificates) >/dev/null 2>&1 || true
+  fi
+  command -v curl >/dev/null 2>&1 || say "no curl could be installed: the README tour's test will fail"
+}
+
 # Headless Chromium for the dashboard's browser test (tests/support/browser.py): one on PATH, else
 # Debian's chromium package (as root). Playwright drives it; it downloads no browser of its own.
 ensure_chromium() {
