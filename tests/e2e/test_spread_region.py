@@ -7,6 +7,7 @@ every task runs exactly once."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -58,6 +59,14 @@ def running(client: httpx.Client, handle: str, *, off: Sequence[str] = ()) -> li
     return wait_for(check, timeout_s=60, what=f"every task of {handle} running{where}")
 
 
+def wait_until(client: httpx.Client, machines: list[str], state: str, *, timeout_s: float) -> None:
+    wait_for(
+        lambda: all(machines_by_id(client)[machine]["state"] == state for machine in machines),
+        timeout_s=timeout_s,
+        what=f"{', '.join(machines)} to be {state}",
+    )
+
+
 def test_a_host_cut_off_is_replaced_and_every_task_runs_once_after_it_returns(
     region: SpreadRegion,
 ) -> None:
@@ -92,13 +101,7 @@ def test_a_host_cut_off_is_replaced_and_every_task_runs_once_after_it_returns(
             region.etcd.move_leader(region.etcd.members[0])
             region.network.cut(lost)
             # Both frontends serve on, and a job submitted now runs on the healthy hosts.
-            wait_for(
-                lambda: all(
-                    machines_by_id(client)[machine]["state"] == "down" for machine in lost_machines
-                ),
-                timeout_s=30,
-                what=f"{lost_machines} to be down",
-            )
+            wait_until(client, lost_machines, "down", timeout_s=30)
             late = submit(other, sleeper_job("late", 2, entitlement="team"))
             replaced = {
                 handle: running(client, handle, off=lost_machines) for handle in (ordinary, once)
@@ -114,13 +117,7 @@ def test_a_host_cut_off_is_replaced_and_every_task_runs_once_after_it_returns(
             assert all(process_alive(t["pid"]) for t in on_lost[ordinary])
 
             region.network.heal(lost)
-            wait_for(
-                lambda: all(
-                    machines_by_id(client)[machine]["state"] == "up" for machine in lost_machines
-                ),
-                timeout_s=60,
-                what=f"{lost_machines} to be up again",
-            )
+            wait_until(client, lost_machines, "up", timeout_s=60)
             wait_for(
                 lambda: not any(process_alive(t["pid"]) for t in on_lost[ordinary]),
                 timeout_s=30,
@@ -134,7 +131,7 @@ def test_a_host_cut_off_is_replaced_and_every_task_runs_once_after_it_returns(
         processes = Counter(process.task_id for process in task_processes(region.state_dir))
         for handle, count in ((ordinary, TASKS), (once, TASKS), (late, 2)):
             now = all_running(client, handle, count)
-            assert now is not None, (handle, tasks_of(client, handle), sampler.attempts)
+            assert now is not None, json.dumps([handle, tasks_of(client, handle)], indent=1)
             for task in now:
                 assert processes[f"{handle}/{task['index']}"] == 1, (handle, task, processes)
                 assert process_alive(task["pid"])

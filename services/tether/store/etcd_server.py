@@ -226,6 +226,10 @@ class EtcdServer(_Managed):
             "--auto-compaction-mode=periodic",
             f"--auto-compaction-retention={self.history_retention}",
             f"--snapshot-count={self.snapshot_count}",
+            # A member cut off from the others keeps raising its term; back, without a pre-vote
+            # it deposes the leader and the cluster stops answering for an election (etcd 3.5's
+            # default; 3.4's is off).
+            "--pre-vote",
             *tls_flags,
         ]
         log = self.log_path.open("ab")
