@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from functools import lru_cache
 from pathlib import Path
 
@@ -97,6 +98,24 @@ class TlsSettings(BaseSettings):
             raise ValueError("cert_file and key_file go together: set both or neither")
         if self.mutual and (self.ca_file is None or self.cert_file is None):
             raise ValueError("mutual TLS needs ca_file, cert_file and key_file")
+        # Loaded once here, so that a wrong file stops the service with the files' names rather
+        # than as a port it cannot bind (gRPC) or an OpenSSL error deep in a server's start.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except ssl.SSLError as error:
+                raise ValueError(
+                    f"ca_file {self.ca_file}: not a PEM certificate ({error})"
+                ) from None
+        if self.cert_file is not None and self.key_file is not None:
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            except ssl.SSLError as error:
+                raise ValueError(
+                    f"cert_file {self.cert_file} and key_file {self.key_file}: not a PEM "
+                    f"certificate and its own key ({error})"
+                ) from None
         return self
 
     @property

@@ -79,16 +79,25 @@ def client_context(
 
 def http_client_options(tls: TlsSettings) -> dict[str, Any]:
     """httpx.AsyncClient's arguments for this process's calls to other services' HTTP
-    endpoints: the region's CA, this process's certificate, and `server_name` checked in place
-    of the address called."""
+    endpoints: the region's CA, this process's certificate, `server_name` checked in place of
+    the address called, and, with a CA, no call over plain HTTP (an agent that registered an
+    http:// address is refused, not spoken to in the clear)."""
     options: dict[str, Any] = {"verify": client_context(tls.ca_file, tls.cert_file, tls.key_file)}
+    if not tls.connecting:
+        return options
     server_name = tls.server_name
-    if server_name:
 
-        async def check_server_name(request: httpx.Request) -> None:
+    async def secure(request: httpx.Request) -> None:
+        if request.url.scheme != "https":
+            raise httpx.UnsupportedProtocol(
+                f"{request.url.scheme}://{request.url.netloc.decode()}: not HTTPS, and this "
+                "process talks to other services over TLS only (TETHER_TLS_CA_FILE)",
+                request=request,
+            )
+        if server_name:
             request.extensions["sni_hostname"] = server_name
 
-        options["event_hooks"] = {"request": [check_server_name]}
+    options["event_hooks"] = {"request": [secure]}
     return options
 
 

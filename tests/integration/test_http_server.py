@@ -113,3 +113,22 @@ async def test_a_server_name_is_checked_in_place_of_an_address_no_certificate_li
                 await client.get(server.url)
     finally:
         await server.stop()
+
+
+async def test_with_the_region_ca_a_client_calls_no_service_over_plain_http(
+    tmp_path: Path,
+) -> None:
+    # An agent that registered an http:// address in a TLS region is refused, not spoken to in
+    # the clear.
+    init_certs(tmp_path)
+    server = HttpServer(app(), "127.0.0.1", 0, name="plain-test", lifespan="off")
+    await server.start()
+    try:
+        tls = TlsSettings(ca_file=ca_files(tmp_path).cert_file)
+        async with httpx.AsyncClient(timeout=10, **http_client_options(tls)) as client:
+            with pytest.raises(httpx.UnsupportedProtocol, match="not HTTPS"):
+                await client.get(server.url)
+        async with httpx.AsyncClient(timeout=10, **http_client_options(TlsSettings())) as client:
+            assert (await client.get(server.url)).text == "ok"
+    finally:
+        await server.stop()

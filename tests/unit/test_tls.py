@@ -72,6 +72,14 @@ def test_a_client_context_trusts_the_region_ca_and_shows_its_certificate(tls_dir
         ({"TETHER_TLS_CERT_FILE": "{dir}/frontend.pem"}, "cert_file and key_file go together"),
         ({"TETHER_TLS_MUTUAL": "true"}, "mutual TLS needs ca_file, cert_file and key_file"),
         ({"TETHER_TLS_MUTUAL": "maybe"}, "mutual"),
+        (
+            {
+                "TETHER_TLS_CERT_FILE": "{dir}/frontend.pem",
+                "TETHER_TLS_KEY_FILE": "{dir}/agent.key",
+            },
+            "not a PEM certificate and its own key",
+        ),
+        ({"TETHER_TLS_CA_FILE": "{dir}/frontend.key"}, "ca_file .*frontend.key: not a PEM"),
     ],
 )
 def test_incomplete_settings_are_refused(

@@ -84,15 +84,29 @@ def init_certs(
 
 
 def ensure_certs(directory: Path, hosts: Iterable[str] = ()) -> None:
-    """The CA and every service's certificate in `directory`: those missing are made, those
-    there kept (`tether up --tls` starting a region again)."""
+    """The CA and every service's certificate in `directory`: those missing, or not valid for
+    every one of `hosts`, are made anew, the others kept (`tether up --tls` starting a region
+    again, perhaps on another `--host`)."""
     hosts = list(hosts)
     if not ca_files(directory).exist():
         init_certs(directory, hosts)
         return
     for name in SERVICES:
-        if not CertFiles.named(directory, name).exist():
+        files = CertFiles.named(directory, name)
+        if not files.exist() or not set(hosts) <= names_in(files):
             issue_cert(directory, name, hosts)
+
+
+def names_in(files: CertFiles) -> set[str]:
+    """The host names and addresses a certificate is valid for."""
+    cert = x509.load_pem_x509_certificate(files.cert_file.read_bytes())
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(name) for name in san.get_values_for_type(x509.DNSName)} | {
+        str(address) for address in san.get_values_for_type(x509.IPAddress)
+    }
 
 
 def issue_cert(

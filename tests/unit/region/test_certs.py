@@ -160,3 +160,16 @@ def test_ensure_keeps_what_is_there_and_makes_what_is_missing(tmp_path: Path) ->
     agent = CertFiles.named(tmp_path, "agent")
     assert agent.exist()
     handshake(agent, ca_files(tmp_path).cert_file, "localhost", mutual=False)
+
+
+def test_ensure_makes_anew_the_certificates_a_new_host_is_not_in(tmp_path: Path) -> None:
+    ensure_certs(tmp_path)
+    ca = ca_files(tmp_path).cert_file.read_bytes()
+    ensure_certs(tmp_path, ["192.0.2.7"])
+    frontend = CertFiles.named(tmp_path, "frontend")
+    assert "192.0.2.7" in names_of(frontend)
+    assert ca_files(tmp_path).cert_file.read_bytes() == ca
+    handshake(frontend, ca_files(tmp_path).cert_file, "192.0.2.7", mutual=False)
+    kept = frontend.cert_file.read_bytes()
+    ensure_certs(tmp_path, ["192.0.2.7"])
+    assert frontend.cert_file.read_bytes() == kept
