@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from tests.support.tls import tls_settings
 from tether.config import TlsSettings
 from tether.region.certs import SERVICES_NAME, CertFiles, ca_files, init_certs
 from tether.service import HttpServer
@@ -65,9 +66,8 @@ async def test_over_tls_it_serves_https_and_under_mutual_tls_only_clients_of_the
     tmp_path: Path,
 ) -> None:
     init_certs(tmp_path)
-    own = CertFiles.named(tmp_path, "agent")
     ca = ca_files(tmp_path).cert_file
-    tls = TlsSettings(ca_file=ca, cert_file=own.cert_file, key_file=own.key_file, mutual=True)
+    tls = tls_settings(tmp_path, "agent", mutual=True)
     server = HttpServer(
         app(), "127.0.0.1", 0, name="tls-test", lifespan="off", tls=tls, verify_clients=True
     )
@@ -94,20 +94,18 @@ async def test_a_server_name_is_checked_in_place_of_an_address_no_certificate_li
     # 127.0.0.2 is in no certificate (as a pod's IP would not be): a client that checks the
     # address refuses the server, one told TETHER_TLS_SERVER_NAME accepts it, by that name.
     init_certs(tmp_path)
-    own = CertFiles.named(tmp_path, "agent")
-    ca = ca_files(tmp_path).cert_file
-    serving = TlsSettings(ca_file=ca, cert_file=own.cert_file, key_file=own.key_file)
+    serving = tls_settings(tmp_path, "agent")
     server = HttpServer(app(), "127.0.0.2", 0, name="sni-test", lifespan="off", tls=serving)
     await server.start()
     try:
-        by_address = TlsSettings(ca_file=ca)
+        by_address = tls_settings(tmp_path)
         async with httpx.AsyncClient(timeout=10, **http_client_options(by_address)) as client:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await client.get(server.url)
-        by_name = TlsSettings(ca_file=ca, server_name=SERVICES_NAME)
+        by_name = tls_settings(tmp_path, server_name=SERVICES_NAME)
         async with httpx.AsyncClient(timeout=10, **http_client_options(by_name)) as client:
             assert (await client.get(server.url)).text == "ok"
-        wrong_name = TlsSettings(ca_file=ca, server_name="elsewhere.example")
+        wrong_name = tls_settings(tmp_path, server_name="elsewhere.example")
         async with httpx.AsyncClient(timeout=10, **http_client_options(wrong_name)) as client:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await client.get(server.url)
@@ -124,7 +122,7 @@ async def test_with_the_region_ca_a_client_calls_no_service_over_plain_http(
     server = HttpServer(app(), "127.0.0.1", 0, name="plain-test", lifespan="off")
     await server.start()
     try:
-        tls = TlsSettings(ca_file=ca_files(tmp_path).cert_file)
+        tls = tls_settings(tmp_path)
         async with httpx.AsyncClient(timeout=10, **http_client_options(tls)) as client:
             with pytest.raises(httpx.UnsupportedProtocol, match="not HTTPS"):
                 await client.get(server.url)

@@ -81,7 +81,7 @@ def test_every_tether_command_in_the_readme_takes_what_it_is_given(command: str)
         assert option in helped.output, (command, option)
 
 
-def test_the_readme_mentions_every_option_of_scripts_up_it_uses() -> None:
+def test_every_option_of_scripts_up_the_readme_gives_exists() -> None:
     helped = CliRunner().invoke(app, ["up", "--help"], env={"COLUMNS": "200"})
     for option in re.findall(r"scripts/up (--[a-z-]+)", README.read_text()):
         assert option in helped.output, option

@@ -10,6 +10,7 @@ import pydantic
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.tls import tls_settings
 from tether.cli.main import app
 from tether.config import TlsSettings
 from tether.region.certs import CertFiles, ca_files, init_certs
@@ -20,16 +21,6 @@ from tether.tls import client_context, http_scheme, http_server_options
 def tls_dir(tmp_path: Path) -> Path:
     init_certs(tmp_path)
     return tmp_path
-
-
-def settings_of(tls_dir: Path, role: str, *, mutual: bool) -> TlsSettings:
-    own = CertFiles.named(tls_dir, role)
-    return TlsSettings(
-        ca_file=ca_files(tls_dir).cert_file,
-        cert_file=own.cert_file,
-        key_file=own.key_file,
-        mutual=mutual,
-    )
 
 
 def test_without_settings_nothing_is_tls() -> None:
@@ -44,7 +35,7 @@ def test_without_settings_nothing_is_tls() -> None:
 def test_mutual_servers_ask_clients_for_a_certificate_and_the_rest_api_does_not(
     tls_dir: Path,
 ) -> None:
-    tls = settings_of(tls_dir, "agent", mutual=True)
+    tls = tls_settings(tls_dir, "agent", mutual=True)
     assert http_scheme(tls) == "https"
     agent = http_server_options(tls, verify_clients=tls.mutual)
     assert agent["ssl_cert_reqs"] == ssl.CERT_REQUIRED

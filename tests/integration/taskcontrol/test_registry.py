@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from tests.support.allocator_builders import entitlement
+from tests.support.tls import tls_settings
 from tests.support.waiting import eventually
 from tether.config import TlsSettings
 from tether.model import (
@@ -24,7 +25,7 @@ from tether.model import (
 )
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2 as pb
 from tether.proto.taskcontrol.v1 import taskcontrol_pb2_grpc
-from tether.region.certs import SERVICES_NAME, CertFiles, ca_files, init_certs, issue_cert
+from tether.region.certs import SERVICES_NAME, init_certs, issue_cert
 from tether.scheduler.taskcontrol import ControllerClient, ControllerFailed
 from tether.store import Store, keys, open_store
 from tether.taskcontrol.registry.service import Registry
@@ -309,14 +310,7 @@ async def test_over_mutual_tls_only_holders_of_the_region_certificates_register_
     issue_cert(tmp_path, "appsched-ads")
 
     def tls(name: str | None) -> TlsSettings:
-        own = CertFiles.named(tmp_path, name) if name else None
-        return TlsSettings(
-            ca_file=ca_files(tmp_path).cert_file,
-            cert_file=own.cert_file if own else None,
-            key_file=own.key_file if own else None,
-            mutual=own is not None,
-            server_name=SERVICES_NAME,
-        )
+        return tls_settings(tmp_path, name, mutual=name is not None, server_name=SERVICES_NAME)
 
     settings = RegistrySettings(host="127.0.0.2", tls=tls("registry"))
     registry = Registry(open_store(store_url), settings)
